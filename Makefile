@@ -1,0 +1,55 @@
+# areal-workers developer entry points. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+PYTEST_ARGS ?=
+export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help tools venv cluster-up cluster-down cluster-status quickstart test test-unit test-chart test-integration clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed ## Python virtualenv with the package and test dependencies
+
+tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin
+	tools/install.sh
+
+cluster-up: tools ## start the local control plane with KWOK nodes (no-op when running)
+	$(PY) tools/localcluster.py up
+
+cluster-down: ## stop the local control plane; leaves no process or port behind
+	$(PY) tools/localcluster.py down
+
+cluster-status: ## exit 0 when the local control plane answers
+	$(PY) tools/localcluster.py status
+
+quickstart: cluster-up ## the main job: local cluster + the chart installed with the example topology
+	helm upgrade --install demo charts/areal-workers --kubeconfig .tools/kubeconfig \
+	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 3m
+	kubectl --kubeconfig .tools/kubeconfig -n areal-demo get statefulsets,services,pods -o wide
+
+test: tools ## everything: unit, chart and integration tests on a fresh local cluster (torn down after)
+	$(PY) tools/localcluster.py up; rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
+	$(PY) tools/localcluster.py down || rc=1; exit $$rc
+
+test-unit: venv ## unit tests only (no tools, no cluster)
+	$(PYTEST) -m unit $(PYTEST_ARGS)
+
+test-chart: tools ## chart tests only (helm, no cluster)
+	$(PYTEST) -m chart $(PYTEST_ARGS)
+
+test-integration: tools ## integration tests (starts or reuses the local cluster; leaves it running)
+	$(PYTEST) -m integration $(PYTEST_ARGS)
+
+clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
+	rm -rf .tools $(VENV)

@@ -1,0 +1,88 @@
+"""Shared pytest wiring: markers by directory, the cluster, namespaces and helm clients."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MARKER_BY_DIRECTORY = {"unit": "unit", "chart": "chart", "integration": "integration"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test carries the marker of its directory, so `-m unit|chart|integration` selects lanes."""
+    for item in items:
+        directory = Path(str(item.fspath)).relative_to(REPO_ROOT / "tests").parts[0]
+        marker = MARKER_BY_DIRECTORY.get(directory)
+        if marker and marker not in item.keywords:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(scope="session")
+def helm_executable() -> str:
+    """helm 3 by default; AREAL_WORKERS_HELM=.tools/bin/helm4 runs the same tests on helm 4."""
+    return os.environ.get("AREAL_WORKERS_HELM", str(REPO_ROOT / ".tools" / "bin" / "helm"))
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Path:
+    """The admin kubeconfig: $AREAL_WORKERS_KUBECONFIG (any cluster) or the local control plane,
+    started once per session (reused when already running; `make cluster-down` stops it)."""
+    external = os.environ.get("AREAL_WORKERS_KUBECONFIG")
+    if external:
+        return Path(external)
+    from localcluster import LocalCluster
+
+    cluster = LocalCluster()
+    cluster.up()
+    return cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kube_client(kubeconfig: Path):
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    yield api_client
+    api_client.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    return f"t-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def make_namespace(kube_client, request) -> Iterator:
+    """Creates namespaces (with optional labels, e.g. PodSecurity levels) deleted after the test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_client)
+    created: list[str] = []
+
+    def make(labels: dict[str, str] | None = None) -> str:
+        name = _namespace_name(request.node.name)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def namespace(make_namespace) -> str:
+    return make_namespace()
+
+
+@pytest.fixture
+def helm_client(kubeconfig: Path, helm_executable: str):
+    from pyhelm3 import Client
+
+    return Client(executable=helm_executable, kubeconfig=kubeconfig, history_max_revisions=10)

