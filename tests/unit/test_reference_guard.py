@@ -1,0 +1,565 @@
+import pytest
+
+pytestmark = pytest.mark.unit
+
+import os  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import requests  # noqa: E402
+
+ADAPTER_DIR = Path(__file__).resolve().parents[2] / "adapter"
+COUNTER = "areal_workers.testing_engines.Counter"
+BROKEN = "areal_workers.testing_engines.Broken"
+BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
+HTTP_TIMEOUT = 10.0
+STARTUP_TIMEOUT = 10.0
+EXIT_TIMEOUT = 10.0
+
+
+def guard_command(
+    port: int = 0,
+    role: str = "actor",
+    worker_index: int = 0,
+    host: str = "127.0.0.1",
+    fileroot: Path | None = None,
+) -> list[str]:
+    command = [
+        sys.executable, "-m", "areal_workers.reference_guard",
+        "--host", host, "--port", str(port),
+        "--experiment-name", "exp", "--trial-name", "trial",
+        "--role", role, "--worker-index", str(worker_index),
+        "--name-resolve-type", "nfs", "--nfs-record-root", "/nonexistent/name_resolve",
+        "--etcd3-addr", "127.0.0.1:2379",
+    ]
+    if fileroot is not None:
+        command += ["--fileroot", str(fileroot)]
+    return command
+
+
+def guard_env() -> dict[str, str]:
+    # Absolute, so forked guards find the package whatever their working directory.
+    python_path = os.pathsep.join(filter(None, [str(ADAPTER_DIR), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": python_path}
+
+
+@dataclass
+class RunningGuard:
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    stderr_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=HTTP_TIMEOUT)
+
+    def post(self, path: str, body: Any) -> requests.Response:
+        return requests.post(self.url + path, json=body, timeout=HTTP_TIMEOUT)
+
+    def post_raw(self, path: str, data: bytes) -> requests.Response:
+        return requests.post(self.url + path, data=data, timeout=HTTP_TIMEOUT)
+
+    def health(self) -> dict[str, Any]:
+        response = self.get("/health")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@dataclass
+class ProcessJanitor:
+    """Stops every process a test started, also when the test fails half-way."""
+
+    guards: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    forked: list[tuple[int, list[str]]] = field(default_factory=list)
+
+    def track_forked(self, pid: int, command: list[str]) -> None:
+        self.forked.append((pid, command))
+
+    def cleanup(self) -> None:
+        # SIGTERM first: a healthy guard then stops its own forked children.
+        for process in self.guards:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.guards:
+            try:
+                process.wait(timeout=EXIT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid, command in self.forked:
+            if running_command(pid) == command:  # never signal a recycled pid
+                os.kill(pid, signal.SIGKILL)
+
+
+def running_command(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+def pid_is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def wait_for_banner(process: subprocess.Popen[bytes], stdout_path: Path, stderr_path: Path) -> re.Match[str]:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        lines = stdout_path.read_text().splitlines()
+        if lines:
+            match = BANNER.match(lines[0])
+            assert match, f"unexpected first stdout line: {lines[0]!r}"
+            return match
+        if process.poll() is not None:
+            pytest.fail(f"guard exited with {process.returncode}: {stderr_path.read_text()}")
+        time.sleep(0.02)
+    pytest.fail(f"guard printed no banner within {STARTUP_TIMEOUT}s: {stderr_path.read_text()}")
+
+
+def guard_starter(janitor: ProcessJanitor, log_dir: Path) -> Callable[..., RunningGuard]:
+    counter = iter(range(1000))
+
+    def start(**command_options: Any) -> RunningGuard:
+        log_stem = log_dir / f"guard-{next(counter)}"
+        stdout_path, stderr_path = log_stem.with_suffix(".out"), log_stem.with_suffix(".err")
+        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                guard_command(**command_options), env=guard_env(), stdout=stdout, stderr=stderr
+            )
+        janitor.guards.append(process)
+        banner = wait_for_banner(process, stdout_path, stderr_path)
+        return RunningGuard(process, banner["host"], int(banner["port"]), stderr_path)
+
+    return start
+
+
+@pytest.fixture
+def janitor(request: pytest.FixtureRequest) -> ProcessJanitor:
+    process_janitor = ProcessJanitor()
+    request.addfinalizer(process_janitor.cleanup)
+    return process_janitor
+
+
+@pytest.fixture
+def start_guard(janitor: ProcessJanitor, tmp_path: Path) -> Callable[..., RunningGuard]:
+    return guard_starter(janitor, tmp_path)
+
+
+@pytest.fixture
+def guard(start_guard: Callable[..., RunningGuard]) -> RunningGuard:
+    return start_guard()
+
+
+@pytest.fixture(scope="module")
+def shared_guard(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RunningGuard:
+    """One guard for the tests that only send invalid requests and so change no state."""
+    process_janitor = ProcessJanitor()
+    request.addfinalizer(process_janitor.cleanup)
+    return guard_starter(process_janitor, tmp_path_factory.mktemp("shared-guard"))()
+
+
+def assert_error(response: requests.Response, status: int, fragment: str = "") -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == "error"
+    assert fragment in body["error"], body["error"]
+    return body
+
+
+def create_counter(guard: RunningGuard, engine_name: str = "counter", **init_kwargs: Any) -> None:
+    response = guard.post(
+        "/create_engine",
+        {"engine": COUNTER, "engine_name": engine_name, "init_args": [], "init_kwargs": init_kwargs},
+    )
+    assert response.status_code == 200, response.text
+
+
+def call(guard: RunningGuard, method: str, *args: Any, engine_name: str = "counter", **kwargs: Any) -> Any:
+    response = guard.post(
+        "/call",
+        {"method": method, "engine_name": engine_name, "args": list(args), "kwargs": kwargs, "rpc_meta": None},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "success"
+    return body["result"]
+
+
+def fork(guard: RunningGuard, janitor: ProcessJanitor, role: str, command: list[str], **extra: Any) -> dict:
+    response = guard.post("/fork", {"role": role, "worker_index": 0, "raw_cmd": command, **extra})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    janitor.track_forked(body["pid"], command)
+    return body
+
+
+def sleeper_command(seconds: int = 60) -> list[str]:
+    return [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+
+
+# --------------------------------------------------------------------------- CLI and /health
+
+
+def test_health_reports_identity_and_requests_are_logged(guard: RunningGuard) -> None:
+    health = guard.health()
+
+    assert health["status"] == "healthy"
+    assert health["forked_children"] == 0
+    assert health["engine_count"] == 0 and health["engines"] == []
+    assert (health["role"], health["worker_index"]) == ("actor", 0)
+    assert (health["host"], health["port"], health["pid"]) == ("127.0.0.1", guard.port, guard.process.pid)
+    assert health["name_resolve"]["nfs_record_root"] == "/nonexistent/name_resolve"
+    assert re.search(r"GET /health 200 [0-9.]+ms", guard.stderr())
+
+
+@pytest.mark.parametrize(
+    "drop_option", ["--role", "--experiment-name", "--trial-name", "--worker-index"]
+)
+def test_cli_requires_identity(drop_option: str) -> None:
+    command = guard_command()
+    position = command.index(drop_option)
+    del command[position : position + 2]
+
+    finished = subprocess.run(command, env=guard_env(), capture_output=True, timeout=EXIT_TIMEOUT)
+
+    assert finished.returncode == 2
+    assert finished.stdout == b""
+
+
+def test_guard_binds_the_given_loopback_address(start_guard: Callable[..., RunningGuard]) -> None:
+    pod_guard = start_guard(host="127.3.0.7", role="rollout", worker_index=5)
+
+    assert pod_guard.host == "127.3.0.7"
+    health = pod_guard.health()
+    assert (health["host"], health["role"], health["worker_index"]) == ("127.3.0.7", "rollout", 5)
+    allocation = pod_guard.post("/alloc_ports", {"count": 2}).json()
+    assert allocation["host"] == "127.3.0.7"
+    for port in allocation["ports"]:
+        with socket.socket() as probe:
+            probe.bind(("127.3.0.7", port))
+
+
+def test_unknown_endpoint_is_404_and_wrong_method_is_405(shared_guard: RunningGuard) -> None:
+    assert_error(shared_guard.get("/nope"), 404, "/nope")
+    assert_error(shared_guard.get("/alloc_ports"), 405)
+    assert_error(shared_guard.post("/health", {}), 405)
+
+
+# --------------------------------------------------------------------------- /alloc_ports
+
+
+def test_alloc_ports_returns_distinct_bindable_ports(guard: RunningGuard) -> None:
+    first = guard.post("/alloc_ports", {"count": 3})
+    second = guard.post("/alloc_ports", {"count": 4})
+
+    assert first.status_code == second.status_code == 200
+    assert first.json()["status"] == "success" and first.json()["host"] == "127.0.0.1"
+    ports = first.json()["ports"] + second.json()["ports"]
+    assert len(ports) == 7 and len(set(ports)) == 7
+    assert guard.port not in ports
+    for port in ports:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"count": 0}, {"count": -2}, {"count": "2"}, {"count": True}, {"count": 1.5}, {"count": None}, [3]],
+)
+def test_alloc_ports_rejects_invalid_count(shared_guard: RunningGuard, body: Any) -> None:
+    assert_error(shared_guard.post("/alloc_ports", body), 400)
+
+
+def test_invalid_json_body_is_400(shared_guard: RunningGuard) -> None:
+    assert_error(shared_guard.post_raw("/alloc_ports", b"{not json"), 400, "Invalid JSON")
+    assert_error(shared_guard.post_raw("/alloc_ports", b""), 400, "Invalid JSON")
+
+
+# --------------------------------------------------------------------------- /fork and /kill_forked_worker
+
+
+def test_fork_starts_a_guard_that_kill_forked_worker_stops(
+    start_guard: Callable[..., RunningGuard], janitor: ProcessJanitor, tmp_path: Path
+) -> None:
+    fileroot = tmp_path / "fileroot"
+    parent = start_guard(fileroot=fileroot)
+    port = parent.post("/alloc_ports", {"count": 1}).json()["ports"][0]
+    child_command = guard_command(port=port, role="ref", fileroot=fileroot)
+
+    forked = fork(parent, janitor, "ref", child_command, env={"AREAL_WORKERS_TEST_MARK": "from-fork"})
+
+    assert forked["status"] == "success" and forked["host"] == "127.0.0.1"
+    child = RunningGuard(parent.process, forked["host"], port, parent.stderr_path)
+    wait_until(lambda: child_answers_health(child), STARTUP_TIMEOUT, "the forked guard's /health")
+    child_health = child.health()
+    assert (child_health["role"], child_health["pid"]) == ("ref", forked["pid"])
+    create_counter(child)
+    assert call(child, "env", "AREAL_WORKERS_TEST_MARK") == "from-fork"
+    parent_health = parent.health()
+    assert parent_health["forked_children"] == 1
+    assert parent_health["forked"][0]["pid"] == forked["pid"] and parent_health["forked"][0]["alive"]
+    [child_log] = fileroot.rglob("ref.log")
+    assert "areal-guard listening on" in child_log.read_text()
+
+    assert_error(parent.post("/fork", {"role": "ref", "worker_index": 0, "raw_cmd": child_command}), 409)
+
+    killed = parent.post("/kill_forked_worker", {"role": "ref", "worker_index": 0})
+    assert killed.status_code == 200, killed.text
+    assert killed.json()["status"] == "success"
+    assert pid_is_gone(forked["pid"])
+    assert not child_answers_health(child)
+    assert parent.health()["forked_children"] == 0
+    assert_error(parent.post("/kill_forked_worker", {"role": "ref", "worker_index": 0}), 404, "not found")
+
+
+def child_answers_health(child: RunningGuard) -> bool:
+    try:
+        return requests.get(child.url + "/health", timeout=1.0).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def test_fork_replaces_a_child_that_already_exited(guard: RunningGuard, janitor: ProcessJanitor) -> None:
+    first = fork(guard, janitor, "short", [sys.executable, "-c", "pass"])
+    wait_until(lambda: not guard.health()["forked"][0]["alive"], EXIT_TIMEOUT, "the short child to exit")
+
+    second = fork(guard, janitor, "short", sleeper_command())
+
+    assert second["pid"] != first["pid"]
+    assert guard.health()["forked_children"] == 1
+
+
+def test_kill_forked_worker_escalates_to_sigkill(
+    start_guard: Callable[..., RunningGuard], janitor: ProcessJanitor, tmp_path: Path
+) -> None:
+    parent = start_guard(fileroot=tmp_path / "fileroot")
+    stubborn = [
+        sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(60)",
+    ]
+    forked = fork(parent, janitor, "stubborn", stubborn)
+    wait_until(
+        lambda: any("ready" in log.read_text() for log in (tmp_path / "fileroot").rglob("stubborn.log")),
+        STARTUP_TIMEOUT,
+        "the stubborn child to ignore SIGTERM",
+    )
+
+    started = time.monotonic()
+    killed = parent.post("/kill_forked_worker", {"role": "stubborn", "worker_index": 0})
+
+    assert killed.status_code == 200, killed.text
+    assert time.monotonic() - started >= 2.5  # it waited out the SIGTERM grace period
+    assert pid_is_gone(forked["pid"])
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"worker_index": 0, "raw_cmd": ["true"]}, "'role'"),
+        ({"role": "r", "raw_cmd": ["true"]}, "'worker_index'"),
+        ({"role": "r", "worker_index": "0", "raw_cmd": ["true"]}, "'worker_index'"),
+        ({"role": "r", "worker_index": 0}, "'raw_cmd'"),
+        ({"role": "r", "worker_index": 0, "raw_cmd": "true"}, "'raw_cmd'"),
+        ({"role": "r", "worker_index": 0, "raw_cmd": []}, "'raw_cmd'"),
+        ({"role": "r", "worker_index": 0, "raw_cmd": ["true"], "env": ["A=1"]}, "'env'"),
+        ({"role": "r", "worker_index": 0, "raw_cmd": ["true"], "env": {"A": 1}}, "'env'"),
+    ],
+)
+def test_fork_rejects_bad_requests(shared_guard: RunningGuard, body: dict, fragment: str) -> None:
+    assert_error(shared_guard.post("/fork", body), 400, fragment)
+
+
+def test_fork_of_a_missing_executable_is_500(shared_guard: RunningGuard) -> None:
+    response = shared_guard.post("/fork", {"role": "r", "worker_index": 0, "raw_cmd": ["/nonexistent/worker"]})
+
+    assert_error(response, 500, "/nonexistent/worker")
+    assert shared_guard.health()["forked_children"] == 0
+
+
+def test_kill_forked_worker_rejects_bad_requests(shared_guard: RunningGuard) -> None:
+    assert_error(shared_guard.post("/kill_forked_worker", {"worker_index": 0}), 400, "'role'")
+    assert_error(shared_guard.post("/kill_forked_worker", {"role": "r"}), 400, "'worker_index'")
+    assert_error(shared_guard.post("/kill_forked_worker", {"role": "never", "worker_index": 3}), 404, "never/3")
+
+
+# --------------------------------------------------------------------------- /set_env and /configure
+
+
+def test_set_env_is_visible_to_engines_created_later(guard: RunningGuard) -> None:
+    response = guard.post("/set_env", {"env": {"RANK": "3", "WORLD_SIZE": 8}})
+
+    assert response.status_code == 200 and response.json() == {"status": "success"}
+    create_counter(guard)
+    assert call(guard, "env", "RANK") == "3"
+    assert call(guard, "env", "WORLD_SIZE") == "8"
+    assert call(guard, "env", "AREAL_WORKERS_NEVER_SET") is None
+
+
+def test_set_env_rejects_bad_requests(shared_guard: RunningGuard) -> None:
+    assert_error(shared_guard.post("/set_env", {}), 400, "'env'")
+    assert_error(shared_guard.post("/set_env", {"env": ["RANK=0"]}), 400, "'env'")
+    assert_error(shared_guard.post("/set_env", {"env": {"A=B": "1"}}), 400, "A=B")
+
+
+def test_configure_stores_the_configuration(guard: RunningGuard) -> None:
+    response = guard.post("/configure", {"config": {"seed": 1}, "role": "actor", "rank": 2})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "success"
+    assert guard.health()["configured"] == {"role": "actor", "rank": 2}
+    assert_error(guard.post("/configure", {"role": "actor", "rank": 0}), 400, "'config'")
+    assert_error(guard.post("/configure", {"config": {}, "role": "actor"}), 400, "'rank'")
+
+
+# --------------------------------------------------------------------------- /create_engine
+
+
+def test_create_engine_registers_the_engine(guard: RunningGuard) -> None:
+    response = guard.post(
+        "/create_engine",
+        {"engine": COUNTER, "engine_name": "actor/0", "init_args": [10], "init_kwargs": {}},
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "success" and response.json()["engine_name"] == "actor/0"
+    health = guard.health()
+    assert (health["engine_count"], health["engines"]) == (1, ["actor/0"])
+    assert call(guard, "value", engine_name="actor/0") == 10
+
+
+def test_create_engine_rejects_a_duplicate_name(guard: RunningGuard) -> None:
+    create_counter(guard, "dup")
+
+    assert_error(guard.post("/create_engine", {"engine": COUNTER, "engine_name": "dup"}), 400, "already exists")
+    assert guard.health()["engine_count"] == 1
+
+
+@pytest.mark.parametrize(
+    "import_path",
+    ["no_such_module_anywhere.Engine", "areal_workers.testing_engines.NoSuchClass", "NoDotsAtAll"],
+)
+def test_create_engine_reports_import_failures_as_400(shared_guard: RunningGuard, import_path: str) -> None:
+    response = shared_guard.post("/create_engine", {"engine": import_path, "engine_name": "e"})
+
+    assert_error(response, 400, "Failed to import")
+    assert shared_guard.health()["engine_count"] == 0
+
+
+def test_create_engine_reports_a_failing_constructor_as_500(shared_guard: RunningGuard) -> None:
+    response = shared_guard.post("/create_engine", {"engine": BROKEN, "engine_name": "broken"})
+
+    assert_error(response, 500, "RuntimeError: Broken engine refuses to start")
+    assert shared_guard.health()["engine_count"] == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"engine_name": "e"},
+        {"engine": COUNTER},
+        {"engine": COUNTER, "engine_name": ""},
+        {"engine": COUNTER, "engine_name": "e", "init_args": {"a": 1}},
+        {"engine": COUNTER, "engine_name": "e", "init_kwargs": [1]},
+    ],
+)
+def test_create_engine_rejects_invalid_requests(shared_guard: RunningGuard, body: dict) -> None:
+    assert_error(shared_guard.post("/create_engine", body), 400)
+
+
+# --------------------------------------------------------------------------- /call
+
+
+def test_call_invokes_engine_methods(guard: RunningGuard) -> None:
+    create_counter(guard)
+
+    assert call(guard, "increment") == 1
+    assert call(guard, "increment", n=5) == 6
+    assert call(guard, "increment", 4) == 10
+    assert call(guard, "value") == 10
+    assert call(guard, "pid") == guard.process.pid
+
+
+def test_call_error_statuses(guard: RunningGuard) -> None:
+    create_counter(guard)
+
+    assert_error(guard.post("/call", {"method": "no_such_method", "engine_name": "counter"}), 400, "no_such_method")
+    assert_error(guard.post("/call", {"method": "value", "engine_name": "ghost"}), 404, "ghost")
+    failed = assert_error(
+        guard.post("/call", {"method": "fail", "engine_name": "counter", "args": ["boom from test"]}),
+        500,
+        "RuntimeError: boom from test",
+    )
+    assert "Traceback" in failed["traceback"]
+    assert_error(guard.post("/call", {"engine_name": "counter"}), 400, "'method'")
+    assert_error(guard.post("/call", {"method": "value"}), 400, "'engine_name'")
+    assert_error(guard.post("/call", {"method": "value", "engine_name": "counter", "args": 1}), 400, "'args'")
+    assert_error(guard.post("/call", {"method": "value", "engine_name": "counter", "rpc_meta": 1}), 400, "rpc_meta")
+    assert call(guard, "value") == 0  # the engine survived all of that
+
+
+def test_health_answers_while_an_engine_call_runs(guard: RunningGuard) -> None:
+    create_counter(guard)
+    slept: list[float] = []
+    sleeper = threading.Thread(target=lambda: slept.append(call(guard, "sleep", 1.0)))
+    sleeper.start()
+    try:
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert guard.health()["engine_count"] == 1
+        assert time.monotonic() - started < 0.5
+        # Engine work is serial, as in AReaL: this call waits for the sleep to finish.
+        assert call(guard, "increment") == 1
+        assert time.monotonic() - started > 0.6
+    finally:
+        sleeper.join(timeout=HTTP_TIMEOUT)
+    assert slept and slept[0] >= 1.0
+
+
+# --------------------------------------------------------------------------- shutdown
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_destroys_engines_and_kills_children(
+    guard: RunningGuard, janitor: ProcessJanitor, tmp_path: Path, signum: signal.Signals
+) -> None:
+    marker = tmp_path / "destroyed.txt"
+    create_counter(guard, destroy_marker=str(marker))
+    forked = fork(guard, janitor, "helper", sleeper_command())
+    assert not pid_is_gone(forked["pid"])
+
+    guard.process.send_signal(signum)
+
+    assert guard.process.wait(timeout=EXIT_TIMEOUT) == 0
+    assert marker.read_text() == "destroyed"
+    assert pid_is_gone(forked["pid"])
+    assert f"received {signum.name}" in guard.stderr()
