@@ -148,7 +148,7 @@ install_ct() {
 
 install_kubeconform() {
   step "kubeconform $KUBECONFORM_VERSION"
-  go_build "kubeconform-$KUBECONFORM_VERSION-1" kubeconform \
+  go_build "kubeconform-$KUBECONFORM_VERSION" kubeconform \
     "github.com/yannh/kubeconform@$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
     "-X main.version=$KUBECONFORM_VERSION"
 }

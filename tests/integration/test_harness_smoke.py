@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import os
 from pathlib import Path
 
@@ -59,8 +60,7 @@ def test_helm_release_install_upgrade_rollback(helm_client, namespace, core, rea
             "smoke", chart, {"generation": "2"}, namespace=namespace)
         assert second.revision == 2
         await second.release.rollback(1)
-        history = await second.release.history()
-        return history
+        return sorted(await second.release.history(), key=lambda revision: revision.revision)
 
     history = asyncio.run(upgrade_and_roll_back())
     assert [revision.revision for revision in history] == [1, 2, 3]
@@ -107,4 +107,6 @@ def test_pod_security_admission_enforces_restricted(make_namespace, core):
     with pytest.raises(ApiException) as rejected:
         core.create_namespaced_pod(restricted, privileged_pod)
     assert rejected.value.status == 403
-    assert "violates PodSecurity \"restricted:" in rejected.value.body
+    message = json.loads(rejected.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message
+    assert "privileged" in message
