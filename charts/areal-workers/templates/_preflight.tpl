@@ -1,0 +1,112 @@
+{{/*
+Checks of value combinations that the schema cannot express. Each message names the value to change.
+Run first by "areal-workers.workloads", which every workload-dependent template uses.
+*/}}
+{{- define "areal-workers.preflight" -}}
+{{- $v := .Values -}}
+{{- $roles := $v.roles | default dict -}}
+{{- $forks := $v.forks | default dict -}}
+{{- $colocations := $v.colocations | default dict -}}
+{{- $roleList := keys $roles | sortAlpha | join ", " | default "none, roles is empty" -}}
+
+{{- if not (trim (toString $v.experiment)) -}}
+{{- fail "experiment is empty: set experiment to the AReaL experiment_name (e.g. --set experiment=gsm8k-grpo)" -}}
+{{- end -}}
+{{- if not (trim (toString $v.trial)) -}}
+{{- fail "trial is empty: set trial to the AReaL trial_name (e.g. --set trial=trial0)" -}}
+{{- end -}}
+
+{{- /* One AReaL role name lives in exactly one of roles, colocations, forks. */ -}}
+{{- range $key, $_ := $forks -}}
+{{- if hasKey $roles $key -}}
+{{- fail (printf "forks.%s: %q is also defined in roles; rename the fork or remove roles.%s" $key $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $_ := $colocations -}}
+{{- if hasKey $roles $key -}}
+{{- fail (printf "colocations.%s: %q is also defined in roles; rename the colocation or remove roles.%s" $key $key $key) -}}
+{{- end -}}
+{{- if hasKey $forks $key -}}
+{{- fail (printf "colocations.%s: %q is also defined in forks; remove colocations.%s or forks.%s" $key $key $key $key) -}}
+{{- end -}}
+{{- end -}}
+
+{{- range $key, $target := $colocations -}}
+{{- if not (hasKey $roles $target) -}}
+{{- fail (printf "colocations.%s targets %q, which is not in roles; add roles.%s or set colocations.%s to one of: %s" $key $target $target $key $roleList) -}}
+{{- end -}}
+{{- end -}}
+
+{{- range $key, $fork := $forks -}}
+{{- $mode := default "process" $fork.mode -}}
+{{- if not (hasKey $roles $fork.target) -}}
+{{- fail (printf "forks.%s.target is %q, which is not in roles; add roles.%s or set forks.%s.target to one of: %s" $key $fork.target $fork.target $key $roleList) -}}
+{{- end -}}
+{{- if and $fork.overrides (ne $mode "pod") -}}
+{{- fail (printf "forks.%s.overrides only applies to forks.%s.mode=pod (a process fork runs inside its target's container); remove forks.%s.overrides or set forks.%s.mode=pod" $key $key $key $key) -}}
+{{- end -}}
+{{- $target := get $roles $fork.target -}}
+{{- if and (hasKey $fork "replicas") (ne (int $fork.replicas) (int $target.replicas)) -}}
+{{- fail (printf "forks.%s.replicas is %d but its target roles.%s.replicas is %d; a %s-mode fork runs one worker per target worker: set forks.%s.replicas to %d or remove it" $key (int $fork.replicas) $fork.target (int $target.replicas) $mode $key (int $target.replicas)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- $items := (include "areal-workers.workloadItems" . | fromJson).items -}}
+
+{{- /* Roles and pod-mode forks must not map to the same StatefulSet/Service name. */ -}}
+{{- $owners := dict -}}
+{{- range $w := $items -}}
+{{- $path := printf "%s.%s" (ternary "roles" "forks" (eq $w.kind "role")) $w.name -}}
+{{- if hasKey $owners $w.objectName -}}
+{{- fail (printf "%s and %s both become the object name %q (\"_\" turns into \"-\", long names are cut); rename one of them" (get $owners $w.objectName) $path $w.objectName) -}}
+{{- end -}}
+{{- $_ := set $owners $w.objectName $path -}}
+{{- end -}}
+
+{{- $reservedEnv := list "POD_NAME" "POD_NAMESPACE" "POD_IP" "AREAL_WORKER_INDEX" -}}
+{{- $hostNet := list -}}
+{{- range $w := $items -}}
+{{- $cfg := $w.config -}}
+{{- $last := add $w.guardPort (int $cfg.extraPorts) -}}
+{{- if gt $last 65535 -}}
+{{- fail (printf "%s: guard port %d plus extraPorts %d exceeds 65535; lower extraPorts or guardPort (or guard.port) in %s" $w.name (int $w.guardPort) (int $cfg.extraPorts) $w.source) -}}
+{{- end -}}
+{{- range $name := $reservedEnv -}}
+{{- if hasKey ($cfg.env | default dict) $name -}}
+{{- fail (printf "env.%s, set in %s, is set by the chart from the downward API; remove it" $name $w.source) -}}
+{{- end -}}
+{{- end -}}
+{{- range $label, $_ := $cfg.podLabels -}}
+{{- if or (hasPrefix "app.kubernetes.io/" $label) (hasPrefix "areal.io/" $label) (hasPrefix "helm.sh/" $label) -}}
+{{- fail (printf "podLabels.%s, set in %s, is a label the chart manages; remove it" $label $w.source) -}}
+{{- end -}}
+{{- end -}}
+{{- range $ann, $_ := $cfg.podAnnotations -}}
+{{- if hasPrefix "areal.io/" $ann -}}
+{{- fail (printf "podAnnotations.%s, set in %s, is an annotation the chart manages; remove it" $ann $w.source) -}}
+{{- end -}}
+{{- end -}}
+{{- if $cfg.hostNetwork -}}
+{{- $portPath := ternary (printf "roles.%s.guardPort" $w.name) (printf "forks.%s.overrides.guardPort" $w.name) (eq $w.kind "role") -}}
+{{- $hostNet = append $hostNet (list $w.name (int $w.guardPort) (int $last) $portPath) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* hostNetwork pods of two roles on one node would bind the same ports. */ -}}
+{{- range $i, $a := $hostNet -}}
+{{- range $j, $b := $hostNet -}}
+{{- if and (lt $i $j) (le (index $a 1) (index $b 2)) (le (index $b 1) (index $a 2)) -}}
+{{- fail (printf "%s (ports %d-%d) and %s (ports %d-%d) both use hostNetwork with overlapping ports; set %s to %d or higher so their workers can share a node" (index $a 0) (index $a 1) (index $a 2) (index $b 0) (index $b 1) (index $b 2) (index $b 3) (add (index $a 2) 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- with $v.networkPolicy -}}
+{{- if and .enabled .allocatedPorts.enabled (gt (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
+{{- fail (printf "networkPolicy.allocatedPorts.start (%d) is greater than networkPolicy.allocatedPorts.end (%d); swap them" (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
+{{- end -}}
+{{- if and .enabled (not .controller.podSelector) (not .controller.namespaceSelector) (not .controller.cidrs) -}}
+{{- fail "networkPolicy.controller admits nobody, so the trainer could not reach the workers: set networkPolicy.controller.podSelector, .namespaceSelector or .cidrs, or set networkPolicy.enabled=false" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

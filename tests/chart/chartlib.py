@@ -1,0 +1,104 @@
+"""Helpers for the chart tests: run helm on charts/areal-workers and parse what it renders.
+
+Test modules import this module by name; conftest.py exposes `render` as a fixture. (Several
+conftest.py files exist under tests/, so `import conftest` would be ambiguous.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "areal-workers"
+HELM = os.environ.get("HELM") or os.environ.get("AREAL_WORKERS_HELM") or str(REPO / ".tools" / "bin" / "helm")
+HELM4 = os.environ.get("HELM4", str(REPO / ".tools" / "bin" / "helm4"))
+RELEASE = "rel"
+NAMESPACE = "ns"
+
+# Helm must never reach a cluster from these tests.
+_ENV = {**os.environ, "KUBECONFIG": os.devnull}
+
+
+def run_helm(*args: str, helm: str = HELM, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, env=_ENV, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def template_text(
+    values: dict | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    helm: str = HELM,
+    chart: Path = CHART,
+    extra: tuple[str, ...] = (),
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+    """`helm template` with `values` written to a values file."""
+    # JSON is YAML that no YAML 1.1 parser can misread (PyYAML would write the string "y" bare; helm reads it as true).
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        json.dump(values or {}, fh)
+        path = fh.name
+    try:
+        return run_helm("template", release, str(chart), "-n", namespace, "-f", path, *extra, helm=helm, check=check)
+    finally:
+        os.unlink(path)
+
+
+_cache: dict[str, list[dict]] = {}
+
+
+def render(values: dict | None = None, **kwargs) -> list[dict]:
+    """Render the chart with `values` and return every document (tests hooks included)."""
+    key = json.dumps([values, sorted(kwargs.items())], sort_keys=True, default=str)
+    if key not in _cache:
+        out = template_text(values, **kwargs).stdout
+        _cache[key] = [d for d in yaml.safe_load_all(out) if d]
+    return json.loads(json.dumps(_cache[key]))  # a private copy per caller
+
+
+def render_error(values: dict, **kwargs) -> str:
+    """Render `values` expecting helm to fail; return its stderr."""
+    proc = template_text(values, check=False, **kwargs)
+    assert proc.returncode != 0, f"helm accepted {values}"
+    return proc.stderr
+
+
+def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def sts(docs: list[dict], role: str) -> dict:
+    """The StatefulSet of an AReaL role (matched by its areal.io/role label)."""
+    found = [d for d in find(docs, "StatefulSet") if d["metadata"]["labels"]["areal.io/role"] == role]
+    assert len(found) == 1, f"no single StatefulSet for role {role}"
+    return found[0]
+
+
+def container(statefulset: dict) -> dict:
+    return statefulset["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(statefulset: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(statefulset)["env"]}
+
+
+def role(replicas: int = 1, **settings) -> dict:
+    return {"replicas": replicas, **settings}
+
+
+def docs_by_identity(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}

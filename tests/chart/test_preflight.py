@@ -1,0 +1,113 @@
+import pytest
+
+pytestmark = pytest.mark.chart
+
+import re  # noqa: E402
+
+from chartlib import CHART, role  # noqa: E402
+
+# (values, the exact message `fail` prints: it names the value to change)
+FAILURES = {
+    "empty experiment": (
+        {"experiment": ""},
+        "experiment is empty: set experiment to the AReaL experiment_name (e.g. --set experiment=gsm8k-grpo)",
+    ),
+    "blank trial": (
+        {"trial": "  "},
+        "trial is empty: set trial to the AReaL trial_name (e.g. --set trial=trial0)",
+    ),
+    "fork named like a role": (
+        {"roles": {"actor": role()}, "forks": {"actor": {"target": "actor"}}},
+        'forks.actor: "actor" is also defined in roles; rename the fork or remove roles.actor',
+    ),
+    "colocation named like a role": (
+        {"roles": {"actor": role()}, "colocations": {"actor": "actor"}},
+        'colocations.actor: "actor" is also defined in roles; rename the colocation or remove roles.actor',
+    ),
+    "colocation named like a fork": (
+        {"roles": {"actor": role()}, "forks": {"ref": {"target": "actor"}}, "colocations": {"ref": "actor"}},
+        'colocations.ref: "ref" is also defined in forks; remove colocations.ref or forks.ref',
+    ),
+    "colocation target missing": (
+        {"roles": {"actor": role(), "rollout": role()}, "colocations": {"critic": "trainer"}},
+        'colocations.critic targets "trainer", which is not in roles; add roles.trainer or set colocations.critic to one of: actor, rollout',
+    ),
+    "fork target missing": (
+        {"roles": {"actor": role()}, "forks": {"ref": {"target": "critic"}}},
+        'forks.ref.target is "critic", which is not in roles; add roles.critic or set forks.ref.target to one of: actor',
+    ),
+    "fork target missing, no roles": (
+        {"forks": {"ref": {"target": "critic"}}},
+        'forks.ref.target is "critic", which is not in roles; add roles.critic or set forks.ref.target to one of: none, roles is empty',
+    ),
+    "fork of a colocated role": (
+        {"roles": {"actor": role()}, "colocations": {"critic": "actor"}, "forks": {"ref": {"target": "critic"}}},
+        'forks.ref.target is "critic", which is not in roles; add roles.critic or set forks.ref.target to one of: actor',
+    ),
+    "pod-mode fork replicas differ from the target's": (
+        {"roles": {"actor": role(2)}, "forks": {"helper": {"target": "actor", "mode": "pod", "replicas": 3}}},
+        "forks.helper.replicas is 3 but its target roles.actor.replicas is 2; a pod-mode fork runs one worker per target worker: set forks.helper.replicas to 2 or remove it",
+    ),
+    "overrides on a process fork": (
+        {"roles": {"actor": role()}, "forks": {"ref": {"target": "actor", "overrides": {"extraPorts": 2}}}},
+        "forks.ref.overrides only applies to forks.ref.mode=pod (a process fork runs inside its target's container); remove forks.ref.overrides or set forks.ref.mode=pod",
+    ),
+    "name collision": (
+        {"roles": {"ref_model": role(), "ref-model": role()}},
+        'roles.ref-model and roles.ref_model both become the object name "rel-areal-workers-ref-model" ("_" turns into "-", long names are cut); rename one of them',
+    ),
+    "ports beyond 65535": (
+        {"roles": {"a": role(guardPort=65534, extraPorts=2)}},
+        "a: guard port 65534 plus extraPorts 2 exceeds 65535; lower extraPorts or guardPort (or guard.port) in roles.a or workerDefaults",
+    ),
+    "hostNetwork roles on the same guard port": (
+        {"roles": {"actor": role(hostNetwork=True), "rollout": role(hostNetwork=True, extraPorts=3)}},
+        "actor (ports 8000-8001) and rollout (ports 8000-8003) both use hostNetwork with overlapping ports; set roles.rollout.guardPort to 8002 or higher so their workers can share a node",
+    ),
+    "hostNetwork pod fork on its target's ports": (
+        {"roles": {"actor": role(hostNetwork=True)}, "forks": {"helper": {"target": "actor", "mode": "pod", "overrides": {"hostNetwork": True}}}},
+        "actor (ports 8000-8001) and helper (ports 8000-8001) both use hostNetwork with overlapping ports; set forks.helper.overrides.guardPort to 8002 or higher so their workers can share a node",
+    ),
+    "reserved env variable": (
+        {"roles": {"a": role(env={"AREAL_WORKER_INDEX": "0"})}},
+        "env.AREAL_WORKER_INDEX, set in roles.a or workerDefaults, is set by the chart from the downward API; remove it",
+    ),
+    "reserved env variable in a pod fork": (
+        {"roles": {"a": role()}, "forks": {"p": {"target": "a", "mode": "pod", "overrides": {"env": {"POD_IP": "1"}}}}},
+        "env.POD_IP, set in forks.p.overrides, roles.a or workerDefaults, is set by the chart from the downward API; remove it",
+    ),
+    "chart-managed pod label": (
+        {"roles": {"a": role(podLabels={"app.kubernetes.io/name": "x"})}},
+        "podLabels.app.kubernetes.io/name, set in roles.a or workerDefaults, is a label the chart manages; remove it",
+    ),
+    "chart-managed pod annotation": (
+        {"workerDefaults": {"podAnnotations": {"areal.io/role-name": "x"}}, "roles": {"a": role()}},
+        "podAnnotations.areal.io/role-name, set in roles.a or workerDefaults, is an annotation the chart manages; remove it",
+    ),
+    "inverted allocated port range": (
+        {"networkPolicy": {"allocatedPorts": {"start": 30000, "end": 20000}}},
+        "networkPolicy.allocatedPorts.start (30000) is greater than networkPolicy.allocatedPorts.end (20000); swap them",
+    ),
+    "network policy without controller": (
+        {"networkPolicy": {"controller": {"podSelector": None}}},
+        "networkPolicy.controller admits nobody, so the trainer could not reach the workers: set networkPolicy.controller.podSelector, .namespaceSelector or .cidrs, or set networkPolicy.enabled=false",
+    ),
+}
+
+
+@pytest.mark.parametrize("values,message", FAILURES.values(), ids=FAILURES.keys())
+def test_preflight_fails_with_a_message_naming_the_value(values, message, render_error):
+    err = render_error(values)
+    assert "execution error at " in err and message in err, err
+
+
+def test_every_fail_in_the_chart_is_exercised():
+    """Each `fail` format string in the templates matches at least one message tested above."""
+    source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
+    formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
+    assert len(formats) == 17
+    for fmt in formats:
+        pattern = re.escape(fmt.replace('\\"', '"'))
+        for verb in ("%s", "%q", "%d"):
+            pattern = pattern.replace(re.escape(verb), ".+")
+        assert any(re.fullmatch(pattern, message) for _, message in FAILURES.values()), fmt

@@ -1,0 +1,92 @@
+import pytest
+
+pytestmark = pytest.mark.chart
+
+import re  # noqa: E402
+
+import yaml  # noqa: E402
+
+from chartlib import REPO, find, one  # noqa: E402
+
+RBAC = REPO / "rbac"
+ALL_FEATURES = {
+    "roles": {"a": {"replicas": 1}},
+    "forks": {"p": {"target": "a", "mode": "pod"}},
+    "tests": {"enabled": False},
+}
+# kind -> (apiGroup, resource) for what the chart renders
+RESOURCES = {
+    "StatefulSet": ("apps", "statefulsets"),
+    "Service": ("", "services"),
+    "ConfigMap": ("", "configmaps"),
+    "ServiceAccount": ("", "serviceaccounts"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+}
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((RBAC / name).read_text())
+
+
+def grants(rules: list[dict], group: str, resource: str) -> set[str]:
+    verbs: set[str] = set()
+    for rule in rules:
+        if group in rule["apiGroups"] and resource in rule["resources"]:
+            verbs |= set(rule["verbs"])
+    return verbs
+
+
+def test_rbac_dir_equals_chart_rendered_rules(render):
+    chart_role = one(render({"controllerRbac": {"create": True}}), "Role")
+    assert load("role.yaml")["rules"] == chart_role["rules"]
+
+
+def test_rbac_objects_fit_together():
+    sa, role, binding = load("serviceaccount.yaml"), load("role.yaml"), load("rolebinding.yaml")
+    assert (sa["kind"], role["kind"], binding["kind"]) == ("ServiceAccount", "Role", "RoleBinding")
+    for doc in (sa, role, binding):
+        assert "namespace" not in doc["metadata"]  # kubectl apply -n <namespace>
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"]}]
+    assert (RBAC / "README.md").is_file()
+
+
+def test_every_rule_says_why():
+    text = (RBAC / "role.yaml").read_text()
+    body = text[text.index("rules:") :].splitlines()[1:]
+    for i, line in enumerate(body):
+        if line.lstrip().startswith("- apiGroups"):
+            assert body[i - 1].lstrip().startswith("#"), f"rule without a comment: {line}"
+
+
+def test_least_privilege():
+    rules = load("role.yaml")["rules"]
+    for rule in rules:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field]
+        assert "resourceNames" not in rule
+    for resource in ("roles", "rolebindings", "clusterroles", "nodes", "namespaces"):
+        assert not any(resource in r["resources"] for r in rules)
+    assert grants(rules, "", "pods") == {"get", "list", "watch", "delete"}
+    assert grants(rules, "", "pods/log") == {"get"}
+    assert grants(rules, "", "events") == {"list", "watch"}
+    assert grants(rules, "apps", "controllerrevisions") == {"get", "list", "watch"}
+    assert grants(rules, "", "secrets") == {"get", "list", "create", "update", "delete"}
+    assert not any(v in grants(rules, g, r) for g, r in RESOURCES.values() for v in ("update", "deletecollection", "escalate", "bind"))
+
+
+def test_rules_cover_every_kind_the_chart_renders_for_the_adapter(render):
+    rules = load("role.yaml")["rules"]
+    docs = render(ALL_FEATURES)
+    kinds = {d["kind"] for d in docs}
+    assert kinds == set(RESOURCES)
+    for kind in kinds:
+        assert {"get", "create", "patch", "delete"} <= grants(rules, *RESOURCES[kind]), kind
+    assert not find(docs, "Role")
+
+
+def test_rbac_yaml_matches_the_chart_text_comments_included():
+    chart = (REPO / "charts/areal-workers/templates/controller-rbac.yaml").read_text()
+    chart_rules = re.search(r"^rules:\n(.*?)^---", chart, re.S | re.M).group(1)
+    plain = (RBAC / "role.yaml").read_text()
+    assert plain.endswith(chart_rules)

@@ -1,0 +1,75 @@
+import pytest
+
+pytestmark = pytest.mark.chart
+
+from chartlib import role  # noqa: E402
+
+SCHEMA_ERROR = "values don't meet the specifications of the schema"
+
+# (values, fragments the error must contain: the offending field or name)
+BAD_VALUES = {
+    "unknown top-level key": ({"replica": 3}, ["replica"]),
+    "unknown role key": ({"roles": {"actor": role(gpus=8)}}, ["/roles/actor", "gpus"]),
+    "unknown nested key in a role": ({"roles": {"actor": role(shm={"size": "1Gi"})}}, ["/roles/actor/shm", "size"]),
+    "unknown nested key in workerDefaults": ({"workerDefaults": {"probes": {"readiness": {"path": "/x"}}}}, ["/workerDefaults/probes/readiness", "path"]),
+    "unknown nested key in networkPolicy": ({"networkPolicy": {"controller": {"ips": []}}}, ["/networkPolicy/controller", "ips"]),
+    "unknown fork key": ({"roles": {"a": role()}, "forks": {"f": {"target": "a", "image": "x"}}}, ["/forks/f", "image"]),
+    "uppercase role name": ({"roles": {"Actor": role()}}, ["Actor", "pattern"]),
+    "role name ending with _": ({"roles": {"actor_": role()}}, ["actor_"]),
+    "role name too long": ({"roles": {"r" * 41: role()}}, ["r" * 41]),
+    "bad fork target name": ({"roles": {"a": role()}, "forks": {"f": {"target": "A!"}}}, ["/forks/f/target"]),
+    "bad colocation key": ({"roles": {"a": role()}, "colocations": {"Ref": "a"}}, ["Ref"]),
+    "negative replicas": ({"roles": {"actor": role(-1)}}, ["/roles/actor/replicas", "minimum"]),
+    "missing replicas": ({"roles": {"actor": {"extraPorts": 1}}}, ["/roles/actor", "replicas"]),
+    "fractional replicas": ({"roles": {"actor": role(1.5)}}, ["/roles/actor/replicas"]),
+    "bad pullPolicy": ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy", "Always"]),
+    "bad role pullPolicy": ({"roles": {"a": role(image={"pullPolicy": "Sometimes"})}}, ["/roles/a/image/pullPolicy"]),
+    "bad fork mode": ({"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "thread"}}}, ["/forks/f/mode", "process"]),
+    "bad name_resolve type": ({"cluster": {"nameResolve": {"type": "zookeeper"}}}, ["/cluster/nameResolve/type"]),
+    "bad memory quantity": ({"roles": {"a": role(resources={"memory": "1GB"})}}, ["/roles/a/resources/memory", "pattern"]),
+    "bad cpu quantity": ({"workerDefaults": {"resources": {"cpu": "two"}}}, ["/workerDefaults/resources/cpu"]),
+    "negative cpu": ({"roles": {"a": role(resources={"cpu": -1})}}, ["/roles/a/resources/cpu"]),
+    "bad shm quantity": ({"roles": {"a": role(shm={"sizeLimit": "lots"})}}, ["/roles/a/shm/sizeLimit"]),
+    "negative gpu": ({"roles": {"a": role(resources={"gpu": -1})}}, ["/roles/a/resources/gpu"]),
+    "guard port too high": ({"guard": {"port": 70000}}, ["/guard/port", "maximum"]),
+    "guard port zero": ({"guard": {"port": 0}}, ["/guard/port", "minimum"]),
+    "role guard port too high": ({"roles": {"a": role(guardPort=65536)}}, ["/roles/a/guardPort"]),
+    "allocated range start out of range": ({"networkPolicy": {"allocatedPorts": {"start": 0}}}, ["/networkPolicy/allocatedPorts/start"]),
+    "wrong type": ({"roles": {"a": role(hostNetwork="yes")}}, ["/roles/a/hostNetwork"]),
+    "bad env value": ({"roles": {"a": role(env={"X": {"value": "1"}})}}, ["/roles/a/env/X"]),
+    "non-string label": ({"roles": {"a": role(podLabels={"x": 1})}}, ["/roles/a/podLabels/x"]),
+    "bad cidr": ({"networkPolicy": {"controller": {"cidrs": ["10.0.0.0"]}}}, ["/networkPolicy/controller/cidrs/0"]),
+    "workerDefaults key removed": ({"workerDefaults": {"shm": None}}, ["/workerDefaults", "shm"]),
+}
+
+
+@pytest.mark.parametrize("values,fragments", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_schema_rejects(values, fragments, render_error):
+    err = render_error(values)
+    assert SCHEMA_ERROR in err, err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in:\n{err}"
+
+
+def test_schema_is_strict_at_every_level_of_the_charts_own_blocks():
+    import json
+
+    from chartlib import CHART
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    checked = 0
+
+    def walk(node, path):
+        nonlocal checked
+        if isinstance(node, dict):
+            if "properties" in node:
+                assert node.get("additionalProperties") is False, path
+                checked += 1
+            for key, child in node.items():
+                walk(child, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                walk(child, f"{path}/{i}")
+
+    walk(schema, "")
+    assert checked > 15
