@@ -48,3 +48,21 @@ def core(kube_client) -> client.CoreV1Api:
 def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
     return lambda namespace, selector, count, timeout=60.0: wait_for_ready_pods(
         core, namespace, selector, count, timeout)
+
+
+@pytest.fixture
+def pod_runner(kubeconfig, tmp_path):
+    """Runs the annotated pods of the given namespace as local processes (tools/podrunner.py)."""
+    from podrunner import PodRunner
+
+    runners: list[PodRunner] = []
+
+    def start(namespace: str) -> PodRunner:
+        runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}").start()
+        runners.append(runner)
+        return runner
+
+    yield start
+    for runner in runners:
+        runner.stop()
+        assert runner.errors == [], runner.errors
