@@ -1,0 +1,43 @@
+"""areal-workers: AReaL's scheduler contract on Kubernetes, over Helm releases of charts/areal-workers."""
+
+from .config import ConfigError, KubernetesSchedulerConfig
+from .errors import (
+    EngineCallError,
+    EngineCreationError,
+    EngineImportError,
+    GPUAllocationError,
+    PortAllocationError,
+    RPCConnectionError,
+    SchedulerError,
+    WorkerConfigurationError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
+from .interop import register_with_areal
+from .scheduler import KubernetesScheduler
+from .types import Job, SchedulingSpec, SchedulingStrategy, Worker
+
+__all__ = [
+    "ConfigError",
+    "EngineCallError",
+    "EngineCreationError",
+    "EngineImportError",
+    "GPUAllocationError",
+    "Job",
+    "KubernetesScheduler",
+    "KubernetesSchedulerConfig",
+    "PortAllocationError",
+    "RPCConnectionError",
+    "SchedulerError",
+    "SchedulingSpec",
+    "SchedulingStrategy",
+    "Worker",
+    "WorkerConfigurationError",
+    "WorkerCreationError",
+    "WorkerFailedError",
+    "WorkerNotFoundError",
+    "WorkerTimeoutError",
+    "register_with_areal",
+]

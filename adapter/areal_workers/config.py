@@ -1,0 +1,153 @@
+"""KubernetesSchedulerConfig: everything the scheduler needs besides AReaL's experiment config."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+BUNDLED_CHART = Path(__file__).resolve().parent / "chart"
+
+ForkMode = Literal["process", "pod"]
+ReleaseOwnership = Literal["managed", "external"]
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+# The environment variables of AReaL PR #1316, honoured for compatibility.
+ENVIRONMENT = {
+    "AREAL_K8S_NAMESPACE": "namespace",
+    "AREAL_K8S_CONTEXT": "context",
+    "AREAL_K8S_SERVICE_ACCOUNT": "service_account",
+    "AREAL_K8S_IMAGE_PULL_POLICY": "image_pull_policy",
+    "AREAL_K8S_TERMINATION_GRACE_SECONDS": "termination_grace_seconds",
+    "AREAL_K8S_NODE_SELECTOR": "node_selector",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the value and what to change."""
+
+
+@dataclass(frozen=True)
+class KubernetesSchedulerConfig:
+    """How the scheduler reaches the cluster and what it deploys.
+
+    Attributes:
+        namespace: namespace of the release and its workers.
+        kubeconfig / context: cluster credentials (None: in-cluster config, then ~/.kube/config).
+        chart: chart directory, packaged chart, `repo/name` or `oci://` reference; default: the chart in this wheel.
+        chart_version / chart_repo: for repository and OCI references.
+        values_files: extra values files merged under the adapter's values (platform defaults).
+        image: default worker image ("repo:tag") for specs that do not name a Kubernetes image.
+        image_pull_policy / image_pull_secrets: as in a pod spec.
+        service_account: the workers' ServiceAccount (None: the chart creates one).
+        termination_grace_seconds: workers' terminationGracePeriodSeconds.
+        node_selector: nodeSelector applied to every role.
+        guard_port: port of each worker's guard (AReaL's rpc_server) inside its pod.
+        n_gpus_per_node: reported to AReaL when its experiment config has no cluster.n_gpus_per_node.
+        python_executable: replaces a controller-side interpreter path at the start of a worker command, and
+            starts forked workers.
+        fork_module: what fork_workers runs with `python -m` when no command is given (AReaL's rpc_server).
+        helm_executable / helm_timeout: the helm binary and its per-operation time-out (seconds).
+        history_max: helm revisions kept per release.
+        ready_timeout: default time-out of get_workers (seconds).
+        fork_mode: "process" (a child of the target's guard, AReaL semantics) or "pod" (a sibling StatefulSet).
+        fork_ready_timeout: how long a forked process gets to answer /health (seconds).
+        ownership: "managed" (the adapter installs and changes the release) or "external" (someone else does;
+            the adapter only discovers and calls workers).
+        release_name: the release to use (None: derived from experiment and trial).
+    """
+
+    namespace: str = "default"
+    kubeconfig: str | None = None
+    context: str | None = None
+    chart: str = str(BUNDLED_CHART)
+    chart_version: str | None = None
+    chart_repo: str | None = None
+    values_files: tuple[str, ...] = ()
+    image: str | None = None
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    termination_grace_seconds: int | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    guard_port: int = 8000
+    n_gpus_per_node: int = 8
+    python_executable: str = "python"
+    fork_module: str = "areal.infra.rpc.rpc_server"
+    helm_executable: str = "helm"
+    helm_timeout: float = 300.0
+    history_max: int = 10
+    ready_timeout: float = 600.0
+    fork_mode: ForkMode = "process"
+    fork_ready_timeout: float = 60.0
+    ownership: ReleaseOwnership = "managed"
+    release_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise ConfigError(f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, "
+                              f"got {self.image_pull_policy!r}")
+        if self.fork_mode not in ("process", "pod"):
+            raise ConfigError(f"fork_mode must be 'process' or 'pod', got {self.fork_mode!r}")
+        if self.ownership not in ("managed", "external"):
+            raise ConfigError(f"ownership must be 'managed' or 'external', got {self.ownership!r}")
+        if self.ownership == "external" and not self.release_name:
+            raise ConfigError("ownership='external' needs release_name: the name of the release installed "
+                              "by someone else (helm list -n NAMESPACE)")
+        if not 1 <= self.guard_port <= 65535:
+            raise ConfigError(f"guard_port must be within 1..65535, got {self.guard_port}")
+        if self.termination_grace_seconds is not None and self.termination_grace_seconds < 0:
+            raise ConfigError("termination_grace_seconds must be >= 0")
+        for name in ("helm_timeout", "ready_timeout", "fork_ready_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.history_max < 2:
+            raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> KubernetesSchedulerConfig:
+        """Defaults, then the AREAL_K8S_* variables, then explicit overrides."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for variable, name in ENVIRONMENT.items():
+            raw = environ.get(variable)
+            if raw is None or raw == "":
+                continue
+            if name == "termination_grace_seconds":
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    raise ConfigError(f"{variable} must be an integer number of seconds, got {raw!r}") from None
+            elif name == "node_selector":
+                values[name] = parse_node_selector(raw, variable)
+            else:
+                values[name] = raw
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown KubernetesSchedulerConfig field(s): {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
+        return replace(cls(), **{**values, **overrides})  # type: ignore[arg-type]
+
+
+def parse_node_selector(raw: str, source: str = "node_selector") -> dict[str, str]:
+    """`{"k": "v"}` (JSON) or `k=v,k2=v2`."""
+    raw = raw.strip()
+    if raw.startswith("{"):
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{source} is not valid JSON: {error}") from None
+        if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+            raise ConfigError(f"{source} must map label keys to string values")
+        return parsed
+    selector: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{source}: {item!r} is not key=value (expected e.g. 'pool=gpu,zone=a' or JSON)")
+        selector[key.strip()] = value.strip()
+    return selector

@@ -1,0 +1,131 @@
+"""AReaL's scheduler exceptions: AReaL's own classes when `areal` is importable, otherwise classes with the same
+names, constructors and attributes, so code written against AReaL catches what we raise either way.
+
+A diagnosis (pod, container, reason, events, log lines) is attached with `attach_diagnosis`, which keeps AReaL's
+constructor signatures intact: the text goes into the exception's notes (shown in tracebacks) and its
+`diagnosis` attribute.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = [
+    "EngineCallError",
+    "EngineCreationError",
+    "EngineImportError",
+    "GPUAllocationError",
+    "PortAllocationError",
+    "RPCConnectionError",
+    "SchedulerError",
+    "WorkerConfigurationError",
+    "WorkerCreationError",
+    "WorkerFailedError",
+    "WorkerNotFoundError",
+    "WorkerTimeoutError",
+    "attach_diagnosis",
+    "USING_AREAL_EXCEPTIONS",
+]
+
+
+def _areal_exceptions() -> Any | None:
+    if importlib.util.find_spec("areal") is None:
+        return None
+    for module in ("areal.infra.scheduler.exceptions", "areal.scheduler.exceptions"):
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+    return None
+
+
+_areal = _areal_exceptions()
+USING_AREAL_EXCEPTIONS = _areal is not None
+
+if _areal is not None:
+    SchedulerError = _areal.SchedulerError
+    WorkerCreationError = _areal.WorkerCreationError
+    WorkerConfigurationError = _areal.WorkerConfigurationError
+    WorkerFailedError = _areal.WorkerFailedError
+    WorkerNotFoundError = _areal.WorkerNotFoundError
+    EngineCreationError = _areal.EngineCreationError
+    EngineCallError = _areal.EngineCallError
+    WorkerTimeoutError = _areal.WorkerTimeoutError
+    PortAllocationError = _areal.PortAllocationError
+    GPUAllocationError = _areal.GPUAllocationError
+    RPCConnectionError = _areal.RPCConnectionError
+    EngineImportError = _areal.EngineImportError
+else:
+
+    class SchedulerError(Exception):  # type: ignore[no-redef]
+        """Base class of every scheduler error."""
+
+    class WorkerCreationError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_key: str, reason: str, details: str = "") -> None:
+            self.worker_key, self.reason, self.details = worker_key, reason, details
+            message = f"Failed to create worker '{worker_key}': {reason}"
+            super().__init__(f"{message}\nDetails: {details}" if details else message)
+
+    class WorkerConfigurationError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_key: str, reason: str, details: str = "") -> None:
+            self.worker_key, self.reason, self.details = worker_key, reason, details
+            message = f"Failed to configure worker '{worker_key}': {reason}"
+            super().__init__(f"{message}\nDetails: {details}" if details else message)
+
+    class WorkerFailedError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_id: str, exit_code: int, stderr: str = "") -> None:
+            self.worker_id, self.exit_code, self.stderr = worker_id, exit_code, stderr
+            message = f"Worker '{worker_id}' failed with exit code {exit_code}"
+            super().__init__(f"{message}\nStderr output:\n{stderr}" if stderr else message)
+
+    class WorkerNotFoundError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_id: str) -> None:
+            self.worker_id = worker_id
+            super().__init__(f"Worker '{worker_id}' not found")
+
+    class EngineCreationError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_id: str, reason: str, status_code: int | None = None) -> None:
+            self.worker_id, self.reason, self.status_code = worker_id, reason, status_code
+            message = f"Failed to create engine on worker '{worker_id}': {reason}"
+            super().__init__(f"{message} (HTTP {status_code})" if status_code else message)
+
+    class EngineCallError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_id: str, method: str, reason: str, attempt: int = 1) -> None:
+            self.worker_id, self.method, self.reason, self.attempt = worker_id, method, reason, attempt
+            message = f"Failed to call method '{method}' on worker '{worker_id}': {reason}"
+            super().__init__(f"{message} (after {attempt} attempts)" if attempt > 1 else message)
+
+    class WorkerTimeoutError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_key: str, timeout: float) -> None:
+            self.worker_key, self.timeout = worker_key, timeout
+            super().__init__(f"Timeout waiting for worker '{worker_key}' (waited {timeout}s)")
+
+    class PortAllocationError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, reason: str) -> None:
+            self.reason = reason
+            super().__init__(f"Failed to allocate ports: {reason}")
+
+    class GPUAllocationError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, reason: str) -> None:
+            self.reason = reason
+            super().__init__(f"Failed to allocate GPU resources: {reason}")
+
+    class RPCConnectionError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, worker_id: str, host: str, port: int, reason: str) -> None:
+            self.worker_id, self.host, self.port, self.reason = worker_id, host, port, reason
+            super().__init__(f"Failed to connect to worker '{worker_id}' at {host}:{port}: {reason}")
+
+    class EngineImportError(SchedulerError):  # type: ignore[no-redef]
+        def __init__(self, import_path: str, reason: str) -> None:
+            self.import_path, self.reason = import_path, reason
+            super().__init__(f"Failed to import engine '{import_path}': {reason}")
+
+
+def attach_diagnosis(error: BaseException, diagnosis: str) -> BaseException:
+    """Attaches a human-readable diagnosis without changing AReaL's constructor signatures."""
+    error.diagnosis = diagnosis  # type: ignore[attr-defined]
+    if hasattr(error, "add_note"):  # Python >= 3.11: printed with the traceback
+        error.add_note(diagnosis)
+    return error

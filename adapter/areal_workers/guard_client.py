@@ -1,0 +1,528 @@
+"""The controller side of the workers' guard HTTP API (AReaL's ``areal.infra.rpc.rpc_server``).
+
+HTTP outcomes map to AReaL's scheduler exceptions exactly as AReaL's LocalScheduler maps them in
+``create_engine``, ``set_worker_env`` and ``call_engine`` / ``async_call_engine`` (status codes,
+retries, backoff, time-outs).  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
+``wait_healthy``) are the steps of ``fork_workers``; the scheduler maps their errors.
+
+Connections are pooled: one ``requests.Session`` for the synchronous calls and one
+``aiohttp.ClientSession`` per event loop for the asynchronous ones, since an aiohttp session is
+bound to the loop that created it and callers often run each coroutine in a fresh
+``asyncio.run()``.  A loop's session is closed when that ``asyncio.run()`` ends, or by ``aclose()``
+inside the loop.
+
+Request values are sent as plain JSON (``json.dumps``): serializing AReaL's typed values
+(tensors, dataclasses) is the caller's job, and results are returned as decoded, not deserialized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import requests
+from requests.adapters import HTTPAdapter
+
+from .errors import (
+    EngineCallError,
+    EngineCreationError,
+    EngineImportError,
+    PortAllocationError,
+    RPCConnectionError,
+    SchedulerError,
+    WorkerConfigurationError,
+)
+
+if TYPE_CHECKING:
+    from .types import Worker
+
+__all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
+
+Liveness = Callable[["Worker"], None]
+"""Raises WorkerFailedError (with a diagnosis) if the worker's pod or container is dead."""
+
+POOL_SIZE = 256  # connections kept per worker host, and worker hosts kept, by the sync session
+READ_BUFSIZE = 10 * 1024 * 1024  # AReaL's value: replies can carry large serialized tensors
+HEALTH_PROBE_TIMEOUT = 2.0  # AReaL's per-probe time-out
+FORK_REQUEST_TIMEOUT = 30.0
+ERROR_TEXT_LIMIT = 2000
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class ForkError(SchedulerError):
+    """POST /fork was refused, or answered without ``"status": "success"``."""
+
+    def __init__(self, worker_id: str, status: int, text: str) -> None:
+        self.worker_id, self.status, self.text = worker_id, status, text
+        super().__init__(f"Fork on worker '{worker_id}' failed: HTTP {status}: {text}")
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Retryable:
+    """A failed call attempt of the kind AReaL retries."""
+
+    reason: str
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _LoopSession:
+    session: aiohttp.ClientSession
+    closer: asyncio.Task[None]
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def _hostport(host: str, port: int | str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _guard_port(worker: Worker) -> int:
+    if not worker.worker_ports:
+        raise ValueError(f"Worker '{worker.id}' has no guard port (worker_ports is empty)")
+    return int(worker.worker_ports[0])
+
+
+def guard_url(worker: Worker) -> str:
+    """http://ip:worker_ports[0], the worker's guard."""
+    return f"http://{_hostport(worker.ip, _guard_port(worker))}"
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload).encode()
+
+
+def _decode_object(body: bytes) -> dict[str, Any]:
+    """Raises ValueError (JSONDecodeError, UnicodeDecodeError included) unless body is a JSON object."""
+    decoded = json.loads(body)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
+    return decoded
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        return _decode_object(body)
+    except ValueError:
+        return None
+
+
+def _text(body: bytes) -> str:
+    return body.decode(errors="replace").strip()[:ERROR_TEXT_LIMIT]
+
+
+def _error_message(body: bytes) -> str:
+    """The guard's "error" field; the raw text for replies from something else (e.g. a proxy)."""
+    decoded = _json_object(body)
+    if decoded is not None:
+        return str(decoded.get("error", "Unknown error"))
+    return _text(body) or "Unknown error"
+
+
+def _timeout_text(error: BaseException, timeout: float) -> str:
+    # aiohttp's total time-out is a bare asyncio.TimeoutError with an empty message.
+    return str(error) or f"no reply within {timeout}s"
+
+
+def _backoff(retry_delay: float, attempt: int) -> float:
+    return retry_delay * 2.0 ** (attempt - 1)
+
+
+def _connection_error(worker: Worker, reason: str) -> RPCConnectionError:
+    return RPCConnectionError(worker.id, worker.ip, _guard_port(worker), reason)
+
+
+def _created_engine_result(worker: Worker, engine: str, reply: _Reply) -> Any:
+    """AReaL's create_engine mapping: the raw "result" on 200, else the matching exception."""
+    if reply.status == 200:
+        try:
+            return _decode_object(reply.body).get("result")
+        except ValueError as error:
+            raise EngineCreationError(worker.id, f"Unexpected error: invalid reply body: {error}") from error
+    error_message = _error_message(reply.body)
+    if reply.status == 400:
+        if "Failed to import" in error_message:
+            raise EngineImportError(engine, error_message)
+        raise EngineCreationError(worker.id, error_message, 400)
+    if reply.status == 500:
+        raise EngineCreationError(worker.id, error_message, 500)
+    raise EngineCreationError(worker.id, f"Unexpected status code: {reply.status}", reply.status)
+
+
+def _call_outcome(worker: Worker, method: str, attempt: int, reply: _Reply) -> Any:
+    """The call's result or a _Retryable; raises EngineCallError on 400 and 500, never retried by AReaL."""
+    if reply.status == 200:
+        try:
+            return _decode_object(reply.body)["result"]
+        except (ValueError, KeyError) as error:
+            return _Retryable(f"Unexpected error: invalid reply body: {error!r}", error)
+    if reply.status in (400, 500):
+        raise EngineCallError(worker.id, method, _error_message(reply.body), attempt)
+    return _Retryable(f"HTTP {reply.status}: {_error_message(reply.body)}")
+
+
+def _call_payload(
+    method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any], rpc_meta: dict[str, Any] | None
+) -> bytes:
+    return _encode(
+        {"method": method, "engine_name": engine_name, "args": args, "kwargs": kwargs, "rpc_meta": rpc_meta}
+    )
+
+
+def _calls_exhausted(worker: Worker, method: str, max_retries: int, last: _Retryable | None) -> EngineCallError:
+    reason = last.reason if last is not None else "Max retries exceeded"
+    return EngineCallError(worker.id, method, reason, attempt=max_retries)
+
+
+def _pooled_http_session() -> requests.Session:
+    session = requests.Session()
+    # Workers are reached at their pod IPs, never through an HTTP(S)_PROXY of the environment
+    # (aiohttp ignores those by default too).
+    session.trust_env = False
+    # HTTPAdapter does not retry by default: retries are AReaL's, implemented below.
+    session.mount("http://", HTTPAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE))
+    return session
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class GuardClient:
+    """HTTP client of the workers' guards, shared by all workers of a scheduler.
+
+    ``liveness(worker)`` is called before every attempt of ``call``/``async_call`` and after a
+    connection error (as AReaL checks the worker process), so a dead pod surfaces as its
+    WorkerFailedError instead of a connection error.  ``retry_sleep``/``async_retry_sleep`` wait
+    out the retry backoff (replaceable in tests).
+    """
+
+    def __init__(
+        self,
+        liveness: Liveness | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        retry_sleep: Callable[[float], None] = time.sleep,
+        async_retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._liveness = liveness
+        self._connect_timeout = connect_timeout
+        self._retry_sleep = retry_sleep
+        self._async_retry_sleep = async_retry_sleep
+        self._http = _pooled_http_session()
+        # Weakly keyed so that a forgotten loop is not kept alive; entries are also removed when
+        # their loop's asyncio.run() ends (the session refers to its loop).
+        self._loop_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSession] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # ----------------------------------------------------------------------- engines
+
+    async def create_engine(
+        self,
+        worker: Worker,
+        engine: str,
+        engine_name: str,
+        init_args: list[Any],
+        init_kwargs: dict[str, Any],
+        timeout: float = 300.0,
+    ) -> Any:
+        """POST /create_engine once; returns the reply's raw "result" (AReaL does not deserialize it)."""
+        if not isinstance(engine, str):
+            raise EngineCreationError(worker.id, f"Engine must be a string import path, got {type(engine)}")
+        payload = _encode(
+            {"engine": engine, "engine_name": engine_name, "init_args": init_args, "init_kwargs": init_kwargs}
+        )
+        try:
+            reply = await self._post(worker, "/create_engine", payload, timeout)
+        except aiohttp.ClientConnectionError as error:
+            await self._acheck_liveness(worker)
+            raise _connection_error(worker, str(error)) from error
+        except asyncio.TimeoutError as error:
+            raise EngineCreationError(worker.id, f"Request timed out: {_timeout_text(error, timeout)}") from error
+        except aiohttp.ClientError as error:
+            raise EngineCreationError(worker.id, f"Unexpected error: {error}") from error
+        return _created_engine_result(worker, engine, reply)
+
+    async def set_env(self, worker: Worker, env: dict[str, str], timeout: float = 30.0) -> None:
+        """POST /set_env on the guard; the worker's liveness is checked first, even for an empty env."""
+        await self._acheck_liveness(worker)
+        if not env:
+            return
+        try:
+            reply = await self._post(worker, "/set_env", _encode({"env": env}), timeout)
+        except aiohttp.ClientConnectionError as error:
+            await self._acheck_liveness(worker)
+            raise _connection_error(worker, str(error)) from error
+        except asyncio.TimeoutError as error:
+            raise SchedulerError(worker.id, f"set_env timed out: {_timeout_text(error, timeout)}") from error
+        except aiohttp.ClientError as error:
+            raise SchedulerError(worker.id, f"set_env failed: {error}") from error
+        if reply.status != 200:
+            raise SchedulerError(
+                worker.id, f"Failed to set env on worker (status={reply.status}): {_error_message(reply.body)}"
+            )
+
+    def call(
+        self,
+        worker: Worker,
+        method: str,
+        engine_name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        rpc_meta: dict[str, Any] | None,
+        *,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+    ) -> Any:
+        """POST /call with AReaL's retries; blocking, never touches an event loop."""
+        payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
+        last: _Retryable | None = None
+        for attempt in range(1, max_retries + 1):
+            self._check_liveness(worker)
+            outcome = self._call_attempt(worker, method, payload, attempt, http_timeout)
+            if not isinstance(outcome, _Retryable):
+                return outcome
+            last = outcome
+            if attempt < max_retries:
+                self._retry_sleep(_backoff(retry_delay, attempt))
+        raise _calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+
+    async def async_call(
+        self,
+        worker: Worker,
+        method: str,
+        engine_name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        rpc_meta: dict[str, Any] | None,
+        *,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+    ) -> Any:
+        """The asynchronous ``call``."""
+        payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
+        last: _Retryable | None = None
+        for attempt in range(1, max_retries + 1):
+            await self._acheck_liveness(worker)
+            outcome = await self._async_call_attempt(worker, method, payload, attempt, http_timeout)
+            if not isinstance(outcome, _Retryable):
+                return outcome
+            last = outcome
+            if attempt < max_retries:
+                await self._async_retry_sleep(_backoff(retry_delay, attempt))
+        raise _calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+
+    def _call_attempt(self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float) -> Any:
+        try:
+            response = self._http.post(
+                guard_url(worker) + "/call",
+                data=payload,
+                headers=JSON_HEADERS,
+                timeout=self._requests_timeout(timeout),
+            )
+        # ConnectTimeout is both; an unreachable pod is a connection problem.
+        except requests.ConnectionError as error:
+            self._check_liveness(worker)
+            return _Retryable(f"Connection error: {error}", error)
+        except requests.Timeout as error:
+            return _Retryable(f"Timeout: {error}", error)
+        except requests.RequestException as error:
+            return _Retryable(f"Unexpected error: {error}", error)
+        return _call_outcome(worker, method, attempt, _Reply(response.status_code, response.content))
+
+    async def _async_call_attempt(
+        self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float
+    ) -> Any:
+        try:
+            reply = await self._post(worker, "/call", payload, timeout)
+        # aiohttp's connect time-out is both; an unreachable pod is a connection problem.
+        except aiohttp.ClientConnectionError as error:
+            await self._acheck_liveness(worker)
+            return _Retryable(f"Connection error: {error}", error)
+        except asyncio.TimeoutError as error:
+            return _Retryable(f"Timeout: {_timeout_text(error, timeout)}", error)
+        except aiohttp.ClientError as error:
+            return _Retryable(f"Unexpected error: {error}", error)
+        return _call_outcome(worker, method, attempt, reply)
+
+    # ----------------------------------------------------------------------- forks and health
+
+    async def alloc_ports(
+        self, worker: Worker, count: int, *, timeout: float = FORK_REQUEST_TIMEOUT
+    ) -> tuple[str, list[int]]:
+        """POST /alloc_ports: (host, ports) free on the worker's host.  Transport failures raise
+        RPCConnectionError, refusals PortAllocationError."""
+        reply = await self._fork_request(worker, "/alloc_ports", {"count": count}, timeout)
+        refused = PortAllocationError(f"worker '{worker.id}': HTTP {reply.status}: {_text(reply.body)}")
+        body = _json_object(reply.body)
+        if reply.status != 200 or body is None:
+            raise refused
+        try:
+            return str(body["host"]), [int(port) for port in body["ports"]]
+        except (KeyError, TypeError, ValueError) as error:
+            raise refused from error
+
+    async def fork(
+        self,
+        worker: Worker,
+        role: str,
+        worker_index: int,
+        raw_cmd: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        timeout: float = FORK_REQUEST_TIMEOUT,
+    ) -> dict[str, Any]:
+        """POST /fork: starts ``raw_cmd`` as a child of the worker's guard; returns the reply
+        (``status``, ``host``, ``pid``).  ``env`` entries override the guard's environment (AReaL
+        sends none).  Transport failures raise RPCConnectionError, refusals ForkError."""
+        payload: dict[str, Any] = {"role": role, "worker_index": worker_index, "raw_cmd": raw_cmd}
+        if env is not None:
+            payload["env"] = env
+        reply = await self._fork_request(worker, "/fork", payload, timeout)
+        body = _json_object(reply.body)
+        if reply.status != 200 or body is None or body.get("status") != "success":
+            raise ForkError(worker.id, reply.status, _text(reply.body))
+        return body
+
+    async def kill_forked(
+        self, worker: Worker, role: str, worker_index: int, *, timeout: float = FORK_REQUEST_TIMEOUT
+    ) -> int:
+        """POST /kill_forked_worker; returns the status: 200 killed, 404 already gone, 500 the kill
+        failed.  Transport failures raise RPCConnectionError."""
+        payload = {"role": role, "worker_index": worker_index}
+        reply = await self._fork_request(worker, "/kill_forked_worker", payload, timeout)
+        return reply.status
+
+    async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
+        """Polls GET http://host:port/health until it answers 200; raises TimeoutError with the last
+        failure after ``timeout`` seconds."""
+        url = f"http://{_hostport(host, port)}/health"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last_error = "no probe completed"
+        while (remaining := deadline - loop.time()) > 0:
+            probe_timeout = min(HEALTH_PROBE_TIMEOUT, remaining)
+            try:
+                reply = await self._request("GET", url, None, probe_timeout)
+            except aiohttp.ClientError as error:
+                last_error = f"{type(error).__name__}: {error}"
+            except asyncio.TimeoutError:
+                last_error = f"no reply within {probe_timeout:.1f}s"
+            else:
+                if reply.status == 200:
+                    return
+                last_error = f"HTTP {reply.status}: {_text(reply.body)}"
+            await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
+        raise TimeoutError(f"{url} not healthy within {timeout}s; last error: {last_error}")
+
+    def configure(self, worker: Worker, payload: Any, timeout: float = 300.0) -> None:
+        """POST /configure with the serialized {config, role, rank}, mapped as AReaL's _configure_worker does."""
+        try:
+            response = self._http.post(guard_url(worker) + "/configure", data=_encode(payload), headers=JSON_HEADERS,
+                                       timeout=self._requests_timeout(timeout))
+        except requests.ConnectionError as error:
+            self._check_liveness(worker)
+            raise _connection_error(worker, str(error)) from error
+        except requests.Timeout as error:
+            raise WorkerConfigurationError(worker.id, f"Request timed out: {error}") from error
+        if response.status_code in (400, 500):
+            raise WorkerConfigurationError(worker.id, _error_message(response.content), str(response.status_code))
+        if response.status_code != 200:
+            raise WorkerConfigurationError(worker.id, f"Unexpected status code: {response.status_code}",
+                                           str(response.status_code))
+
+    def health(self, worker: Worker, timeout: float = HEALTH_PROBE_TIMEOUT) -> dict[str, Any] | None:
+        """GET /health: the reply when it is 200 with a JSON object, else None."""
+        try:
+            response = self._http.get(guard_url(worker) + "/health", timeout=self._requests_timeout(timeout))
+        except requests.RequestException:
+            return None
+        if response.status_code != 200:
+            return None
+        return _json_object(response.content)
+
+    async def _fork_request(self, worker: Worker, path: str, payload: dict[str, Any], timeout: float) -> _Reply:
+        try:
+            return await self._post(worker, path, _encode(payload), timeout)
+        except aiohttp.ClientError as error:
+            raise _connection_error(worker, f"{path}: {error}") from error
+        except asyncio.TimeoutError as error:
+            raise _connection_error(worker, f"{path}: {_timeout_text(error, timeout)}") from error
+
+    # ----------------------------------------------------------------------- liveness and transport
+
+    def _check_liveness(self, worker: Worker) -> None:
+        if self._liveness is not None:
+            self._liveness(worker)
+
+    async def _acheck_liveness(self, worker: Worker) -> None:
+        if self._liveness is not None:
+            # It queries the Kubernetes API: blocking, so off the loop.
+            await asyncio.to_thread(self._liveness, worker)
+
+    def _requests_timeout(self, timeout: float) -> tuple[float, float]:
+        return min(self._connect_timeout, timeout), timeout
+
+    async def _post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> _Reply:
+        return await self._request("POST", guard_url(worker) + path, payload, timeout)
+
+    async def _request(self, method: str, url: str, payload: bytes | None, timeout: float) -> _Reply:
+        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(self._connect_timeout, timeout))
+        headers = JSON_HEADERS if payload is not None else None
+        async with self._session().request(
+            method, url, data=payload, headers=headers, timeout=client_timeout
+        ) as response:
+            return _Reply(response.status, await response.read())
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()  # raises outside a running loop, where no session may be made
+        entry = self._loop_sessions.get(loop)
+        if entry is None:
+            # No connection limit: calls may run for hours (http_timeout 7200 s), and a capped
+            # pool would queue every other worker's calls behind them.
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), read_bufsize=READ_BUFSIZE)
+            entry = _LoopSession(session, loop.create_task(self._close_at_loop_end(loop, session)))
+            self._loop_sessions[loop] = entry
+        return entry.session
+
+    async def _close_at_loop_end(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+        # asyncio.run() cancels the tasks still pending when its coroutine returns and waits for
+        # them, so this closes the session inside its own loop, the only place it can be closed
+        # cleanly.  A loop closed without cancelling its tasks needs aclose() instead.
+        try:
+            await loop.create_future()
+        finally:
+            entry = self._loop_sessions.get(loop)
+            if entry is not None and entry.session is session:
+                del self._loop_sessions[loop]
+            await session.close()
+
+    # ----------------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Closes the synchronous session.  Asynchronous sessions close with their loop's
+        asyncio.run(), or through aclose() inside that loop."""
+        self._http.close()
+
+    async def aclose(self) -> None:
+        """Closes the current loop's session; those of other loops close with their loop's
+        asyncio.run(), or through aclose() inside them."""
+        entry = self._loop_sessions.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            entry.closer.cancel()
+            await entry.session.close()

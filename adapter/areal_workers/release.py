@@ -1,0 +1,126 @@
+"""Helm releases of charts/areal-workers through pyhelm3: apply values, read them back, roll back, uninstall.
+
+pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see runner.py), never on the caller's.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyhelm3 import Client
+from pyhelm3.errors import Error as HelmError
+from pyhelm3.errors import ReleaseNotFoundError
+from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
+
+from .config import KubernetesSchedulerConfig
+
+__all__ = ["HelmError", "Releases", "merge_values"]
+
+PENDING = {ReleaseRevisionStatus.PENDING_INSTALL, ReleaseRevisionStatus.PENDING_UPGRADE,
+           ReleaseRevisionStatus.PENDING_ROLLBACK, ReleaseRevisionStatus.UNINSTALLING}
+
+
+def merge_values(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of values files: later layers win; maps merge key by key; lists and scalars replace."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = _merge(merged, layer)
+    return merged
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = _merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def helm_error_text(error: HelmError) -> str:
+    """The useful part of a failed helm command: its stderr, without the usage noise."""
+    text = (getattr(error, "stderr", "") or str(error)).strip()
+    return text.removeprefix("Error: ")
+
+
+class Releases:
+    """One namespace's releases of the configured chart."""
+
+    def __init__(self, config: KubernetesSchedulerConfig) -> None:
+        self.config = config
+        self.namespace = config.namespace
+        self.client = Client(
+            executable=config.helm_executable,
+            kubeconfig=Path(config.kubeconfig) if config.kubeconfig else None,
+            kubecontext=config.context,
+            history_max_revisions=config.history_max,
+            default_timeout=f"{int(config.helm_timeout)}s",
+        )
+        self.file_values = merge_values(*(self._load(path) for path in config.values_files))
+        self._chart: Chart | None = None
+
+    @staticmethod
+    def _load(path: str) -> dict[str, Any]:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"values file {path} must hold a mapping at the top level")
+        return loaded
+
+    async def chart(self) -> Chart:
+        if self._chart is None:
+            self._chart = await self.client.get_chart(self.config.chart, repo=self.config.chart_repo,
+                                                      version=self.config.chart_version)
+        return self._chart
+
+    async def current(self, name: str) -> ReleaseRevision | None:
+        try:
+            return await self.client.get_current_revision(name, namespace=self.namespace)
+        except ReleaseNotFoundError:
+            return None
+
+    async def values(self, name: str) -> dict[str, Any]:
+        """The user-supplied values of the release's current revision ({} when there is no release)."""
+        revision = await self.current(name)
+        return {} if revision is None else (await revision.values())
+
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> ReleaseRevision:
+        """One `helm upgrade --install` with exactly these values (over the configured values files)."""
+        return await self.client.install_or_upgrade_release(
+            name, await self.chart(), merge_values(self.file_values, values), namespace=self.namespace,
+            description=description[:200], reset_values=True, wait=False, create_namespace=False)
+
+    async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+        """The manifests an apply would send (helm template: no cluster access)."""
+        chart = await self.chart()
+        return list(await self.client.template_resources(
+            chart, name, merge_values(self.file_values, values), namespace=self.namespace))
+
+    async def history(self, name: str) -> list[ReleaseRevision]:
+        revision = await self.current(name)
+        if revision is None:
+            return []
+        return sorted(await revision.release.history(), key=lambda r: r.revision)
+
+    async def rollback(self, name: str, revision: int) -> ReleaseRevision:
+        current = await self.current(name)
+        if current is None:
+            raise ReleaseNotFoundError(1, "", f"release {name} not found")
+        return await current.release.rollback(revision, cleanup_on_fail=True)
+
+    async def uninstall(self, name: str) -> bool:
+        """Removes the release and everything it made; False when there was none."""
+        if await self.current(name) is None:
+            return False
+        await self.client.uninstall_release(name, namespace=self.namespace, wait=True)
+        return True
+
+    async def recover(self, name: str) -> ReleaseRevision | None:
+        """A release left pending by a crashed operation becomes usable again (rolled back or uninstalled)."""
+        current = await self.current(name)
+        if current is None or current.status not in PENDING:
+            return current
+        return await self.client.get_proceedable_revision(name, namespace=self.namespace)

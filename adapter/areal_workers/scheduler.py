@@ -1,0 +1,602 @@
+"""KubernetesScheduler: AReaL's scheduler contract over Helm releases of charts/areal-workers.
+
+One release per (experiment, trial); every create / scale / fork / delete is one `helm upgrade`, so
+`helm history` is the log of the topology and `helm rollback` its undo. Workers are discovered from their pods
+(IP, ordinal, Ready) with one watch per wait, and failures are diagnosed from pod status, events and logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from . import diagnosis, naming, topology
+from .config import KubernetesSchedulerConfig
+from .errors import (
+    SchedulerError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+    attach_diagnosis,
+)
+from .codec import deserialize_value, serialize_value
+from .guard_client import GuardClient
+from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
+from .release import HelmError, Releases, helm_error_text
+from .runner import LoopThread
+from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 20
+EVENT_LIMIT = 10
+
+
+class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-type]
+    """AReaL's Scheduler on Kubernetes. Construct it like AReaL's schedulers: `KubernetesScheduler(exp_config=cfg)`
+    (experiment, trial, fileroot and name_resolve come from it), plus an optional KubernetesSchedulerConfig
+    (default: from the AREAL_K8S_* environment variables)."""
+
+    def __init__(self, exp_config: Any = None, *, config: KubernetesSchedulerConfig | None = None,
+                 experiment_name: str | None = None, trial_name: str | None = None) -> None:
+        self.config = config or KubernetesSchedulerConfig.from_env()
+        self.exp_config = exp_config
+        self.experiment = experiment_name or getattr(exp_config, "experiment_name", None)
+        self.trial = trial_name or getattr(exp_config, "trial_name", None)
+        if not self.experiment or not self.trial:
+            raise SchedulerError("KubernetesScheduler needs an experiment and a trial name: pass exp_config "
+                                 "(experiment_name, trial_name) or experiment_name= and trial_name=")
+        self.release = self.config.release_name or naming.release_name(self.experiment, self.trial)
+        self.namespace = self.config.namespace
+        api_client = self._kube_client()
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.pods = PodWatch(self.core, self.namespace)
+        self.loop = LoopThread(f"areal-workers-{self.release}")
+        self.releases = Releases(self.config)
+        self.guard = GuardClient(liveness=self._check_alive)
+        self._lock = threading.RLock()
+        self._workers: dict[str, list[Worker]] = {}
+        self._ready_pods: dict[str, client.V1Pod] = {}  # pod name -> the pod as last seen Ready
+        self._values = self._adopt()
+
+    # --- construction ----------------------------------------------------------------------------
+
+    def _kube_client(self) -> client.ApiClient:
+        if self.config.kubeconfig or self.config.context:
+            return kube_config.new_client_from_config(config_file=self.config.kubeconfig, context=self.config.context)
+        try:
+            kube_config.load_incluster_config()
+        except kube_config.ConfigException:
+            kube_config.load_kube_config()
+        return client.ApiClient()
+
+    def _adopt(self) -> dict[str, Any]:
+        """A controller that restarts finds its release as it left it (a pending operation is recovered)."""
+        revision = self.loop.run(self.releases.recover(self.release))
+        if revision is None:
+            if self.config.ownership == "external":
+                raise SchedulerError(f"release {self.release!r} not found in namespace {self.namespace!r}: "
+                                     f"install it first (helm install {self.release} ...) or fix release_name")
+            return {}
+        values = self.loop.run(self.releases.values(self.release))
+        logger.info("adopted release %s revision %s (%s)", self.release, revision.revision, revision.status.value)
+        return values
+
+    @property
+    def n_gpus_per_node(self) -> int:
+        cluster = getattr(self.exp_config, "cluster", None)
+        return int(getattr(cluster, "n_gpus_per_node", None) or self.config.n_gpus_per_node)
+
+    # --- the topology ----------------------------------------------------------------------------
+
+    def _roles(self) -> dict[str, Any]:
+        return self._values.get("roles", {}) or {}
+
+    def _forks(self) -> dict[str, Any]:
+        return self._values.get("forks", {}) or {}
+
+    def _colocations(self) -> dict[str, str]:
+        return self._values.get("colocations", {}) or {}
+
+    def _exists(self, role: str) -> bool:
+        return role in self._roles() or role in self._forks() or role in self._colocations()
+
+    def _replicas(self, role: str) -> int:
+        if role in self._roles():
+            return int(self._roles()[role]["replicas"])
+        if role in self._forks():
+            return self._replicas(self._forks()[role]["target"])
+        return self._replicas(self._colocations()[role])
+
+    def _require_managed(self, operation: str) -> None:
+        if self.config.ownership == "external":
+            raise WorkerCreationError(
+                self.release, f"{operation} is not allowed on an external release",
+                f"release {self.release!r} is managed by someone else (helm/Argo CD): change roles in its values "
+                f"there; this scheduler only discovers and calls its workers")
+
+    def _base_values(self) -> dict[str, Any]:
+        return topology.base_values(self.config, self.experiment, self.trial,
+                                    topology.cluster_values(self.exp_config))
+
+    def _apply(self, values: dict[str, Any], description: str, key: str) -> int:
+        """One helm revision with `values`; on failure the release is left at its previous revision."""
+        before = self.loop.run(self.releases.current(self.release))
+        try:
+            revision = self.loop.run(self.releases.apply(self.release, values, description))
+        except HelmError as error:
+            self._restore(before)
+            raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
+        self._values = values
+        return revision.revision
+
+    def _restore(self, before: Any) -> None:
+        """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
+        current = self.loop.run(self.releases.current(self.release))
+        if current is None or (before is not None and current.revision == before.revision):
+            return
+        if before is None:
+            self.loop.run(self.releases.uninstall(self.release))
+        else:
+            self.loop.run(self.releases.rollback(self.release, before.revision))
+
+    def dry_run(self, job: Job) -> list[dict[str, Any]]:
+        """The manifests create_workers(job) would apply, without touching the cluster."""
+        with self._lock:
+            spec = self._spec(job)
+            values = self._with_role(job.role, spec, job.replicas)
+            return self.loop.run(self.releases.render(self.release, values))
+
+    def _spec(self, job: Job) -> SchedulingSpec:
+        try:
+            spec = topology.resolve_spec(job)
+            topology.check_spec(job.role, spec)
+        except topology.TopologyError as error:
+            raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
+        return spec
+
+    def _with_role(self, role: str, spec: SchedulingSpec, replicas: int) -> dict[str, Any]:
+        values = topology.merge_values(self._values, self._base_values()) if self._values else self._base_values()
+        values = copy.deepcopy(values)
+        values.setdefault("roles", {})[role] = topology.role_values(spec, replicas, self.config)
+        return values
+
+    # --- create ----------------------------------------------------------------------------------
+
+    def create_workers(self, job: Job, *args: Any, **kwargs: Any) -> list[str]:
+        with self._lock:
+            self._require_managed("create_workers")
+            spec = self._spec(job)
+            role, replicas = job.role, job.replicas
+            if self._exists(role):
+                raise WorkerCreationError(role, "Worker group already exists",
+                                          f"Use delete_workers('{role}') first to remove existing workers")
+            strategy = job.scheduling_strategy
+            if strategy.type == "colocation":
+                return self._colocate(role, replicas, strategy.target, strategy.fork)
+            if strategy.type != "separation":
+                raise WorkerCreationError(role, "Invalid strategy",
+                                          f"scheduling_strategy.type must be 'separation' or 'colocation', "
+                                          f"got {strategy.type!r}")
+            values = self._with_role(role, spec, replicas)
+            self._apply(values, f"create {role}: {replicas} worker(s)", role)
+            ids = [naming.worker_id(role, i) for i in range(replicas)]
+            if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
+                self._configure(self.get_workers(role))
+            return ids
+
+    def scale_workers(self, role: str, replicas: int) -> list[str]:
+        """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
+        with self._lock:
+            self._require_managed("scale_workers")
+            if role not in self._roles():
+                raise WorkerNotFoundError(role)
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+                raise WorkerCreationError(role, "Invalid configuration",
+                                          f"replicas must be an integer greater than 0, got {replicas!r}; "
+                                          f"delete_workers('{role}') removes a role")
+            dependents = sorted(r for r, t in self._colocations().items() if t == role)
+            dependents += sorted(r for r, f in self._forks().items() if f["target"] == role)
+            if dependents:
+                raise WorkerCreationError(role, "Replica count mismatch",
+                                          f"roles {dependents} are colocated with {role} and must keep its replica "
+                                          f"count; delete them first, scale, then colocate them again")
+            current = self._replicas(role)
+            if replicas != current:
+                values = copy.deepcopy(self._values)
+                values["roles"][role]["replicas"] = replicas
+                self._apply(values, f"scale {role}: {current} -> {replicas} worker(s)", role)
+                self._workers.pop(role, None)
+            return [naming.worker_id(role, i) for i in range(replicas)]
+
+    def _colocate(self, role: str, replicas: int, target: str | None, fork: bool) -> list[str]:
+        if not target:
+            raise WorkerCreationError(role, "Invalid strategy", "Colocation strategy requires target role to be specified")
+        if target not in self._roles() and target not in self._forks():
+            raise WorkerNotFoundError(f"Cannot colocate with role '{target}' - role not found")
+        target_replicas = self._replicas(target)
+        if replicas != target_replicas:
+            raise WorkerCreationError(role, "Replica count mismatch",
+                                      f"Colocated role must have same replica count as target "
+                                      f"({replicas} != {target_replicas})")
+        if fork:
+            return self.fork_workers(role, target)
+        values = copy.deepcopy(self._values)
+        values.setdefault("colocations", {})[role] = target
+        self._apply(values, f"colocate {role} on {target}", role)
+        return [naming.worker_id(target, i) for i in range(target_replicas)]
+
+    def _configure(self, workers: list[Worker]) -> None:
+        """What AReaL's schedulers do once workers answer: send each its experiment config, role and rank."""
+        for rank, worker in enumerate(workers):
+            role = worker.id.rpartition("/")[0]
+            self.guard.configure(worker, serialize_value({"config": self.exp_config, "role": role, "rank": rank}))
+
+    # --- discover and wait -----------------------------------------------------------------------
+
+    def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
+        with self._lock:
+            if role in self._colocations() and role not in self._roles():
+                return self.get_workers(self._colocations()[role], timeout)
+            if not self._exists(role):
+                raise WorkerNotFoundError(role)
+            timeout = self.config.ready_timeout if timeout is None else timeout
+            fork = self._forks().get(role)
+            if fork is not None and fork.get("mode", "process") == "process":
+                workers = self._process_fork_workers(role, fork, timeout)
+            else:
+                workers = self._wait_for_pods(role, timeout)
+            self._workers[role] = workers
+            return workers
+
+    def _role_ports(self, role: str) -> list[str]:
+        settings = topology.merge_values(self._values.get("workerDefaults", {}) or {}, self._roles().get(role, {}))
+        guard_port = int(settings.get("guardPort") or self._values.get("guard", {}).get("port") or self.config.guard_port)
+        extra = int(settings.get("extraPorts", 1))
+        return [str(guard_port + offset) for offset in range(extra + 1)]
+
+    def _wait_for_pods(self, role: str, timeout: float) -> list[Worker]:
+        replicas = self._replicas(role)
+        selector = naming.role_selector(self.release, role)
+
+        def check(pod: client.V1Pod) -> None:
+            self._raise_if_failed(role, pod)
+
+        try:
+            pods = self.pods.wait(selector, all_ready(replicas), timeout, on_pod=check)
+        except WaitTimedOut as timed_out:
+            error = WorkerTimeoutError(role, timeout)
+            raise attach_diagnosis(error, self._timeout_diagnosis(role, replicas, timed_out.pods)) from None
+        by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
+        ports = self._role_ports(role)
+        return [Worker(id=naming.worker_id(role, i), ip=by_index[i].status.pod_ip, worker_ports=list(ports))
+                for i in range(replicas)]
+
+    def _process_fork_workers(self, role: str, fork: dict[str, Any], timeout: float) -> list[Worker]:
+        targets = self.get_workers(fork["target"], timeout)
+        workers = []
+        for index, (target, ports) in enumerate(zip(targets, fork.get("ports", []))):
+            workers.append(Worker(id=naming.worker_id(role, index), ip=target.ip, worker_ports=[str(p) for p in ports]))
+        if len(workers) != len(targets):
+            raise WorkerFailedError(naming.worker_id(role, len(workers)), -1,
+                                    f"forked role {role} records {len(workers)} forks for {len(targets)} target "
+                                    f"workers of {fork['target']}: delete_workers('{role}') and fork again")
+        return workers
+
+    def _raise_if_failed(self, role: str, pod: client.V1Pod) -> None:
+        """Fails the role at once when one of its pods has a fatal problem (diagnosed from status alone; events,
+        logs and nodes are fetched only then)."""
+        ready_pod = self._ready_pods.get(pod.metadata.name)
+        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod)
+        if problem is None or not problem.fatal:
+            if problem is None and is_ready(pod):
+                self._ready_pods[pod.metadata.name] = pod
+            return
+        nodes = self._nodes()
+        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
+                                         events=self._events(pod), log_tail=self._log_tail(pod)) or problem
+        index = pod_index(pod)
+        worker = naming.worker_id(role, index if index is not None else 0)
+        error = WorkerFailedError(worker, problem.exit_code_or(-1), problem.render())
+        raise attach_diagnosis(error, problem.render())
+
+    def _events(self, pod: client.V1Pod) -> list[client.CoreV1Event]:
+        try:
+            return self.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}").items
+        except ApiException as error:
+            logger.warning("cannot read events of %s: %s", pod.metadata.name, error.reason)
+            return []
+
+    def _log_tail(self, pod: client.V1Pod) -> list[str]:
+        """The last lines of the previous container (after a restart) or else the current one."""
+        for previous in (True, False):
+            try:
+                text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace, tail_lines=LOG_TAIL_LINES,
+                                                         previous=previous)
+            except ApiException:
+                continue
+            if text:
+                return text.splitlines()[-LOG_TAIL_LINES:]
+        return []
+
+    def _nodes(self) -> list[client.V1Node]:
+        """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
+        controller Role does not grant, so without it the diagnosis goes on from pod status and events."""
+        try:
+            return self.core.list_node().items
+        except ApiException as error:
+            if error.status != 403:
+                logger.warning("cannot list nodes: %s", error.reason)
+            return []
+
+    def _timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
+        lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]
+        for index in range(replicas):
+            pod = pods.get(index)
+            if pod is None:
+                lines.append(f"  {role}/{index}: no pod (StatefulSet events: "
+                             f"kubectl -n {self.namespace} describe statefulset -l {naming.role_selector(self.release, role)})")
+                continue
+            if is_ready(pod):
+                continue
+            problem = diagnosis.diagnose_pod(pod, events=self._events(pod))
+            if problem is not None:
+                lines.append(problem.render())
+            else:
+                lines.append(f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet")
+        return "\n".join(lines)
+
+    def _check_alive(self, worker: Worker) -> None:
+        """Raises WorkerFailedError when the worker's pod is gone or has failed (used before RPC retries)."""
+        role, index = naming.parse_worker_id(worker.id) or (worker.id, 0)
+        pod_role = self._pod_role(role)
+        pods, _ = self.pods.list(naming.role_selector(self.release, pod_role))
+        pod = next((p for p in pods if pod_index(p) == index), None)
+        if pod is None or pod.status.pod_ip != worker.ip:
+            raise WorkerFailedError(worker.id, -1, f"the pod of worker {worker.id} ({worker.ip}) is gone "
+                                                   f"or was replaced; its engines are lost")
+        self._raise_if_failed(role, pod)
+
+    def _pod_role(self, role: str) -> str:
+        """The role whose pods run `role`'s workers (a process fork lives in its target's pods)."""
+        fork = self._forks().get(role)
+        if fork is not None and fork.get("mode", "process") == "process":
+            return self._pod_role(fork["target"])
+        return self._colocations().get(role, role)
+
+    # --- delete ----------------------------------------------------------------------------------
+
+    def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
+        with self._lock:
+            if role is None:
+                self._delete_all(reverse_order)
+                return
+            if not self._exists(role):
+                logger.warning("delete_workers(%r): no such role; nothing to delete", role)
+                return
+            self._require_managed("delete_workers")
+            values = copy.deepcopy(self._values)
+            dependents = [r for r, t in self._colocations().items() if t == role]
+            dependents += [r for r, f in self._forks().items() if f["target"] == role]
+            for dependent in dependents:  # forks and colocations go first, like AReaL's delete-all
+                self.delete_workers(dependent, reverse_order)
+                values = copy.deepcopy(self._values)
+            if role in self._colocations():
+                del values["colocations"][role]
+                self._apply(values, f"remove colocation {role}", role)
+            elif role in self._forks():
+                self._kill_process_forks(role, reverse_order)
+                del values["forks"][role]
+                self._apply(values, f"delete fork {role}", role)
+            else:
+                if reverse_order:
+                    self._scale_down_to_rank_zero(role)
+                del values["roles"][role]
+                self._apply(values, f"delete {role}", role)
+                self._wait_gone(naming.role_selector(self.release, role))
+            self._workers.pop(role, None)
+
+    def _delete_all(self, reverse_order: bool) -> None:
+        if not self._values and self.loop.run(self.releases.current(self.release)) is None:
+            return
+        self._require_managed("delete_workers")
+        for role in list(self._forks()):
+            if self._forks()[role].get("mode", "process") == "process":
+                self._kill_process_forks(role, reverse_order)
+        if reverse_order:
+            for role in list(self._roles()):
+                self._scale_down_to_rank_zero(role)
+        self.loop.run(self.releases.uninstall(self.release))
+        self._wait_gone(naming.release_selector(self.release))
+        self._values, self._workers = {}, {}
+
+    def _scale_down_to_rank_zero(self, role: str) -> None:
+        """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
+        statefulsets = self.apps.list_namespaced_stateful_set(
+            self.namespace, label_selector=naming.role_selector(self.release, role)).items
+        for statefulset in statefulsets:
+            if (statefulset.spec.replicas or 0) > 1:
+                self.apps.patch_namespaced_stateful_set_scale(statefulset.metadata.name, self.namespace,
+                                                              {"spec": {"replicas": 1}})
+        self.pods.wait(naming.role_selector(self.release, role),
+                       lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
+
+    def _wait_gone(self, selector: str) -> None:
+        try:
+            self.pods.wait(selector, none_left, self.config.helm_timeout)
+        except WaitTimedOut as timed_out:
+            names = ", ".join(p.metadata.name for p in timed_out.pods.values())
+            logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
+
+    def _kill_process_forks(self, role: str, reverse_order: bool) -> None:
+        fork = self._forks()[role]
+        try:
+            targets = self._workers.get(fork["target"]) or self.get_workers(fork["target"], timeout=5.0)
+        except (WorkerTimeoutError, WorkerFailedError):
+            return  # the target's pods are gone or down, and their forked children with them
+        indices = list(range(len(targets)))
+        if reverse_order:
+            indices.reverse()
+
+        async def kill_all() -> None:
+            for index in indices:
+                await self.guard.kill_forked(targets[index], role, index)
+
+        self.loop.run(kill_all())
+
+    # --- fork ------------------------------------------------------------------------------------
+
+    def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
+        with self._lock:
+            self._require_managed("fork_workers")
+            if target_role not in self._roles():
+                raise WorkerNotFoundError(f"Target role '{target_role}' not found for fork")
+            if self._exists(role):
+                raise WorkerCreationError(role, "Worker group already exists",
+                                          f"Use delete_workers('{role}') first to remove existing workers")
+            problem = naming.role_problem(role)
+            if problem:
+                raise WorkerCreationError(role, "Invalid role name", problem)
+            if self.config.fork_mode == "pod":
+                return self._fork_pods(role, target_role, command)
+            return self._fork_processes(role, target_role, command)
+
+    def _fork_processes(self, role: str, target_role: str, command: str | None) -> list[str]:
+        targets = self.get_workers(target_role)
+        port_count = len(targets[0].worker_ports) if targets else 1
+        module = command or self.config.fork_module
+        results = self.loop.run(self._fork_all(role, targets, module, port_count))
+        failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
+        if failed:
+            self.loop.run(self._kill_forked(role, targets, [i for i in range(len(targets)) if i not in failed]))
+            first = results[failed[0]]
+            raise WorkerCreationError(role, f"Failed to fork {len(failed)} out of {len(targets)} workers",
+                                      f"Failed indices: {failed}; worker {failed[0]}: {first}") from first
+        values = copy.deepcopy(self._values)
+        values.setdefault("forks", {})[role] = {"target": target_role, "mode": "process", "command": [module],
+                                                "ports": [ports for ports in results]}
+        try:
+            self._apply(values, f"fork {role} from {target_role} ({len(targets)} processes)", role)
+        except WorkerCreationError:
+            self.loop.run(self._kill_forked(role, targets, range(len(targets))))
+            raise
+        workers = [Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
+                   for i, t in enumerate(targets)]
+        self._workers[role] = workers
+        if self.exp_config is not None:
+            self._configure(workers)
+        return [w.id for w in workers]
+
+    async def _fork_all(self, role: str, targets: list[Worker], module: str, port_count: int) -> list[Any]:
+        return await asyncio.gather(*(self._fork_one(role, i, target, module, port_count)
+                                      for i, target in enumerate(targets)), return_exceptions=True)
+
+    async def _fork_one(self, role: str, index: int, target: Worker, module: str, port_count: int) -> list[int]:
+        host, ports = await self.guard.alloc_ports(target, port_count)
+        host = host or target.ip
+        await self.guard.fork(target, role, index, self._fork_command(role, index, module, host, ports[0]))
+        try:
+            await self.guard.wait_healthy(host, ports[0], self.config.fork_ready_timeout)
+        except TimeoutError:
+            await self.guard.kill_forked(target, role, index)
+            raise
+        return ports
+
+    def _fork_command(self, role: str, index: int, module: str, host: str, port: int) -> list[str]:
+        cluster = topology.merge_values(self._values.get("cluster", {}) or {})
+        resolve = cluster.get("nameResolve", {})
+        argv = [self.config.python_executable, "-m", module, "--host", host, "--port", str(port),
+                "--experiment-name", self.experiment, "--trial-name", self.trial, "--role", role,
+                "--worker-index", str(index)]
+        for flag, value in (("--name-resolve-type", resolve.get("type")), ("--nfs-record-root", resolve.get("nfsRecordRoot")),
+                            ("--etcd3-addr", resolve.get("etcd3Addr")), ("--fileroot", cluster.get("fileroot"))):
+            if value:
+                argv += [flag, str(value)]
+        return argv
+
+    async def _kill_forked(self, role: str, targets: list[Worker], indices: Iterable[int]) -> None:
+        await asyncio.gather(*(self.guard.kill_forked(targets[i], role, i) for i in indices), return_exceptions=True)
+
+    def _fork_pods(self, role: str, target_role: str, command: str | None) -> list[str]:
+        before = self.loop.run(self.releases.current(self.release))
+        values = copy.deepcopy(self._values)
+        fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
+        if command:
+            fork["command"] = [self.config.python_executable, "-m", command]
+        values.setdefault("forks", {})[role] = fork
+        self._apply(values, f"fork {role} from {target_role} (pods)", role)
+        try:
+            workers = self.get_workers(role)
+        except (WorkerFailedError, WorkerTimeoutError) as error:
+            self._restore(before)
+            self._values = self.loop.run(self.releases.values(self.release))
+            raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
+        return [w.id for w in workers]
+
+    # --- engines ---------------------------------------------------------------------------------
+
+    def _worker(self, worker_id: str) -> Worker:
+        parsed = naming.parse_worker_id(worker_id)
+        if parsed is None:
+            raise WorkerNotFoundError(worker_id)
+        role, index = parsed
+        with self._lock:
+            workers = self._workers.get(role)
+            if workers is None and self._exists(role):
+                workers = self.get_workers(role, timeout=self.config.ready_timeout)
+        if not workers or index >= len(workers):
+            raise WorkerNotFoundError(worker_id)
+        return workers[index]
+
+    async def create_engine(self, worker_id: str, engine: str, engine_name: str | None = None,
+                            *args: Any, **kwargs: Any) -> Any:
+        worker = await asyncio.to_thread(self._worker, worker_id)
+        await asyncio.to_thread(self._check_alive, worker)
+        name = worker_id if engine_name is None else engine_name
+        return await self.guard.create_engine(worker, engine, name, serialize_value(list(args)),
+                                              serialize_value(kwargs))
+
+    async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
+        worker = await asyncio.to_thread(self._worker, worker_id)
+        await self.guard.set_env(worker, env)
+
+    def call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
+                    rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0, max_retries: int = 3,
+                    retry_delay: float = 1.0, **kwargs: Any) -> Any:
+        worker = self._worker(worker_id)
+        result = self.guard.call(worker, method, engine_name, serialize_value(list(args)), serialize_value(kwargs),
+                                 rpc_meta, http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay)
+        return deserialize_value(result)
+
+    async def async_call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
+                                rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0,
+                                max_retries: int = 3, retry_delay: float = 1.0, **kwargs: Any) -> Any:
+        worker = await asyncio.to_thread(self._worker, worker_id)
+        result = await self.guard.async_call(worker, method, engine_name, serialize_value(list(args)),
+                                             serialize_value(kwargs), rpc_meta, http_timeout=http_timeout,
+                                             max_retries=max_retries, retry_delay=retry_delay)
+        return deserialize_value(result)
+
+    # --- introspection ---------------------------------------------------------------------------
+
+    def history(self) -> list[dict[str, Any]]:
+        """The release's revisions (number, status, description), oldest first."""
+        return [{"revision": r.revision, "status": r.status.value, "description": r.description}
+                for r in self.loop.run(self.releases.history(self.release))]
+
+    def close(self) -> None:
+        """Releases HTTP sessions and the helper loop; the workers keep running."""
+        self.guard.close()
+        self.loop.close()
+

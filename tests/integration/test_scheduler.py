@@ -1,0 +1,358 @@
+"""KubernetesScheduler against the real control plane, real helm releases and real guard servers.
+
+Worker pods are run by tools/podrunner.py: each pod's container command (the chart's, with AReaL's flags) runs as
+a local reference guard bound to the pod's own loopback IP, and the pod turns Ready when its guard answers /health.
+Every engine call goes over HTTP to exactly the address the scheduler discovered from the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+
+import pytest
+from kubernetes import client, watch
+
+from areal_workers import (
+    EngineCallError,
+    EngineImportError,
+    Job,
+    KubernetesScheduler,
+    KubernetesSchedulerConfig,
+    SchedulingSpec,
+    SchedulingStrategy,
+    WorkerCreationError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
+from localcluster import REPO_ROOT
+
+COUNTER = "areal_workers.testing_engines.Counter"
+RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
+                               "terminationGracePeriodSeconds": 5}}
+
+
+def spec(**overrides) -> SchedulingSpec:
+    values = {"cpu": 1, "mem": 1, "gpu": 0, "port_count": 2, "cmd": "python -m areal.infra.rpc.rpc_server"}
+    values.update(overrides)
+    return SchedulingSpec(**values)
+
+
+def job(role: str, replicas: int, **strategy) -> Job:
+    return Job(role=role, replicas=replicas, tasks=[spec()],
+               scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy())
+
+
+@dataclass
+class ClusterSpec:
+    fileroot: str = "/tmp/areal-test"
+    n_gpus_per_node: int = 8
+
+
+@dataclass
+class ExperimentConfig:
+    """The parts of AReaL's experiment config a scheduler reads."""
+
+    experiment_name: str
+    trial_name: str
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+
+
+@pytest.fixture
+def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path):
+    pod_runner(namespace)
+    values_file = tmp_path / "run-pods.json"
+    values_file.write_text(json.dumps(RUN_PODS))
+    made: list[KubernetesScheduler] = []
+
+    def make(trial: str = "trial0", exp_config=None, **overrides) -> KubernetesScheduler:
+        settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=helm_executable,
+                        values_files=(str(values_file),), ready_timeout=60.0, python_executable=sys.executable,
+                        fork_module="areal_workers.reference_guard", helm_timeout=60.0)
+        settings.update(overrides)
+        scheduler = KubernetesScheduler(exp_config, config=KubernetesSchedulerConfig(**settings),
+                                        experiment_name=None if exp_config else "exp", trial_name=None if exp_config else trial)
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        if scheduler.config.ownership == "managed":
+            scheduler.delete_workers()
+        scheduler.close()
+
+
+def guard_health(worker) -> dict:
+    with urllib.request.urlopen(f"http://{worker.ip}:{worker.worker_ports[0]}/health", timeout=5) as response:
+        return json.load(response)
+
+
+def helm_values(kubeconfig, helm_executable, namespace, release) -> dict:
+    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "get", "values", release, "-n", namespace,
+                             "-o", "json"], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def revisions(scheduler) -> list[int]:
+    return [r["revision"] for r in scheduler.history()]
+
+
+def test_create_and_get_workers_return_role_ids_and_the_discovered_guards(make_scheduler):
+    scheduler = make_scheduler()
+    assert scheduler.create_workers(job("actor", 3)) == ["actor/0", "actor/1", "actor/2"]
+    workers = scheduler.get_workers("actor", timeout=60)
+    assert [w.id for w in workers] == ["actor/0", "actor/1", "actor/2"]
+    assert len({w.ip for w in workers}) == 3
+    for index, worker in enumerate(workers):
+        assert worker.ip.startswith("127.")
+        assert worker.worker_ports == ["8000", "8001"]
+        answer = guard_health(worker)
+        assert (answer["role"], answer["worker_index"], answer["host"]) == ("actor", index, worker.ip)
+    assert [r["description"] for r in scheduler.history()] == ["create actor: 3 worker(s)"]
+
+
+def test_engines_are_created_and_called_over_http_on_the_discovered_workers(make_scheduler):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+
+    async def engines():
+        assert await scheduler.create_engine("actor/0", COUNTER, None, 10) is not None
+        await scheduler.create_engine("actor/1", COUNTER, "counter", start=5)
+        await scheduler.set_worker_env("actor/1", {"RANK": "1", "WORLD_SIZE": "2"})
+        with pytest.raises(EngineImportError):
+            await scheduler.create_engine("actor/0", "no_such_module.Engine", "broken")
+        first = await scheduler.async_call_engine("actor/0", "increment", "actor/0", 2)
+        env = await scheduler.async_call_engine("actor/1", "env", "counter", "WORLD_SIZE")
+        return first, env
+
+    assert asyncio.run(engines()) == (12, "2")
+    assert scheduler.call_engine("actor/1", "increment", "counter", n=3) == 8
+    with pytest.raises(EngineCallError) as failed:
+        scheduler.call_engine("actor/0", "fail", "actor/0", "boom")
+    assert "boom" in str(failed.value) and failed.value.attempt == 1
+    with pytest.raises(WorkerNotFoundError):
+        scheduler.call_engine("critic/0", "value", "x")
+
+
+def test_sync_methods_work_inside_a_running_event_loop(make_scheduler):
+    scheduler = make_scheduler()
+
+    async def controller():  # AReaL's controllers call these synchronously from async code
+        scheduler.create_workers(job("rollout", 1))
+        return scheduler.get_workers("rollout")
+
+    assert [w.id for w in asyncio.run(controller())] == ["rollout/0"]
+
+
+def test_duplicate_role_is_rejected_without_a_new_revision(make_scheduler):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    with pytest.raises(WorkerCreationError) as duplicate:
+        scheduler.create_workers(job("actor", 2))
+    assert "already exists" in str(duplicate.value) and duplicate.value.worker_key == "actor"
+    assert revisions(scheduler) == [1]
+
+
+@pytest.mark.parametrize("bad_job, message", [
+    (Job(role="actor", replicas=0), "replicas must be greater than 0"),
+    (Job(role="actor", replicas=-2), "replicas must be greater than 0"),
+    (Job(role="Actor!", replicas=1), "must be lowercase"),
+    (Job(role="actor", replicas=1, tasks=[spec(nodelist="node[1-4]")]), "node_selector"),
+    (Job(role="actor", replicas=1, tasks=[spec(image="/storage/areal.sif")]), "Apptainer images are Slurm-only"),
+    (Job(role="actor", replicas=1, tasks=[spec(cmd="python -m x --port 9")]), "should not include --port"),
+    (Job(role="actor", replicas=3, tasks=[spec(), spec()]), "must be 1 or equal to replicas"),
+    (Job(role="actor", replicas=2, tasks=[spec(), spec(cpu=2)]), "one pod template"),
+], ids=["zero", "negative", "name", "nodelist", "sif", "port", "spec-count", "spec-differs"])
+def test_bad_jobs_fail_before_anything_is_written(make_scheduler, bad_job, message):
+    scheduler = make_scheduler()
+    with pytest.raises(WorkerCreationError) as rejected:
+        scheduler.create_workers(bad_job)
+    assert message in str(rejected.value)
+    assert scheduler.history() == []  # no release, no revision
+
+
+def test_get_workers_of_an_unknown_role(make_scheduler):
+    scheduler = make_scheduler()
+    with pytest.raises(WorkerNotFoundError) as missing:
+        scheduler.get_workers("nonexistent")
+    assert missing.value.worker_id == "nonexistent"
+
+
+def test_workers_that_never_answer_time_out_with_a_diagnosis(make_scheduler):
+    scheduler = make_scheduler()
+    sleeper = Job(role="slow", replicas=1, tasks=[spec(cmd="python -c 'import time; time.sleep(600)'")])
+    scheduler.create_workers(sleeper)
+    with pytest.raises(WorkerTimeoutError) as timed_out:
+        scheduler.get_workers("slow", timeout=3)
+    assert timed_out.value.worker_key == "slow" and timed_out.value.timeout == 3
+    assert "0/1 workers ready" in timed_out.value.diagnosis
+
+
+def test_scaling_a_role_is_one_revision_and_keeps_existing_workers(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    before = {w.id: w.ip for w in scheduler.get_workers("actor")}
+    uids = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items}
+    assert scheduler.scale_workers("actor", 3) == ["actor/0", "actor/1", "actor/2"]
+    after = scheduler.get_workers("actor")
+    assert {w.id: w.ip for w in after[:2]} == before
+    assert {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items
+            if p.metadata.name in uids} == uids
+    assert revisions(scheduler) == [1, 2]
+
+
+def test_colocation_without_fork_maps_the_role_onto_its_target(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    assert scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False)) == \
+        ["actor/0", "actor/1"]
+    assert [w.id for w in scheduler.get_workers("ref")] == ["actor/0", "actor/1"]
+    pods = {p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items}
+    scheduler.delete_workers("ref")
+    assert {p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items} == pods
+    assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0", "actor/1"]
+    assert [r["description"] for r in scheduler.history()][-2:] == ["colocate ref on actor", "remove colocation ref"]
+
+
+def test_colocation_errors_match_arealss_schedulers(make_scheduler):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    with pytest.raises(WorkerCreationError) as mismatch:
+        scheduler.create_workers(job("ref", 3, type="colocation", target="actor", fork=False))
+    assert "Replica count mismatch" in str(mismatch.value)
+    with pytest.raises(WorkerNotFoundError) as missing:
+        scheduler.create_workers(job("ref", 2, type="colocation", target="critic"))
+    assert "critic" in str(missing.value)
+    with pytest.raises(WorkerCreationError) as no_target:
+        scheduler.create_workers(job("ref", 2, type="colocation", target=None))
+    assert "requires target" in str(no_target.value)
+    assert revisions(scheduler) == [1]
+
+
+def test_fork_processes_run_beside_their_targets_and_are_recorded_in_the_release(
+        make_scheduler, kubeconfig, helm_executable):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    targets = scheduler.get_workers("actor")
+    assert scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=True)) == ["ref/0", "ref/1"]
+    forks = scheduler.get_workers("ref")
+    for target, fork in zip(targets, forks):
+        assert fork.ip == target.ip and fork.worker_ports[0] not in target.worker_ports
+        assert guard_health(fork)["role"] == "ref"
+        assert guard_health(target)["forked_children"] == 1
+    recorded = helm_values(kubeconfig, helm_executable, scheduler.namespace, scheduler.release)["forks"]["ref"]
+    assert recorded["target"] == "actor" and recorded["mode"] == "process"
+    assert recorded["ports"] == [[int(p) for p in fork.worker_ports] for fork in forks]
+
+    asyncio.run(scheduler.create_engine("ref/1", COUNTER, "ref", 100))
+    assert scheduler.call_engine("ref/1", "value", "ref") == 100
+
+    scheduler.delete_workers("ref")
+    for target in targets:
+        assert guard_health(target)["forked_children"] == 0
+    with pytest.raises(WorkerNotFoundError):
+        scheduler.get_workers("ref")
+
+
+def test_a_partial_fork_failure_kills_the_successful_forks(make_scheduler, core):
+    scheduler = make_scheduler(fork_module="no_such_module_anywhere", fork_ready_timeout=3.0)
+    scheduler.create_workers(job("actor", 2))
+    targets = scheduler.get_workers("actor")
+    with pytest.raises(WorkerCreationError) as failed:
+        scheduler.fork_workers("ref", "actor")
+    assert "Failed to fork 2 out of 2 workers" in str(failed.value)
+    assert all(guard_health(t)["forked_children"] == 0 for t in targets)
+    assert revisions(scheduler) == [1]
+    with pytest.raises(WorkerNotFoundError):
+        scheduler.fork_workers("ref", "critic")
+
+
+def test_delete_with_reverse_order_stops_rank_zero_last(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 3))
+    scheduler.get_workers("actor")
+    deleted: list[str] = []
+    listing = core.list_namespaced_pod(scheduler.namespace)
+
+    def record():
+        for event in watch.Watch().stream(core.list_namespaced_pod, scheduler.namespace,
+                                          resource_version=listing.metadata.resource_version, timeout_seconds=30):
+            if event["type"] == "DELETED":
+                deleted.append(event["object"].metadata.name.rsplit("-", 1)[1])
+                if len(deleted) == 3:
+                    return
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    scheduler.delete_workers("actor", reverse_order=True)
+    recorder.join(timeout=30)
+    assert sorted(deleted) == ["0", "1", "2"] and deleted[-1] == "0"
+    assert core.list_namespaced_pod(scheduler.namespace).items == []
+
+
+def test_delete_all_removes_the_release_and_everything_it_made(make_scheduler, core, kube_client):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.create_workers(job("rollout", 1))
+    scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
+    scheduler.delete_workers()
+    namespace = scheduler.namespace
+    assert core.list_namespaced_pod(namespace).items == []
+    assert client.AppsV1Api(kube_client).list_namespaced_stateful_set(namespace).items == []
+    assert [s for s in core.list_namespaced_secret(namespace).items if s.type == "helm.sh/release.v1"] == []
+    scheduler.delete_workers()  # already gone: not an error
+    scheduler.delete_workers("actor")
+
+
+def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(make_scheduler):
+    first = make_scheduler("trial0")
+    first.create_workers(job("actor", 2))
+    workers = first.get_workers("actor")
+    other_trial = make_scheduler("trial1")
+    with pytest.raises(WorkerNotFoundError):
+        other_trial.get_workers("actor")
+    other_trial.create_workers(job("actor", 1))
+    assert [w.id for w in other_trial.get_workers("actor")] == ["actor/0"]
+
+    restarted = make_scheduler("trial0")
+    assert restarted.get_workers("actor") == workers
+    with pytest.raises(WorkerCreationError):
+        restarted.create_workers(job("actor", 2))
+
+
+def test_exp_config_makes_create_wait_and_configure_like_areal(make_scheduler):
+    scheduler = make_scheduler(exp_config=ExperimentConfig("exp", "trial2"))
+    assert scheduler.n_gpus_per_node == 8
+    scheduler.create_workers(job("actor", 2))  # returns only once every worker answered and was configured
+    for rank, worker in enumerate(scheduler.get_workers("actor", timeout=5)):
+        configured = guard_health(worker)["configured"]
+        assert (configured["role"], configured["rank"]) == ("actor", rank)
+        assert configured["config"]["experiment_name"] == "exp"
+
+
+def test_dry_run_returns_the_manifests_without_writing(make_scheduler):
+    scheduler = make_scheduler()
+    manifests = scheduler.dry_run(job("actor", 4))
+    statefulset = next(m for m in manifests if m["kind"] == "StatefulSet")
+    assert statefulset["spec"]["replicas"] == 4
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert scheduler.history() == []
+
+
+def test_external_release_is_discovered_but_not_changed(make_scheduler, kubeconfig, helm_executable, namespace, tmp_path):
+    owner = make_scheduler("trial0")
+    owner.create_workers(job("actor", 2))
+    owner.get_workers("actor")
+    external = make_scheduler("trial0", ownership="external", release_name=owner.release)
+    assert [w.id for w in external.get_workers("actor")] == ["actor/0", "actor/1"]
+    with pytest.raises(WorkerCreationError) as refused:
+        external.create_workers(job("rollout", 1))
+    assert "external" in str(refused.value)
+    assert REPO_ROOT.exists()
