@@ -121,7 +121,7 @@ class ManagedPod:
     restarts: int = 0
     restart_at: float = 0.0
     next_probe: float = 0.0
-    finished: bool = False
+    deleted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -224,8 +224,9 @@ class PodRunner:
             return
         if uid in self.pods or pod.status.phase != "Running" or not pod.status.pod_ip:
             return
-        self.pods[uid] = managed = self._manage(pod, "worker" if is_worker else "hook")
-        self._launch(managed)
+        managed = self._manage(pod, "worker" if is_worker else "hook")
+        self._launch(managed)  # before the probe thread can see it, so it is never started twice
+        self.pods[uid] = managed
 
     def _manage(self, pod: client.V1Pod, kind: str) -> ManagedPod:
         container = pod.spec.containers[0]
@@ -255,7 +256,7 @@ class PodRunner:
             environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RESOLVER_SHIM), environment.get("PYTHONPATH")]))
             environment["PODRUNNER_HOSTS"] = json.dumps(self.hosts)
         with pod.lock, open(pod.log, "ab") as log:
-            if self._stop.is_set():
+            if self._stop.is_set() or pod.deleted or (pod.process is not None and pod.process.poll() is None):
                 return
             pod.process = subprocess.Popen(pod.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=environment, start_new_session=True)
@@ -264,7 +265,6 @@ class PodRunner:
 
     def _finish_hook(self, pod: ManagedPod) -> None:
         code = pod.process.wait()
-        pod.finished = True
         namespace, name = pod.name.split("/", 1)
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                       "startedAt": _now(), "finishedAt": _now()}
@@ -277,6 +277,7 @@ class PodRunner:
 
     def _kill(self, pod: ManagedPod) -> None:
         with pod.lock:
+            pod.deleted = True  # no restart after this
             process = pod.process
             if process is None or process.poll() is not None:
                 return
@@ -311,7 +312,7 @@ class PodRunner:
                 "exitCode": exit_code, "reason": reason, "startedAt": _now(), "finishedAt": _now()})
             return
         if process is None:
-            if now >= pod.restart_at and pod.uid in self.pods:
+            if now >= pod.restart_at:
                 self._launch(pod)
             return
         if now < pod.next_probe:

@@ -31,7 +31,7 @@ from .errors import (
 from .codec import deserialize_value, serialize_value
 from .guard_client import GuardClient
 from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
-from .release import HelmError, Releases, helm_error_text
+from .release import HelmError, Releases, helm_error_text, merge_values
 from .runner import LoopThread
 from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 
@@ -166,7 +166,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         return spec
 
     def _with_role(self, role: str, spec: SchedulingSpec, replicas: int) -> dict[str, Any]:
-        values = topology.merge_values(self._values, self._base_values()) if self._values else self._base_values()
+        values = merge_values(self._values, self._base_values()) if self._values else self._base_values()
         values = copy.deepcopy(values)
         values.setdefault("roles", {})[role] = topology.role_values(spec, replicas, self.config)
         return values
@@ -260,7 +260,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             return workers
 
     def _role_ports(self, role: str) -> list[str]:
-        settings = topology.merge_values(self._values.get("workerDefaults", {}) or {}, self._roles().get(role, {}))
+        settings = merge_values(self._values.get("workerDefaults", {}) or {}, self._roles().get(role, {}))
         guard_port = int(settings.get("guardPort") or self._values.get("guard", {}).get("port") or self.config.guard_port)
         extra = int(settings.get("extraPorts", 1))
         return [str(guard_port + offset) for offset in range(extra + 1)]
@@ -514,7 +514,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         return ports
 
     def _fork_command(self, role: str, index: int, module: str, host: str, port: int) -> list[str]:
-        cluster = topology.merge_values(self._values.get("cluster", {}) or {})
+        cluster = merge_values(self._values.get("cluster", {}) or {})
         resolve = cluster.get("nameResolve", {})
         argv = [self.config.python_executable, "-m", module, "--host", host, "--port", str(port),
                 "--experiment-name", self.experiment, "--trial-name", self.trial, "--role", role,
@@ -598,5 +598,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def close(self) -> None:
         """Releases HTTP sessions and the helper loop; the workers keep running."""
         self.guard.close()
+        self.loop.run(self.guard.aclose())  # the async session of the helper loop (used by forks)
         self.loop.close()
 
