@@ -82,15 +82,26 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _adopt(self) -> dict[str, Any]:
         """A controller that restarts finds its release as it left it (a pending operation is recovered)."""
-        revision = self.loop.run(self.releases.recover(self.release))
+        revision = self._helm(self.releases.recover(self.release))
         if revision is None:
             if self.config.ownership == "external":
                 raise SchedulerError(f"release {self.release!r} not found in namespace {self.namespace!r}: "
                                      f"install it first (helm install {self.release} ...) or fix release_name")
             return {}
-        values = self.loop.run(self.releases.values(self.release))
+        values = self._helm(self.releases.values(self.release))
         logger.info("adopted release %s revision %s (%s)", self.release, revision.revision, revision.status.value)
         return values
+
+    def _helm(self, coroutine: Any, key: str | None = None) -> Any:
+        """Runs a release operation; helm's failure becomes AReaL's error with helm's own message."""
+        try:
+            return self.loop.run(coroutine)
+        except HelmError as error:
+            text = helm_error_text(error)
+            if key is not None:
+                raise WorkerCreationError(key, "helm failed", text) from error
+            raise SchedulerError(f"helm failed for release {self.release} in namespace {self.namespace}: {text}") \
+                from error
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -131,7 +142,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _apply(self, values: dict[str, Any], description: str, key: str) -> int:
         """One helm revision with `values`; on failure the release is left at its previous revision."""
-        before = self.loop.run(self.releases.current(self.release))
+        before = self._helm(self.releases.current(self.release))
         try:
             revision = self.loop.run(self.releases.apply(self.release, values, description))
         except HelmError as error:
@@ -142,20 +153,20 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _restore(self, before: Any) -> None:
         """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
-        current = self.loop.run(self.releases.current(self.release))
+        current = self._helm(self.releases.current(self.release))
         if current is None or (before is not None and current.revision == before.revision):
             return
         if before is None:
-            self.loop.run(self.releases.uninstall(self.release))
+            self._helm(self.releases.uninstall(self.release))
         else:
-            self.loop.run(self.releases.rollback(self.release, before.revision))
+            self._helm(self.releases.rollback(self.release, before.revision))
 
     def dry_run(self, job: Job) -> list[dict[str, Any]]:
         """The manifests create_workers(job) would apply, without touching the cluster."""
         with self._lock:
             spec = self._spec(job)
             values = self._with_role(job.role, spec, job.replicas)
-            return self.loop.run(self.releases.render(self.release, values))
+            return self._helm(self.releases.render(self.release, values))
 
     def _spec(self, job: Job) -> SchedulingSpec:
         try:
@@ -408,7 +419,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._workers.pop(role, None)
 
     def _delete_all(self, reverse_order: bool) -> None:
-        if not self._values and self.loop.run(self.releases.current(self.release)) is None:
+        if not self._values and self._helm(self.releases.current(self.release)) is None:
             return
         self._require_managed("delete_workers")
         for role in list(self._forks()):
@@ -417,7 +428,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if reverse_order:
             for role in list(self._roles()):
                 self._scale_down_to_rank_zero(role)
-        self.loop.run(self.releases.uninstall(self.release))
+        self._helm(self.releases.uninstall(self.release))
         self._wait_gone(naming.release_selector(self.release))
         self._values, self._workers = {}, {}
 
@@ -529,7 +540,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         await asyncio.gather(*(self.guard.kill_forked(targets[i], role, i) for i in indices), return_exceptions=True)
 
     def _fork_pods(self, role: str, target_role: str, command: str | None) -> list[str]:
-        before = self.loop.run(self.releases.current(self.release))
+        before = self._helm(self.releases.current(self.release))
         values = copy.deepcopy(self._values)
         fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
         if command:
@@ -540,7 +551,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             workers = self.get_workers(role)
         except (WorkerFailedError, WorkerTimeoutError) as error:
             self._restore(before)
-            self._values = self.loop.run(self.releases.values(self.release))
+            self._values = self._helm(self.releases.values(self.release))
             raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
         return [w.id for w in workers]
 
@@ -593,7 +604,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def history(self) -> list[dict[str, Any]]:
         """The release's revisions (number, status, description), oldest first."""
         return [{"revision": r.revision, "status": r.status.value, "description": r.description}
-                for r in self.loop.run(self.releases.history(self.release))]
+                for r in self._helm(self.releases.history(self.release))]
 
     def close(self) -> None:
         """Releases HTTP sessions and the helper loop; the workers keep running."""

@@ -24,13 +24,14 @@ from areal_workers import (
     Job,
     KubernetesScheduler,
     KubernetesSchedulerConfig,
+    SchedulerError,
     SchedulingSpec,
     SchedulingStrategy,
     WorkerCreationError,
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from localcluster import REPO_ROOT
+from localcluster import REPO_ROOT, service_account_kubeconfig
 
 COUNTER = "areal_workers.testing_engines.Counter"
 RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
@@ -63,15 +64,30 @@ class ExperimentConfig:
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
 
 
+def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
+    """Applies rbac/ in the namespace and returns a kubeconfig of its ServiceAccount's token."""
+    subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
+                    "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
+    return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
+
+
+@pytest.fixture(params=["admin", "rbac"])
+def identity(request) -> str:
+    """Every scheduler test runs twice: as cluster admin, and as the least-privilege controller of rbac/."""
+    return request.param
+
+
 @pytest.fixture
-def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path):
+def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path, identity):
     pod_runner(namespace)
     values_file = tmp_path / "run-pods.json"
     values_file.write_text(json.dumps(RUN_PODS))
+    credentials = kubeconfig if identity == "admin" else controller_kubeconfig(kubeconfig, namespace,
+                                                                              tmp_path / "controller.yaml")
     made: list[KubernetesScheduler] = []
 
     def make(trial: str = "trial0", exp_config=None, **overrides) -> KubernetesScheduler:
-        settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=helm_executable,
+        settings = dict(namespace=namespace, kubeconfig=str(credentials), helm_executable=helm_executable,
                         values_files=(str(values_file),), ready_timeout=60.0, python_executable=sys.executable,
                         fork_module="areal_workers.reference_guard", helm_timeout=60.0)
         settings.update(overrides)
@@ -354,4 +370,20 @@ def test_external_release_is_discovered_but_not_changed(make_scheduler, kubeconf
     with pytest.raises(WorkerCreationError) as refused:
         external.create_workers(job("rollout", 1))
     assert "external" in str(refused.value)
-    assert REPO_ROOT.exists()
+
+
+def test_the_controller_identity_cannot_touch_another_namespace(kubeconfig, helm_executable, make_namespace, tmp_path):
+    home, elsewhere = make_namespace(), make_namespace()
+    credentials = controller_kubeconfig(kubeconfig, home, tmp_path / "controller.yaml")
+    config = KubernetesSchedulerConfig(namespace=elsewhere, kubeconfig=credentials, helm_executable=helm_executable)
+    with pytest.raises(SchedulerError) as denied:
+        scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="trial0")
+        scheduler.create_workers(job("actor", 1))
+    assert "forbidden" in str(denied.value)
+    assert client.CoreV1Api(config_client(kubeconfig)).list_namespaced_pod(elsewhere).items == []
+
+
+def config_client(kubeconfig):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(kubeconfig))
