@@ -43,8 +43,9 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def helm_error_text(error: HelmError) -> str:
     """The useful part of a failed helm command: its stderr, without the usage noise."""
-    text = (getattr(error, "stderr", "") or str(error)).strip()
-    return text.removeprefix("Error: ")
+    stderr = getattr(error, "stderr", b"") or b""
+    text = (stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr)) or str(error)
+    return text.strip().removeprefix("Error: ")
 
 
 class Releases:

@@ -1,0 +1,206 @@
+import pytest
+
+pytestmark = pytest.mark.unit
+
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from areal_workers import naming  # noqa: E402
+from areal_workers.naming import (  # noqa: E402
+    parse_worker_id,
+    release_name,
+    release_selector,
+    role_problem,
+    role_selector,
+    worker_id,
+)
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+HASHED = re.compile(r"^(?P<prefix>.*)-(?P<digest>[0-9a-f]{8})$")
+ADAPTER = Path(__file__).resolve().parents[2] / "adapter"
+HELPERS = Path(__file__).resolve().parents[2] / "charts" / "areal-workers" / "templates" / "_helpers.tpl"
+
+
+def valid_release(name: str) -> bool:
+    return bool(DNS_1123_LABEL.match(name)) and len(name) <= 53
+
+
+# --- release_name -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experiment,trial,expected", [
+    ("exp", "trial0", "aw-exp-trial0"),
+    ("gsm8k-grpo", "run1", "aw-gsm8k-grpo-run1"),
+    ("a", "b", "aw-a-b"),
+])
+def test_simple_names_are_unchanged(experiment, trial, expected):
+    assert release_name(experiment, trial) == expected
+
+
+def test_53_characters_fit_unchanged_and_54_do_not():
+    exp = "e" * (53 - len("aw--t"))
+    assert release_name(exp, "t") == f"aw-{exp}-t"
+    longer = release_name(exp + "e", "t")
+    assert longer != f"aw-{exp}e-t"
+    assert valid_release(longer)
+
+
+@pytest.mark.parametrize("experiment,trial", [
+    ("my_exp", "trial0"),
+    ("exp", "trial_0"),
+    ("Exp", "trial0"),
+    ("EXP", "TRIAL"),
+    ("exp.v2", "t"),
+    ("exp", "t-"),
+    ("-exp", "t"),
+    ("exp--x", "t"),
+    ("", ""),
+    ("ünïcode", "trial"),
+])
+def test_sanitized_names_get_a_hash_and_are_valid(experiment, trial):
+    name = release_name(experiment, trial)
+    assert valid_release(name), name
+    match = HASHED.match(name)
+    assert match, name
+    assert match["prefix"].startswith("aw")
+
+
+def test_underscore_name_keeps_a_readable_prefix():
+    name = release_name("my_exp", "trial0")
+    assert name.startswith("aw-my-exp-trial0-")
+    assert name != release_name("my-exp", "trial0")
+
+
+def test_uppercase_is_distinct_from_lowercase():
+    assert release_name("Exp", "trial0") != release_name("exp", "trial0")
+    assert release_name("Exp", "trial0").startswith("aw-exp-trial0-")
+
+
+@pytest.mark.parametrize("experiment,trial", [
+    ("x" * 100, "y" * 100),
+    ("a" * 60, "t"),
+    ("e", "t" * 300),
+    ("Long_Experiment_Name_" * 5, "Trial_" * 5),
+])
+def test_long_names_fit(experiment, trial):
+    name = release_name(experiment, trial)
+    assert valid_release(name), name
+    assert not name[:-9].endswith("-")
+
+
+def test_long_names_are_distinct_and_deterministic():
+    base = "x" * 80
+    names = {release_name(base, f"trial{i}") for i in range(50)}
+    assert len(names) == 50
+    assert all(valid_release(n) for n in names)
+    assert release_name(base, "trial3") == release_name(base, "trial3")
+
+
+def test_long_names_are_stable_across_processes():
+    """No use of hash() (salted per process): the name must be the same in another interpreter."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from areal_workers.naming import release_name; "
+            "print(release_name('x' * 80, 'My_Trial'))")
+    here = release_name("x" * 80, "My_Trial")
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", code, str(ADAPTER)], env=env, capture_output=True, text=True,
+                             timeout=60, check=True)
+        assert out.stdout.strip() == here
+
+
+def test_collision_pair_is_distinct():
+    first, second = release_name("a", "b_c"), release_name("a-b", "c")
+    assert first != second
+    assert second == "aw-a-b-c"
+    assert valid_release(first) and valid_release(second)
+
+
+def test_distinct_pairs_with_same_slug_are_distinct():
+    pairs = [("a", "b_c"), ("a_b", "c"), ("a-b", "c"), ("a", "b-c"), ("A", "b-c"), ("a", "B_C"), ("a.b", "c")]
+    names = [release_name(*p) for p in pairs]
+    assert len(set(names)) == len(pairs), names
+
+
+# --- role_problem -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["actor", "rollout", "ref", "a", "a1", "actor-critic", "proxy_rollout", "r" * 40])
+def test_valid_roles(role):
+    assert role_problem(role) is None
+
+
+@pytest.mark.parametrize("role", ["Actor", "1actor", "actor-", "actor_", "-actor", "a b", "a.b", "a/b", "9",
+                                  "ACTOR_2", "r" * 41, "", None, 3])
+def test_invalid_roles(role):
+    problem = role_problem(role)
+    assert isinstance(problem, str) and problem
+
+
+def test_empty_role_message():
+    assert role_problem("") == "role must be a non-empty string"
+
+
+def test_too_long_role_message():
+    problem = role_problem("r" * 41)
+    assert "41 characters" in problem
+    assert "40" in problem
+
+
+SUGGESTION = re.compile(r"\(e\.g\. '(?P<suggestion>[^']*)'\)")
+
+
+@pytest.mark.parametrize("role", ["Actor", "actor-", "actor_", "-actor", "_x", "a b", "a.b", "a/b", "---",
+                                  "ACTOR_2", "Rollout.Worker", "1actor", "9", "2-rollout"])
+def test_suggestion_in_the_message_is_a_valid_role(role):
+    problem = role_problem(role)
+    match = SUGGESTION.search(problem)
+    assert match, problem
+    suggestion = match["suggestion"]
+    assert role_problem(suggestion) is None, f"{role!r} -> suggested {suggestion!r}, which is invalid too"
+
+
+def test_role_pattern_matches_the_chart_schema():
+    import json
+
+    schema = json.loads((HELPERS.parent.parent / "values.schema.json").read_text())
+    role_name = schema["definitions"]["roleName"]
+    assert role_name["pattern"] == naming.ROLE_PATTERN.pattern
+    assert role_name["maxLength"] == naming.ROLE_MAX
+
+
+# --- selectors and worker ids -------------------------------------------------------------------
+
+
+def test_selectors():
+    assert release_selector("aw-exp-t") == "app.kubernetes.io/instance=aw-exp-t"
+    assert role_selector("aw-exp-t", "actor") == "app.kubernetes.io/instance=aw-exp-t,areal.io/role=actor"
+
+
+def test_selector_labels_are_the_charts():
+    helpers = HELPERS.read_text()
+    assert f"{naming.LABEL_INSTANCE}: {{{{ .Release.Name | quote }}}}" in helpers
+    assert f"{naming.LABEL_ROLE}: {{{{ .workload.name | quote }}}}" in helpers
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("actor/0", ("actor", 0)),
+    ("rollout/12", ("rollout", 12)),
+    ("a/b/3", ("a/b", 3)),
+    ("proxy_rollout/7", ("proxy_rollout", 7)),
+])
+def test_parse_worker_id(value, expected):
+    assert parse_worker_id(value) == expected
+    assert parse_worker_id(worker_id(*expected)) == expected
+
+
+@pytest.mark.parametrize("value", ["actor", "actor/", "/0", "actor/x", "actor/-1", "actor/1.5", "", "actor/ 1",
+                                   "actor/\u00b2", "actor/\u2460"])
+def test_parse_worker_id_rejects(value):
+    assert parse_worker_id(value) is None
+
+
+def test_worker_id():
+    assert worker_id("actor", 3) == "actor/3"
