@@ -11,6 +11,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 EVENT_LIMIT = 10
 
 
@@ -67,7 +69,9 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self._lock = threading.RLock()
         self._workers: dict[str, list[Worker]] = {}
         self._ready_pods: dict[str, client.V1Pod] = {}  # pod name -> the pod as last seen Ready
+        self._pending: set[str] = set()  # roles changed since the last revision whose workers were all ready
         self._values = self._adopt()
+        self._good_revision = self._read_good_revision()
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -102,6 +106,85 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 raise WorkerCreationError(key, "helm failed", text) from error
             raise SchedulerError(f"helm failed for release {self.release} in namespace {self.namespace}: {text}") \
                 from error
+
+    def _topology_configmap(self) -> client.V1ConfigMap | None:
+        selector = f"{naming.release_selector(self.release)},{naming.LABEL_COMPONENT}=topology"
+        items = self.core.list_namespaced_config_map(self.namespace, label_selector=selector).items
+        return items[0] if items else None
+
+    def _read_good_revision(self) -> int | None:
+        """The last revision whose workers were all ready, as recorded on the release's topology ConfigMap
+        (so a restarted controller rolls back to the same place); else the adopted revision when deployed."""
+        configmap = self._topology_configmap()
+        recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
+        if recorded and recorded.isdigit():
+            return int(recorded)
+        current = self._helm(self.releases.current(self.release))
+        return current.revision if current is not None and current.status.value == "deployed" else None
+
+    def _mark_good(self) -> None:
+        current = self._helm(self.releases.current(self.release))
+        if current is None or current.revision == self._good_revision:
+            return
+        self._good_revision = current.revision
+        configmap = self._topology_configmap()
+        if configmap is not None:
+            self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
+                "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(current.revision)}}})
+
+    def _mark_good_if_settled(self) -> None:
+        """A revision that only removed or mapped roles is as good as its predecessor, if nothing waits."""
+        if not self._pending:
+            self._mark_good()
+
+    def _roll_back(self, error: BaseException) -> None:
+        """After a change whose workers failed: back to the last revision whose workers were all ready, with the
+        pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken)."""
+        target = self._good_revision
+        if target is None:
+            self._helm(self.releases.uninstall(self.release))
+            self._wait_gone(naming.release_selector(self.release))
+            self._values, note = {}, f"uninstalled release {self.release}: no revision ever had all workers ready"
+        else:
+            gone = set(self._roles()) | set(self._forks())
+            self._helm(self.releases.rollback(self.release, target))
+            self._values = self._helm(self.releases.values(self.release))
+            for role in gone - set(self._roles()) - set(self._forks()):
+                self._wait_gone(naming.role_selector(self.release, role))
+            replaced = self._replace_stuck_pods()
+            self._mark_good()
+            note = f"rolled back release {self.release} to revision {target}" + (
+                f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
+        self._pending.clear()
+        self._workers.clear()
+        logger.warning("%s after: %s", note, error)
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+
+    def _replace_stuck_pods(self) -> list[str]:
+        replaced = []
+        statefulsets = self.apps.list_namespaced_stateful_set(
+            self.namespace, label_selector=naming.release_selector(self.release)).items
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            pods, _ = self.pods.list(selector)
+            for pod in pods:
+                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+                if revision != statefulset.status.update_revision and not is_ready(pod):
+                    self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+                    replaced.append(pod.metadata.name)
+        return replaced
+
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
+        deadline = time.monotonic() + timeout
+        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            statefulset = self.apps.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        return statefulset
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -201,6 +284,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                                           f"got {strategy.type!r}")
             values = self._with_role(role, spec, replicas)
             self._apply(values, f"create {role}: {replicas} worker(s)", role)
+            self._pending.add(role)
             ids = [naming.worker_id(role, i) for i in range(replicas)]
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
                 self._configure(self.get_workers(role))
@@ -228,7 +312,26 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 values["roles"][role]["replicas"] = replicas
                 self._apply(values, f"scale {role}: {current} -> {replicas} worker(s)", role)
                 self._workers.pop(role, None)
+                self._pending.add(role)
             return [naming.worker_id(role, i) for i in range(replicas)]
+
+    def update_workers(self, job: Job) -> list[str]:
+        """Replaces an existing role's SchedulingSpec (image, command, resources, env, replicas) in one helm
+        revision; the StatefulSet rolls its pods. If the new pods fail, get_workers rolls the release back."""
+        with self._lock:
+            self._require_managed("update_workers")
+            if job.role not in self._roles():
+                raise WorkerNotFoundError(job.role)
+            spec = self._spec(job)
+            if job.replicas != self._replicas(job.role) and any(
+                    t == job.role for t in [*self._colocations().values(), *(f["target"] for f in self._forks().values())]):
+                raise WorkerCreationError(job.role, "Replica count mismatch",
+                                          "colocated roles must keep the target's replica count; delete them first")
+            values = self._with_role(job.role, spec, job.replicas)
+            self._apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role)
+            self._workers.pop(job.role, None)
+            self._pending.add(job.role)
+            return [naming.worker_id(job.role, i) for i in range(job.replicas)]
 
     def _colocate(self, role: str, replicas: int, target: str | None, fork: bool) -> list[str]:
         if not target:
@@ -245,6 +348,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         values = copy.deepcopy(self._values)
         values.setdefault("colocations", {})[role] = target
         self._apply(values, f"colocate {role} on {target}", role)
+        self._mark_good_if_settled()
         return [naming.worker_id(target, i) for i in range(target_replicas)]
 
     def _configure(self, workers: list[Worker]) -> None:
@@ -263,11 +367,19 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 raise WorkerNotFoundError(role)
             timeout = self.config.ready_timeout if timeout is None else timeout
             fork = self._forks().get(role)
-            if fork is not None and fork.get("mode", "process") == "process":
-                workers = self._process_fork_workers(role, fork, timeout)
-            else:
-                workers = self._wait_for_pods(role, timeout)
+            try:
+                if fork is not None and fork.get("mode", "process") == "process":
+                    workers = self._process_fork_workers(role, fork, timeout)
+                else:
+                    workers = self._wait_for_pods(role, timeout)
+            except (WorkerFailedError, WorkerTimeoutError) as error:
+                if role in self._pending and self.config.ownership == "managed":
+                    self._roll_back(error)
+                raise
             self._workers[role] = workers
+            self._pending.discard(role)
+            if not self._pending and self.config.ownership == "managed":
+                self._mark_good()
             return workers
 
     def _role_ports(self, role: str) -> list[str]:
@@ -289,6 +401,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             error = WorkerTimeoutError(role, timeout)
             raise attach_diagnosis(error, self._timeout_diagnosis(role, replicas, timed_out.pods)) from None
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
+        # From here on AReaL holds these workers: a restart or replacement of their pods loses its engines.
+        self._ready_pods.update({p.metadata.name: p for p in by_index.values()})
         ports = self._role_ports(role)
         return [Worker(id=naming.worker_id(role, i), ip=by_index[i].status.pod_ip, worker_ports=list(ports))
                 for i in range(replicas)]
@@ -310,8 +424,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         ready_pod = self._ready_pods.get(pod.metadata.name)
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod)
         if problem is None or not problem.fatal:
-            if problem is None and is_ready(pod):
-                self._ready_pods[pod.metadata.name] = pod
             return
         nodes = self._nodes()
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
@@ -417,6 +529,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 self._apply(values, f"delete {role}", role)
                 self._wait_gone(naming.role_selector(self.release, role))
             self._workers.pop(role, None)
+            self._pending.discard(role)
+            self._mark_good_if_settled()
 
     def _delete_all(self, reverse_order: bool) -> None:
         if not self._values and self._helm(self.releases.current(self.release)) is None:
@@ -430,7 +544,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 self._scale_down_to_rank_zero(role)
         self._helm(self.releases.uninstall(self.release))
         self._wait_gone(naming.release_selector(self.release))
-        self._values, self._workers = {}, {}
+        self._values, self._workers, self._good_revision = {}, {}, None
+        self._pending.clear()
 
     def _scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
@@ -505,6 +620,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         workers = [Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
                    for i, t in enumerate(targets)]
         self._workers[role] = workers
+        self._mark_good_if_settled()
         if self.exp_config is not None:
             self._configure(workers)
         return [w.id for w in workers]
@@ -540,18 +656,16 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         await asyncio.gather(*(self.guard.kill_forked(targets[i], role, i) for i in indices), return_exceptions=True)
 
     def _fork_pods(self, role: str, target_role: str, command: str | None) -> list[str]:
-        before = self._helm(self.releases.current(self.release))
         values = copy.deepcopy(self._values)
         fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
         if command:
             fork["command"] = [self.config.python_executable, "-m", command]
         values.setdefault("forks", {})[role] = fork
         self._apply(values, f"fork {role} from {target_role} (pods)", role)
+        self._pending.add(role)
         try:
-            workers = self.get_workers(role)
+            workers = self.get_workers(role)  # rolls the release back on failure
         except (WorkerFailedError, WorkerTimeoutError) as error:
-            self._restore(before)
-            self._values = self._helm(self.releases.values(self.release))
             raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
         return [w.id for w in workers]
 

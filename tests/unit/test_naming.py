@@ -119,9 +119,16 @@ def test_collision_pair_is_distinct():
 
 
 def test_distinct_pairs_with_same_slug_are_distinct():
-    pairs = [("a", "b_c"), ("a_b", "c"), ("a-b", "c"), ("a", "b-c"), ("A", "b-c"), ("a", "B_C"), ("a.b", "c")]
+    pairs = [("a", "b_c"), ("a_b", "c"), ("a-b", "c"), ("A", "b-c"), ("a", "B_C"), ("a.b", "c")]
     names = [release_name(*p) for p in pairs]
     assert len(set(names)) == len(pairs), names
+
+
+def test_dash_split_between_experiment_and_trial_is_distinct():
+    """Experiment names may contain '-'; AReaL documents (but does not enforce) that trial names do not.
+    ("a-b", "c") and ("a", "b-c") are two different trials and must not share one helm release."""
+    assert release_name("a-b", "c") != release_name("a", "b-c")
+    assert release_name("gsm8k-grpo", "run-1") != release_name("gsm8k", "grpo-run-1")
 
 
 # --- role_problem -------------------------------------------------------------------------------

@@ -1,0 +1,261 @@
+import pytest
+
+pytestmark = pytest.mark.unit
+
+import dataclasses  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from areal_workers.config import (  # noqa: E402
+    BUNDLED_CHART,
+    ENVIRONMENT,
+    ConfigError,
+    KubernetesSchedulerConfig,
+    parse_node_selector,
+)
+
+ALL_VARIABLES = {
+    "AREAL_K8S_NAMESPACE": "areal",
+    "AREAL_K8S_CONTEXT": "gpu-cluster",
+    "AREAL_K8S_SERVICE_ACCOUNT": "areal-sa",
+    "AREAL_K8S_IMAGE_PULL_POLICY": "Always",
+    "AREAL_K8S_TERMINATION_GRACE_SECONDS": "120",
+    "AREAL_K8S_NODE_SELECTOR": "pool=gpu,zone=a",
+}
+
+
+# --- defaults -----------------------------------------------------------------------------------
+
+
+def test_defaults():
+    config = KubernetesSchedulerConfig()
+    assert config.namespace == "default"
+    assert config.kubeconfig is None and config.context is None
+    assert config.chart == str(BUNDLED_CHART)
+    assert (Path(config.chart) / "Chart.yaml").is_file()
+    assert config.chart_version is None and config.chart_repo is None
+    assert config.values_files == ()
+    assert config.image is None
+    assert config.image_pull_policy is None
+    assert config.image_pull_secrets == ()
+    assert config.service_account is None
+    assert config.termination_grace_seconds is None
+    assert dict(config.node_selector) == {}
+    assert config.guard_port == 8000
+    assert config.n_gpus_per_node == 8
+    assert config.python_executable == "python"
+    assert config.fork_module == "areal.infra.rpc.rpc_server"
+    assert config.helm_executable == "helm"
+    assert config.helm_timeout == 300.0
+    assert config.history_max == 10
+    assert config.ready_timeout == 600.0
+    assert config.fork_mode == "process"
+    assert config.fork_ready_timeout == 60.0
+    assert config.ownership == "managed"
+    assert config.release_name is None
+
+
+def test_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        KubernetesSchedulerConfig().namespace = "other"  # type: ignore[misc]
+
+
+def test_default_node_selector_is_not_shared():
+    first, second = KubernetesSchedulerConfig(), KubernetesSchedulerConfig()
+    first.node_selector["x"] = "y"  # type: ignore[index]
+    assert dict(second.node_selector) == {}
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields,field_name", [
+    ({"image_pull_policy": "always"}, "image_pull_policy"),
+    ({"image_pull_policy": ""}, "image_pull_policy"),
+    ({"fork_mode": "thread"}, "fork_mode"),
+    ({"ownership": "shared"}, "ownership"),
+    ({"guard_port": 0}, "guard_port"),
+    ({"guard_port": 65536}, "guard_port"),
+    ({"guard_port": -1}, "guard_port"),
+    ({"termination_grace_seconds": -1}, "termination_grace_seconds"),
+    ({"helm_timeout": 0}, "helm_timeout"),
+    ({"helm_timeout": -5.0}, "helm_timeout"),
+    ({"ready_timeout": 0}, "ready_timeout"),
+    ({"fork_ready_timeout": -1}, "fork_ready_timeout"),
+    ({"history_max": 1}, "history_max"),
+    ({"history_max": 0}, "history_max"),
+])
+def test_invalid_values_rejected_naming_the_field(fields, field_name):
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig(**fields)
+    assert field_name in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("fields", [
+    {"image_pull_policy": "Always"}, {"image_pull_policy": "IfNotPresent"}, {"image_pull_policy": "Never"},
+    {"fork_mode": "pod"}, {"guard_port": 1}, {"guard_port": 65535}, {"termination_grace_seconds": 0},
+    {"history_max": 2}, {"helm_timeout": 0.5},
+])
+def test_boundary_values_accepted(fields):
+    config = KubernetesSchedulerConfig(**fields)
+    for key, value in fields.items():
+        assert getattr(config, key) == value
+
+
+def test_external_ownership_requires_release_name():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig(ownership="external")
+    assert "release_name" in str(info.value)
+    with pytest.raises(ConfigError):
+        KubernetesSchedulerConfig(ownership="external", release_name="")
+    config = KubernetesSchedulerConfig(ownership="external", release_name="their-release")
+    assert config.release_name == "their-release"
+
+
+def test_image_pull_policy_message_lists_the_choices():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig(image_pull_policy="sometimes")
+    assert "Always" in str(info.value) and "IfNotPresent" in str(info.value) and "Never" in str(info.value)
+    assert "'sometimes'" in str(info.value)
+
+
+# --- from_env -----------------------------------------------------------------------------------
+
+
+def test_environment_table_is_pr_1316s():
+    assert set(ENVIRONMENT) == set(ALL_VARIABLES)
+
+
+def test_from_env_reads_every_variable():
+    config = KubernetesSchedulerConfig.from_env(dict(ALL_VARIABLES))
+    assert config.namespace == "areal"
+    assert config.context == "gpu-cluster"
+    assert config.service_account == "areal-sa"
+    assert config.image_pull_policy == "Always"
+    assert config.termination_grace_seconds == 120
+    assert isinstance(config.termination_grace_seconds, int)
+    assert dict(config.node_selector) == {"pool": "gpu", "zone": "a"}
+    # everything else keeps its default
+    default = KubernetesSchedulerConfig()
+    for field in dataclasses.fields(KubernetesSchedulerConfig):
+        if field.name not in ENVIRONMENT.values():
+            assert getattr(config, field.name) == getattr(default, field.name), field.name
+
+
+def test_from_env_empty_mapping_is_the_default():
+    assert KubernetesSchedulerConfig.from_env({}) == KubernetesSchedulerConfig()
+
+
+def test_from_env_empty_values_are_ignored():
+    config = KubernetesSchedulerConfig.from_env(dict.fromkeys(ALL_VARIABLES, ""))
+    assert config == KubernetesSchedulerConfig()
+
+
+def test_from_env_ignores_other_variables():
+    config = KubernetesSchedulerConfig.from_env({"AREAL_K8S_IMAGE": "x:y", "NAMESPACE": "n", "HOME": "/root"})
+    assert config == KubernetesSchedulerConfig()
+
+
+def test_from_env_defaults_to_os_environ(monkeypatch):
+    for variable in ALL_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AREAL_K8S_NAMESPACE", "from-os")
+    assert KubernetesSchedulerConfig.from_env().namespace == "from-os"
+
+
+def test_explicit_environ_wins_over_os_environ(monkeypatch):
+    monkeypatch.setenv("AREAL_K8S_NAMESPACE", "from-os")
+    assert KubernetesSchedulerConfig.from_env({}).namespace == "default"
+
+
+@pytest.mark.parametrize("raw", ["abc", "1.5", "30s", "ten"])
+def test_bad_termination_grace_seconds(raw):
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_TERMINATION_GRACE_SECONDS": raw})
+    assert "AREAL_K8S_TERMINATION_GRACE_SECONDS" in str(info.value)
+    assert repr(raw) in str(info.value)
+
+
+def test_negative_termination_grace_seconds_from_env():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_TERMINATION_GRACE_SECONDS": "-1"})
+    assert "termination_grace_seconds" in str(info.value)
+
+
+def test_bad_pull_policy_from_env():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_IMAGE_PULL_POLICY": "always"})
+    assert "image_pull_policy" in str(info.value)
+
+
+def test_node_selector_json_from_env():
+    config = KubernetesSchedulerConfig.from_env({"AREAL_K8S_NODE_SELECTOR": '{"nvidia.com/gpu.product": "H100"}'})
+    assert dict(config.node_selector) == {"nvidia.com/gpu.product": "H100"}
+
+
+@pytest.mark.parametrize("raw", ["pool", "=gpu", "pool=gpu,zone", '{"pool": 1}', '{"pool": "gpu"', '["pool"]',
+                                 '{"pool": null}'])
+def test_bad_node_selector_from_env_names_the_variable(raw):
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_NODE_SELECTOR": raw})
+    assert "AREAL_K8S_NODE_SELECTOR" in str(info.value)
+
+
+def test_unknown_override_rejected_listing_known_fields():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({}, namespce="x", imag="y")
+    message = str(info.value)
+    assert "imag, namespce" in message
+    for field in dataclasses.fields(KubernetesSchedulerConfig):
+        assert field.name in message
+
+
+def test_explicit_overrides_win_over_env():
+    config = KubernetesSchedulerConfig.from_env(
+        dict(ALL_VARIABLES), namespace="explicit", termination_grace_seconds=5, node_selector={"k": "v"},
+        image="repo:tag")
+    assert config.namespace == "explicit"
+    assert config.termination_grace_seconds == 5
+    assert dict(config.node_selector) == {"k": "v"}
+    assert config.image == "repo:tag"
+    assert config.context == "gpu-cluster"  # not overridden: from the environment
+
+
+def test_overrides_are_validated():
+    """Overrides are validated like constructor arguments."""
+    with pytest.raises(ConfigError):
+        KubernetesSchedulerConfig.from_env({}, guard_port=0)
+
+
+def test_override_fixes_external_ownership():
+    config = KubernetesSchedulerConfig.from_env({}, ownership="external", release_name="r")
+    assert (config.ownership, config.release_name) == ("external", "r")
+
+
+# --- parse_node_selector ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("k=v,k2=v2", {"k": "v", "k2": "v2"}),
+    (" k = v , k2=v2 ,", {"k": "v", "k2": "v2"}),
+    ("node.kubernetes.io/instance-type=p5.48xlarge", {"node.kubernetes.io/instance-type": "p5.48xlarge"}),
+    ("empty=", {"empty": ""}),
+    ("", {}),
+    ('{"k": "v", "k2": "v2"}', {"k": "v", "k2": "v2"}),
+    ('  {"k": "v"}  ', {"k": "v"}),
+    ("{}", {}),
+])
+def test_parse_node_selector(raw, expected):
+    assert parse_node_selector(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["k", "=v", "k=v,nokey", "{not json", '{"k": 1}', '{"k": ["v"]}'])
+def test_parse_node_selector_rejects(raw):
+    with pytest.raises(ConfigError) as info:
+        parse_node_selector(raw, "SOURCE")
+    assert "SOURCE" in str(info.value)
+
+
+def test_parse_node_selector_json_must_be_an_object():
+    with pytest.raises(ConfigError):
+        parse_node_selector("[1, 2]")

@@ -1,0 +1,130 @@
+import pytest
+
+pytestmark = pytest.mark.unit
+
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import sysconfig  # noqa: E402
+import tomllib  # noqa: E402
+import zipfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_FILES = [
+    "Chart.yaml",
+    "values.yaml",
+    "values.schema.json",
+    ".helmignore",
+    "templates/_helpers.tpl",
+    "templates/statefulset.yaml",
+    "templates/tests/test-health.yaml",
+    "templates/NOTES.txt",
+]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _build_requirements_installed() -> bool:
+    """True when this interpreter already satisfies [build-system].requires (then no isolated build is needed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    for text in requires:
+        requirement = Requirement(text)
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            return False
+        if installed not in requirement.specifier:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of the project (so the build leaves nothing in the work tree)."""
+    root = tmp_path_factory.mktemp("packaging")
+    source = root / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", "*.egg-info", "build", "dist")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("adapter", "charts"):
+        shutil.copytree(REPO / name, source / name, symlinks=True, ignore=ignore)
+    assert (source / "adapter" / "areal_workers" / "chart").is_symlink()
+    out = root / "dist"
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)]
+    if _build_requirements_installed():
+        command.insert(command.index("--no-deps"), "--no-build-isolation")
+    process = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300, cwd=str(root))
+    assert process.returncode == 0, f"{command}\n{process.stdout}\n{process.stderr}"
+    wheels = list(out.glob("areal_workers-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_contains_the_chart(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [f"areal_workers/chart/{name}" for name in CHART_FILES if f"areal_workers/chart/{name}" not in names]
+    assert not missing, missing
+
+
+def test_wheel_contains_every_chart_file_with_the_same_content(wheel):
+    chart = REPO / "charts" / "areal-workers"
+    expected = {path.relative_to(chart).as_posix() for path in chart.rglob("*") if path.is_file()}
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {name.removeprefix("areal_workers/chart/") for name in archive.namelist()
+                    if name.startswith("areal_workers/chart/")}
+        assert packaged == expected
+        for name in CHART_FILES:
+            assert archive.read(f"areal_workers/chart/{name}") == (chart / name).read_bytes(), name
+
+
+def test_wheel_contains_the_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = REPO / "adapter" / "areal_workers"
+    for module in package.glob("*.py"):
+        assert f"areal_workers/{module.name}" in names
+    assert "areal_workers/py.typed" in names
+    assert not any(name.startswith(("tests/", "charts/", "adapter/")) for name in names)
+
+
+def test_installed_wheel_uses_its_bundled_chart(wheel, tmp_path):
+    """Installed into a fresh venv (without dependencies; they come from this venv, after the wheel on sys.path),
+    areal_workers.config.BUNDLED_CHART is the chart inside that venv's site-packages."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120, env=_env())
+    python = venv / "bin" / "python"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                              "--no-index", "-q", str(wheel)], env=_env(), capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True, env=_env()).stdout.strip())
+    # This venv's dependencies (kubernetes, pyhelm3, ...) go after the fresh site-packages. A .pth line only
+    # appends a path: the editable install's own .pth in that directory is not processed.
+    (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([str(python), "-c", (
+        "import json, areal_workers, areal_workers.config as c\n"
+        "print(json.dumps({'package': areal_workers.__file__, 'chart': str(c.BUNDLED_CHART),"
+        " 'default': c.KubernetesSchedulerConfig().chart}))")],
+        env=_env(), capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout.strip().splitlines()[-1])
+    site = site.resolve()
+    package = Path(result["package"]).resolve()
+    chart = Path(result["chart"])
+    assert package.is_relative_to(site), (package, site)
+    assert chart.resolve().is_relative_to(site), (chart, site)
+    assert chart.is_dir() and not chart.is_symlink()
+    assert (chart / "Chart.yaml").is_file()
+    assert (chart / "templates" / "statefulset.yaml").is_file()
+    assert result["default"] == str(chart)
+    assert (chart / "Chart.yaml").read_bytes() == (REPO / "charts" / "areal-workers" / "Chart.yaml").read_bytes()
