@@ -331,6 +331,16 @@ class LocalCluster:
         self.kubeconfig.unlink(missing_ok=True)
         _say("local cluster stopped")
 
+    def restart(self, name: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
+        """Stops one component, waits `down_seconds`, starts it again (fault injection: apiserver restarts)."""
+        component = next((c for c in self.components() if c.name == name), None)
+        if component is None:
+            raise ClusterError(f"no component {name!r}; known: {', '.join(c.name for c in self.components())}")
+        self._stop_processes([component])
+        time.sleep(down_seconds)
+        self._start(component)
+        self._wait_healthy(component, time.monotonic() + timeout)
+
     # --- nodes and identities ----------------------------------------------------------------------
 
     def kubectl(self, *args: str, input: str | None = None) -> str:

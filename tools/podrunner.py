@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -203,8 +204,8 @@ class PodRunner:
                     continue
                 self.errors.append(f"watch: {error.status} {error.reason}")
                 time.sleep(0.5)
-            except (urllib.error.URLError, OSError) as error:  # apiserver restarting
-                self.errors.append(f"watch: {error}")
+            except (urllib3.exceptions.HTTPError, OSError):  # apiserver restarting: reconnect, relist
+                version = None
                 time.sleep(0.5)
 
     def _on_pod(self, event: str, pod: client.V1Pod) -> None:
@@ -321,12 +322,11 @@ class PodRunner:
         healthy = pod.probe_url is None or _probe(pod.probe_url)
         # Until first Ready, probe fast so tests do not wait a whole period; afterwards at the pod's period.
         pod.next_probe = now + (pod.probe_period if healthy else 0.2)
-        if healthy != pod.ready:
+        if healthy != pod.ready and self._write_container_state(namespace, name, pod, ready=healthy):
             pod.ready = healthy
-            self._write_container_state(namespace, name, pod, ready=healthy)
 
     def _write_container_state(self, namespace: str, name: str, pod: ManagedPod, ready: bool,
-                               last_terminated: dict | None = None) -> None:
+                               last_terminated: dict | None = None) -> bool:
         status = "True" if ready else "False"
         container_status: dict = {"name": pod.container, "ready": ready,
                                   "restartCount": pod.restarts, "started": pod.process is not None,
@@ -337,14 +337,19 @@ class PodRunner:
                                                      "message": "back-off restarting failed container"}}
         conditions = [{"type": kind, "status": status, "lastTransitionTime": _now(),
                        **({} if ready else {"reason": "ContainersNotReady"})} for kind in ("ContainersReady", "Ready")]
-        self._patch_status(namespace, name, {"conditions": conditions, "containerStatuses": [container_status]})
+        return self._patch_status(namespace, name, {"conditions": conditions, "containerStatuses": [container_status]})
 
-    def _patch_status(self, namespace: str, name: str, status: dict) -> None:
+    def _patch_status(self, namespace: str, name: str, status: dict) -> bool:
+        """Writes pod status; False when it could not (the caller tries again on its next probe)."""
         try:
             self.api.patch_namespaced_pod_status(name, namespace, {"status": status})
         except ApiException as error:
             if error.status != 404:  # the pod is gone: nothing to report
                 self.errors.append(f"status of {namespace}/{name}: {error.status} {error.reason}")
+            return False
+        except (urllib3.exceptions.HTTPError, OSError):  # apiserver restarting
+            return False
+        return True
 
 
 def _probe(url: str) -> bool:

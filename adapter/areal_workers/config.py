@@ -39,7 +39,8 @@ class KubernetesSchedulerConfig:
         kubeconfig / context: cluster credentials (None: in-cluster config, then ~/.kube/config).
         chart: chart directory, packaged chart, `repo/name` or `oci://` reference; default: the chart in this wheel.
         chart_version / chart_repo: for repository and OCI references.
-        values_files: extra values files merged under the adapter's values (platform defaults).
+        values_files: extra values files merged under the adapter's values (platform defaults); their
+            `roles.<name>` entries apply when the scheduler creates that role.
         image: default worker image ("repo:tag") for specs that do not name a Kubernetes image.
         image_pull_policy / image_pull_secrets: as in a pod spec.
         service_account: the workers' ServiceAccount (None: the chart creates one).

@@ -17,12 +17,10 @@ TOPOLOGY_SUFFIX = "-topology"
 
 
 def release_name(experiment: str, trial: str) -> str:
-    """One release per (experiment, trial): `aw-<experiment>-<trial>` as a DNS-1123 label of <= 53 characters.
-    When sanitizing loses information or the name is too long, a hash of the raw pair keeps names distinct."""
-    raw = f"aw-{experiment}-{trial}"
-    slug = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")
-    if slug == raw and len(slug) <= RELEASE_NAME_MAX:
-        return slug
+    """One release per (experiment, trial): `aw-<experiment>-<trial>-<hash>` as a DNS-1123 label of <= 53
+    characters; the hash of the raw pair keeps names distinct whatever sanitizing and truncation did."""
+    slug = re.sub(r"[^a-z0-9]+", "-", f"aw-{experiment}-{trial}".lower()).strip("-")
+    # Always hashed: ("a-b", "c") and ("a", "b-c") read the same once joined.
     digest = hashlib.sha256(f"{experiment}/{trial}".encode()).hexdigest()[:8]
     return f"{slug[:RELEASE_NAME_MAX - 9].rstrip('-')}-{digest}"
 
@@ -34,8 +32,10 @@ def role_problem(role: str) -> str | None:
     if len(role) > ROLE_MAX:
         return f"role {role!r} is {len(role)} characters; at most {ROLE_MAX} fit Kubernetes object names"
     if not ROLE_PATTERN.match(role):
+        suggestion = re.sub(r"[^a-z0-9_-]+", "-", role.lower()).strip("-_")
+        suggestion = suggestion if suggestion[:1].isalpha() else f"role-{suggestion}".rstrip("-")
         return (f"role {role!r} must be lowercase letters, digits, '-' or '_', start with a letter and end with "
-                f"a letter or digit (e.g. {re.sub(r'[^a-z0-9_-]+', '-', role.lower()).strip('-_') or 'actor'!r})")
+                f"a letter or digit (e.g. {suggestion[:ROLE_MAX].rstrip('-_')!r})")
     return None
 
 
@@ -53,6 +53,6 @@ def worker_id(role: str, index: int) -> str:
 
 def parse_worker_id(value: str) -> tuple[str, int] | None:
     role, sep, index = value.rpartition("/")
-    if not sep or not role or not index.isdigit():
+    if not sep or not role or not (index.isascii() and index.isdigit()):
         return None
     return role, int(index)

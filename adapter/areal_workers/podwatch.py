@@ -74,8 +74,7 @@ class PodWatch:
                     raise
                 version = None  # 410 Gone or a server error: relist
                 self._pause(deadline, pods)
-            except (urllib3.exceptions.HTTPError, ConnectionError) as error:  # apiserver unreachable (restart)
-                del error
+            except (urllib3.exceptions.HTTPError, ConnectionError):  # apiserver unreachable (restarting)
                 version = None
                 self._pause(deadline, pods)
 

@@ -88,17 +88,25 @@ class Releases:
         revision = await self.current(name)
         return {} if revision is None else (await revision.values())
 
+    def layered(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The values files under `values`. A file's `roles.<name>` (per-role placement, volumes, ...) applies
+        once the scheduler creates that role, and never creates one by itself."""
+        files = copy.deepcopy(self.file_values)
+        files["roles"] = {role: settings for role, settings in (files.get("roles") or {}).items()
+                          if role in (values.get("roles") or {})}
+        return merge_values(files, values)
+
     async def apply(self, name: str, values: dict[str, Any], description: str) -> ReleaseRevision:
         """One `helm upgrade --install` with exactly these values (over the configured values files)."""
         return await self.client.install_or_upgrade_release(
-            name, await self.chart(), merge_values(self.file_values, values), namespace=self.namespace,
+            name, await self.chart(), self.layered(values), namespace=self.namespace,
             description=description[:200], reset_values=True, wait=False, create_namespace=False)
 
     async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         """The manifests an apply would send (helm template: no cluster access)."""
         chart = await self.chart()
         return list(await self.client.template_resources(
-            chart, name, merge_values(self.file_values, values), namespace=self.namespace))
+            chart, name, self.layered(values), namespace=self.namespace))
 
     async def history(self, name: str) -> list[ReleaseRevision]:
         revision = await self.current(name)

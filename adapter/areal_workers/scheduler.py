@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config as kube_config
@@ -70,6 +69,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self._workers: dict[str, list[Worker]] = {}
         self._ready_pods: dict[str, client.V1Pod] = {}  # pod name -> the pod as last seen Ready
         self._pending: set[str] = set()  # roles changed since the last revision whose workers were all ready
+        self._may_list_nodes = True
         self._values = self._adopt()
         self._good_revision = self._read_good_revision()
 
@@ -132,6 +132,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
                 "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(current.revision)}}})
 
+    def _forget_pods(self, role: str | None = None) -> None:
+        """Pods the scheduler replaces on purpose (delete, scale, update, rollback) are no longer 'held'."""
+        self._ready_pods = {name: pod for name, pod in self._ready_pods.items()
+                            if role is not None and (pod.metadata.labels or {}).get(naming.LABEL_ROLE) != role}
+
     def _mark_good_if_settled(self) -> None:
         """A revision that only removed or mapped roles is as good as its predecessor, if nothing waits."""
         if not self._pending:
@@ -155,8 +160,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._mark_good()
             note = f"rolled back release {self.release} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
+        for role in self._pending:
+            self._workers.pop(role, None)
+            self._forget_pods(role)
         self._pending.clear()
-        self._workers.clear()
         logger.warning("%s after: %s", note, error)
         if hasattr(error, "add_note"):
             error.add_note(note)
@@ -312,6 +319,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 values["roles"][role]["replicas"] = replicas
                 self._apply(values, f"scale {role}: {current} -> {replicas} worker(s)", role)
                 self._workers.pop(role, None)
+                self._forget_pods(role)
                 self._pending.add(role)
             return [naming.worker_id(role, i) for i in range(replicas)]
 
@@ -330,6 +338,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             values = self._with_role(job.role, spec, job.replicas)
             self._apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role)
             self._workers.pop(job.role, None)
+            self._forget_pods(job.role)
             self._pending.add(job.role)
             return [naming.worker_id(job.role, i) for i in range(job.replicas)]
 
@@ -392,8 +401,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         replicas = self._replicas(role)
         selector = naming.role_selector(self.release, role)
 
+        nodes = self._nodes()  # once per wait: a NotReady node fails pods that still look Ready
+
         def check(pod: client.V1Pod) -> None:
-            self._raise_if_failed(role, pod)
+            self._raise_if_failed(role, pod, nodes)
 
         try:
             pods = self.pods.wait(selector, all_ready(replicas), timeout, on_pod=check)
@@ -418,14 +429,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                                     f"workers of {fork['target']}: delete_workers('{role}') and fork again")
         return workers
 
-    def _raise_if_failed(self, role: str, pod: client.V1Pod) -> None:
-        """Fails the role at once when one of its pods has a fatal problem (diagnosed from status alone; events,
-        logs and nodes are fetched only then)."""
+    def _raise_if_failed(self, role: str, pod: client.V1Pod, nodes: list[client.V1Node] | None = None) -> None:
+        """Fails the role at once when one of its pods has a fatal problem (diagnosed from status and nodes;
+        events and logs are fetched only then)."""
         ready_pod = self._ready_pods.get(pod.metadata.name)
-        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod)
+        nodes = self._nodes() if nodes is None else nodes
+        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
         if problem is None or not problem.fatal:
             return
-        nodes = self._nodes()
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
                                          events=self._events(pod), log_tail=self._log_tail(pod)) or problem
         index = pod_index(pod)
@@ -456,10 +467,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def _nodes(self) -> list[client.V1Node]:
         """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
         controller Role does not grant, so without it the diagnosis goes on from pod status and events."""
+        if not self._may_list_nodes:
+            return []
         try:
             return self.core.list_node().items
         except ApiException as error:
-            if error.status != 403:
+            if error.status == 403:
+                self._may_list_nodes = False
+            else:
                 logger.warning("cannot list nodes: %s", error.reason)
             return []
 
@@ -529,6 +544,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 self._apply(values, f"delete {role}", role)
                 self._wait_gone(naming.role_selector(self.release, role))
             self._workers.pop(role, None)
+            self._forget_pods(role)
             self._pending.discard(role)
             self._mark_good_if_settled()
 
@@ -546,6 +562,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self._wait_gone(naming.release_selector(self.release))
         self._values, self._workers, self._good_revision = {}, {}, None
         self._pending.clear()
+        self._forget_pods()
 
     def _scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""

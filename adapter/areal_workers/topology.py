@@ -23,6 +23,8 @@ DEFAULT_COMMAND = "python -m areal.infra.rpc.rpc_server"
 DEFAULT_TASK: dict[str, Any] = {"cpu": 1, "gpu": 0, "mem": 1, "port_count": 2, "cmd": DEFAULT_COMMAND}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
                     "NUMEXPR_NUM_THREADS")
+MAX_PORTS = 101  # the guard and the chart's extraPorts maximum of 100
+NAME_RESOLVE_TYPES = ("nfs", "etcd3")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # Variables the chart sets from the downward API; a role may not override them.
 RESERVED_ENV = frozenset({"POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX"})
@@ -99,9 +101,10 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
         raise TopologyError(role, "Invalid resources", f"SchedulingSpec.mem (GiB) must be > 0, got {spec.mem}")
     if int(spec.gpu) != spec.gpu:
         raise TopologyError(role, "Invalid resources", f"SchedulingSpec.gpu must be a whole number, got {spec.gpu}")
-    if spec.port_count < 1:
+    if not 1 <= spec.port_count <= MAX_PORTS:
         raise TopologyError(role, "Invalid configuration",
-                            f"SchedulingSpec.port_count must be >= 1 (the first port is the guard), got {spec.port_count}")
+                            f"SchedulingSpec.port_count must be within 1..{MAX_PORTS} (the first port is the guard), "
+                            f"got {spec.port_count}")
     if spec.cmd and "--port" in spec.cmd:
         raise TopologyError(role, "Custom command should not include --port argument",
                             "The scheduler automatically allocates and provides the port.")
@@ -150,7 +153,7 @@ def worker_command(spec: SchedulingSpec, python_executable: str) -> list[str]:
 
 def role_values(spec: SchedulingSpec, replicas: int, config: KubernetesSchedulerConfig) -> dict[str, Any]:
     """`roles.<role>` of the chart for one AReaL role."""
-    env = {name: str(spec.cpu) for name in THREAD_VARIABLES}
+    env = {name: str(max(1, int(spec.cpu))) for name in THREAD_VARIABLES}  # thread counts are whole numbers
     env.update({key: str(value) for key, value in (spec.env_vars or {}).items()})
     values: dict[str, Any] = {
         "replicas": replicas,
@@ -209,4 +212,9 @@ def cluster_values(exp_config: Any) -> dict[str, Any]:
                    "nfsRecordRoot": getattr(name_resolve, "nfs_record_root", None),
                    "etcd3Addr": getattr(name_resolve, "etcd3_addr", None)}
         values["nameResolve"] = {k: str(v) for k, v in resolve.items() if v}
+        kind = values["nameResolve"].get("type")
+        if kind is not None and kind not in NAME_RESOLVE_TYPES:
+            raise TopologyError("cluster.name_resolve", f"name_resolve type {kind!r} does not work on Kubernetes",
+                                f"use one of {', '.join(NAME_RESOLVE_TYPES)}: workers in pods reach an NFS path or "
+                                f"an etcd3 server, not the controller's Ray cluster")
     return values

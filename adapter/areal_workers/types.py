@@ -12,9 +12,13 @@ __all__ = ["Job", "SchedulingSpec", "SchedulingStrategy", "Worker", "AREAL_SCHED
 
 
 def _import_areal(module: str) -> Any | None:
+    """AReaL's module, or None when areal is absent or cannot be imported here (e.g. torch is missing)."""
     if importlib.util.find_spec("areal") is None:
         return None
-    return importlib.import_module(module)
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
 
 
 _scheduler_api = _import_areal("areal.api.scheduler_api")

@@ -66,3 +66,48 @@ def pod_runner(kubeconfig, tmp_path):
     for runner in runners:
         runner.stop()
         assert runner.errors == [], runner.errors
+
+
+@pytest.fixture
+def identity() -> str:
+    """Who the scheduler acts as: "admin", or "rbac" (the least-privilege controller of rbac/)."""
+    return "admin"
+
+
+@pytest.fixture
+def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path, identity):
+    """KubernetesSchedulers for the test's namespace, with its worker pods run by podrunner; each is deleted
+    and closed after the test. `extra_values` adds a values file (e.g. per-role pod annotations)."""
+    import json
+    import sys
+
+    from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
+    from clusterlib import RUN_PODS, controller_kubeconfig
+
+    pod_runner(namespace)
+    run_pods = tmp_path / "run-pods.json"
+    run_pods.write_text(json.dumps(RUN_PODS))
+    credentials = kubeconfig if identity == "admin" else controller_kubeconfig(kubeconfig, namespace,
+                                                                              tmp_path / "controller.yaml")
+    made = []
+
+    def make(trial: str = "trial0", exp_config=None, extra_values: dict | None = None, **overrides):
+        files = [str(run_pods)]
+        if extra_values:
+            extra = tmp_path / f"extra-{len(made)}.json"
+            extra.write_text(json.dumps(extra_values))
+            files.append(str(extra))
+        settings = dict(namespace=namespace, kubeconfig=str(credentials), helm_executable=helm_executable,
+                        values_files=tuple(files), ready_timeout=60.0, python_executable=sys.executable,
+                        fork_module="areal_workers.reference_guard", helm_timeout=60.0)
+        settings.update(overrides)
+        named = {} if exp_config else {"experiment_name": "exp", "trial_name": trial}
+        scheduler = KubernetesScheduler(exp_config, config=KubernetesSchedulerConfig(**settings), **named)
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        if scheduler.config.ownership == "managed":
+            scheduler.delete_workers()
+        scheduler.close()

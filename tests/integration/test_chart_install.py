@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import subprocess
 import urllib.request
 from pathlib import Path
 
-import pytest
-import yaml
 from kubernetes import client
 
 from localcluster import REPO_ROOT, service_account_kubeconfig

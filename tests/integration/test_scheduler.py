@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
-import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
@@ -25,28 +23,13 @@ from areal_workers import (
     KubernetesScheduler,
     KubernetesSchedulerConfig,
     SchedulerError,
-    SchedulingSpec,
-    SchedulingStrategy,
     WorkerCreationError,
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from localcluster import REPO_ROOT, service_account_kubeconfig
+from clusterlib import controller_kubeconfig, guard_health, job, spec
 
 COUNTER = "areal_workers.testing_engines.Counter"
-RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
-                               "terminationGracePeriodSeconds": 5}}
-
-
-def spec(**overrides) -> SchedulingSpec:
-    values = {"cpu": 1, "mem": 1, "gpu": 0, "port_count": 2, "cmd": "python -m areal.infra.rpc.rpc_server"}
-    values.update(overrides)
-    return SchedulingSpec(**values)
-
-
-def job(role: str, replicas: int, **strategy) -> Job:
-    return Job(role=role, replicas=replicas, tasks=[spec()],
-               scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy())
 
 
 @dataclass
@@ -64,48 +47,10 @@ class ExperimentConfig:
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
 
 
-def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
-    """Applies rbac/ in the namespace and returns a kubeconfig of its ServiceAccount's token."""
-    subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
-                    "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
-    return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
-
-
 @pytest.fixture(params=["admin", "rbac"])
 def identity(request) -> str:
-    """Every scheduler test runs twice: as cluster admin, and as the least-privilege controller of rbac/."""
+    """Every test here runs twice: as cluster admin, and as the least-privilege controller of rbac/."""
     return request.param
-
-
-@pytest.fixture
-def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path, identity):
-    pod_runner(namespace)
-    values_file = tmp_path / "run-pods.json"
-    values_file.write_text(json.dumps(RUN_PODS))
-    credentials = kubeconfig if identity == "admin" else controller_kubeconfig(kubeconfig, namespace,
-                                                                              tmp_path / "controller.yaml")
-    made: list[KubernetesScheduler] = []
-
-    def make(trial: str = "trial0", exp_config=None, **overrides) -> KubernetesScheduler:
-        settings = dict(namespace=namespace, kubeconfig=str(credentials), helm_executable=helm_executable,
-                        values_files=(str(values_file),), ready_timeout=60.0, python_executable=sys.executable,
-                        fork_module="areal_workers.reference_guard", helm_timeout=60.0)
-        settings.update(overrides)
-        scheduler = KubernetesScheduler(exp_config, config=KubernetesSchedulerConfig(**settings),
-                                        experiment_name=None if exp_config else "exp", trial_name=None if exp_config else trial)
-        made.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in made:
-        if scheduler.config.ownership == "managed":
-            scheduler.delete_workers()
-        scheduler.close()
-
-
-def guard_health(worker) -> dict:
-    with urllib.request.urlopen(f"http://{worker.ip}:{worker.worker_ports[0]}/health", timeout=5) as response:
-        return json.load(response)
 
 
 def helm_values(kubeconfig, helm_executable, namespace, release) -> dict:

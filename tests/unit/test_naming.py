@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 
 pytestmark = pytest.mark.unit
@@ -31,21 +33,24 @@ def valid_release(name: str) -> bool:
 # --- release_name -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("experiment,trial,expected", [
-    ("exp", "trial0", "aw-exp-trial0"),
-    ("gsm8k-grpo", "run1", "aw-gsm8k-grpo-run1"),
-    ("a", "b", "aw-a-b"),
+@pytest.mark.parametrize("experiment,trial,prefix", [
+    ("exp", "trial0", "aw-exp-trial0-"),
+    ("gsm8k-grpo", "run1", "aw-gsm8k-grpo-run1-"),
+    ("a", "b", "aw-a-b-"),
 ])
-def test_simple_names_are_unchanged(experiment, trial, expected):
-    assert release_name(experiment, trial) == expected
+def test_simple_names_are_readable_and_end_in_a_hash_of_the_pair(experiment, trial, prefix):
+    name = release_name(experiment, trial)
+    digest = hashlib.sha256(f"{experiment}/{trial}".encode()).hexdigest()[:8]
+    assert name == prefix + digest
+    assert valid_release(name)
 
 
-def test_53_characters_fit_unchanged_and_54_do_not():
-    exp = "e" * (53 - len("aw--t"))
-    assert release_name(exp, "t") == f"aw-{exp}-t"
-    longer = release_name(exp + "e", "t")
-    assert longer != f"aw-{exp}e-t"
-    assert valid_release(longer)
+def test_long_names_are_cut_to_53_characters_keeping_the_hash():
+    exp = "e" * 60
+    name = release_name(exp, "t")
+    assert len(name) == 53 and valid_release(name)
+    assert name.endswith(hashlib.sha256(f"{exp}/t".encode()).hexdigest()[:8])
+    assert release_name(exp + "e", "t") != name
 
 
 @pytest.mark.parametrize("experiment,trial", [
@@ -114,7 +119,6 @@ def test_long_names_are_stable_across_processes():
 def test_collision_pair_is_distinct():
     first, second = release_name("a", "b_c"), release_name("a-b", "c")
     assert first != second
-    assert second == "aw-a-b-c"
     assert valid_release(first) and valid_release(second)
 
 

@@ -33,7 +33,10 @@ def _build_requirements_installed() -> bool:
     """True when this interpreter already satisfies [build-system].requires (then no isolated build is needed)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from packaging.requirements import Requirement
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip vendors it
+        from pip._vendor.packaging.requirements import Requirement
 
     requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     for text in requires:

@@ -1,0 +1,344 @@
+"""Fault injection on the local cluster: every fault is diagnosed, fails the role at once, and leaves the release at
+its last good revision with every other role untouched.
+
+Real faults where the cluster can produce them (a crashing command, a restarted worker process, a GPU request no node
+can hold, an apiserver restart, a deleted pod); written into pod or node status where only a real kubelet could
+(image pulls, OOM kills, evictions, NotReady nodes), on pods KWOK and podrunner are told to leave alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from areal_workers import SchedulerError, WorkerCreationError, WorkerFailedError, WorkerTimeoutError
+from clusterlib import HOLD, job, spec
+
+LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+                                reason="restarts a component of the local control plane")
+
+
+def pod_uids(core, namespace: str, role: str) -> dict[str, str]:
+    pods = core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+    return {p.metadata.name: p.metadata.uid for p in pods}
+
+
+def descriptions(scheduler) -> list[str]:
+    return [r["description"] for r in scheduler.history()]
+
+
+def held(role: str) -> dict:
+    """Values that make KWOK and podrunner leave this role's pods to the test."""
+    return {"roles": {role: {"podAnnotations": HOLD}}}
+
+
+def wait_for_pods(core, namespace: str, role: str, count: int, scheduled: bool = True) -> list[client.V1Pod]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+        if len(pods) == count and (not scheduled or all(p.spec.node_name for p in pods)):
+            return sorted(pods, key=lambda p: p.metadata.name)
+        time.sleep(0.1)
+    raise AssertionError(f"{count} pods of {role} not created")
+
+
+def in_background(function, *args, **kwargs):
+    """Runs function in a thread; returns a callable giving (result, error, seconds from start)."""
+    outcome: dict = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            outcome["result"] = function(*args, **kwargs)
+        except (SchedulerError, AssertionError) as error:
+            outcome["error"] = error
+        outcome["ended"] = time.monotonic()
+        outcome["started"] = started
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def join(timeout: float = 90.0):
+        thread.join(timeout)
+        assert not thread.is_alive(), "the call did not return"
+        return outcome.get("result"), outcome.get("error"), outcome["ended"]
+
+    return join
+
+
+def inject(core, pod: client.V1Pod, status: dict) -> float:
+    core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": status})
+    return time.monotonic()
+
+
+def test_crash_loop_on_create_fails_fast_and_rolls_back(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    actor = pod_uids(core, scheduler.namespace, "actor")
+
+    scheduler.create_workers(job("broken", 2, [spec(cmd="python -c 'import sys; sys.exit(3)'")]))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("broken", timeout=60)
+    assert failed.value.exit_code == 3
+    assert "exit code 3" in failed.value.stderr and "broken" in failed.value.worker_id
+    assert f"rolled back release {scheduler.release} to revision 1" in "\n".join(failed.value.__notes__)
+    assert descriptions(scheduler) == ["create actor: 2 worker(s)", "create broken: 2 worker(s)", "Rollback to 1"]
+    assert pod_uids(core, scheduler.namespace, "broken") == {}
+    assert pod_uids(core, scheduler.namespace, "actor") == actor
+    assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0", "actor/1"]
+
+
+def test_image_pull_backoff_is_reported_with_the_kubelet_message_and_rolled_back(make_scheduler, core):
+    scheduler = make_scheduler(extra_values=held("pulling"))
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    actor = pod_uids(core, scheduler.namespace, "actor")
+    scheduler.create_workers(job("pulling", 2))
+    pods = wait_for_pods(core, scheduler.namespace, "pulling", 2)
+    join = in_background(scheduler.get_workers, "pulling", timeout=60)
+    time.sleep(0.5)
+    injected = inject(core, pods[1], {"phase": "Pending", "containerStatuses": [{
+        "name": "worker", "image": "registry.example/areal:missing", "imageID": "", "ready": False,
+        "restartCount": 0, "state": {"waiting": {
+            "reason": "ImagePullBackOff",
+            "message": 'Back-off pulling image "registry.example/areal:missing": not found'}}}]})
+    _, error, ended = join()
+    assert isinstance(error, WorkerFailedError), error
+    assert error.worker_id == "pulling/1"
+    assert "ImagePullBackOff" in error.stderr and "registry.example/areal:missing" in error.stderr
+    assert ended - injected < 5
+    assert descriptions(scheduler)[-1] == "Rollback to 1"
+    assert pod_uids(core, scheduler.namespace, "actor") == actor
+
+
+def test_oom_killed_worker_reports_exit_137_and_memory_advice(make_scheduler, core):
+    scheduler = make_scheduler(extra_values=held("trainer"))
+    scheduler.create_workers(job("trainer", 1))
+    pod = wait_for_pods(core, scheduler.namespace, "trainer", 1)[0]
+    join = in_background(scheduler.get_workers, "trainer", timeout=60)
+    time.sleep(0.5)
+    inject(core, pod, {"phase": "Running", "containerStatuses": [{
+        "name": "worker", "image": "x", "imageID": "", "ready": False, "restartCount": 1,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]})
+    _, error, _ = join()
+    assert isinstance(error, WorkerFailedError), error
+    assert error.exit_code == 137
+    assert "OOMKilled" in error.stderr and "SIGKILL" in error.stderr and "1Gi" in error.stderr
+    assert scheduler.history() == []  # nothing was ever ready: the release is uninstalled
+
+
+def test_evicted_pod_fails_the_role(make_scheduler, core):
+    scheduler = make_scheduler(extra_values=held("rollout"))
+    scheduler.create_workers(job("rollout", 2))
+    pod = wait_for_pods(core, scheduler.namespace, "rollout", 2)[0]
+    join = in_background(scheduler.get_workers, "rollout", timeout=60)
+    time.sleep(0.5)
+    inject(core, pod, {"phase": "Failed", "reason": "Evicted",
+                       "message": "The node was low on resource: memory. Threshold quantity: 100Mi."})
+    _, error, _ = join()
+    assert isinstance(error, WorkerFailedError), error
+    assert "Evicted" in error.stderr and "low on resource: memory" in error.stderr
+
+
+def test_a_gpu_request_no_node_can_hold_is_diagnosed_from_the_real_scheduler(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    started = time.monotonic()
+    scheduler.create_workers(job("huge", 2, [spec(gpu=16)]))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("huge", timeout=60)
+    assert time.monotonic() - started < 30  # failed at once, not at the time-out
+    text = failed.value.stderr
+    assert "Unschedulable" in text and "Insufficient nvidia.com/gpu" in text
+    assert "16 nvidia.com/gpu" in text and "8" in text
+    assert descriptions(scheduler)[-1] == "Rollback to 1"
+
+
+def test_gpus_in_use_elsewhere_wait_and_time_out_with_the_free_capacity(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("gpu", 3, [spec(gpu=8)]))  # 2 nodes with 8 GPUs each: the third never fits now
+    with pytest.raises(WorkerTimeoutError) as timed_out:
+        scheduler.get_workers("gpu", timeout=8)
+    assert "2/3 workers ready" in timed_out.value.diagnosis
+    assert "Insufficient nvidia.com/gpu" in timed_out.value.diagnosis
+    assert scheduler.history() == []  # the failed create was its first revision: uninstalled
+
+
+def test_a_worker_that_restarts_after_it_was_ready_fails_the_role(make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    workers = scheduler.get_workers("actor")
+    pod = wait_for_pods(core, scheduler.namespace, "actor", 2)[1]
+    os.kill(guard_pid(workers[1]), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(pod.metadata.name, scheduler.namespace)
+        if pod.status.container_statuses and pod.status.container_statuses[0].restart_count:
+            break
+        time.sleep(0.2)
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("actor", timeout=30)
+    assert failed.value.worker_id == "actor/1"
+    assert "RestartedAfterReady" in failed.value.stderr or "engines" in failed.value.stderr
+    with pytest.raises(WorkerFailedError):
+        scheduler.call_engine("actor/1", "value", "none", max_retries=1)
+
+
+def guard_pid(worker) -> int:
+    from clusterlib import guard_health
+
+    return guard_health(worker)["pid"]
+
+
+def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_scheduler, core):
+    scheduler = make_scheduler(extra_values=held("rollout"))
+    scheduler.create_workers(job("rollout", 3, [spec()]))
+    pods = wait_for_pods(core, scheduler.namespace, "rollout", 3)
+    join = in_background(scheduler.get_workers, "rollout", timeout=60)
+    core.delete_namespaced_pod(pods[1].metadata.name, scheduler.namespace)
+    for pod in wait_for_pods(core, scheduler.namespace, "rollout", 3):  # release the hold: pods start
+        core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
+                                  {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
+    workers, error, _ = join()
+    assert error is None, error
+    assert [w.id for w in workers] == ["rollout/0", "rollout/1", "rollout/2"]
+    assert descriptions(scheduler) == ["create rollout: 3 worker(s)"]
+
+
+@LOCAL_ONLY
+def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
+    from localcluster import LocalCluster
+
+    scheduler = make_scheduler(extra_values=held("rollout"))
+    scheduler.create_workers(job("rollout", 2))
+    pods = wait_for_pods(core, scheduler.namespace, "rollout", 2)
+    join = in_background(scheduler.get_workers, "rollout", timeout=90)
+    time.sleep(0.5)
+    LocalCluster().restart("kube-apiserver", down_seconds=2)
+    for pod in pods:
+        core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
+                                  {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
+    workers, error, _ = join()
+    assert error is None, getattr(error, "diagnosis", error)
+    assert [w.id for w in workers] == ["rollout/0", "rollout/1"]
+    assert len(pod_uids(core, scheduler.namespace, "rollout")) == 2
+    assert descriptions(scheduler) == ["create rollout: 2 worker(s)"]
+
+
+def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
+    node_name = f"kwok-fault-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+    from localcluster import NodeShape, node_manifest
+
+    manifest = node_manifest(250, NodeShape())
+    manifest["metadata"]["name"] = node_name
+    manifest["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, "areal-workers.dev/fault": node_name})
+    manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": node_name, "effect": "NoSchedule"}]
+    core.create_node(manifest)
+    try:
+        wait_node_ready(core, node_name)
+        placement = {"roles": {"pinned": {
+            "nodeSelector": {"areal-workers.dev/fault": node_name},
+            "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
+        scheduler = make_scheduler(extra_values=placement)
+        scheduler.create_workers(job("pinned", 1))
+        scheduler.get_workers("pinned")
+        core.patch_node(node_name, {"metadata": {"annotations": HOLD}})
+        core.patch_node_status(node_name, {"status": {"conditions": [{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status."}]}})
+        with pytest.raises(WorkerFailedError) as failed:
+            scheduler.get_workers("pinned", timeout=30)
+        assert "NodeNotReady" in failed.value.stderr and node_name in failed.value.stderr
+    finally:
+        core.delete_node(node_name)
+
+
+def wait_node_ready(core, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        node = core.read_node(name)
+        if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"node {name} not Ready")
+
+
+def test_a_failed_update_is_rolled_back_and_the_stuck_pod_replaced(make_scheduler, core, kube_client):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 3))
+    scheduler.create_workers(job("critic", 1))
+    scheduler.get_workers("actor")
+    scheduler.get_workers("critic")
+    critic = pod_uids(core, scheduler.namespace, "critic")
+    apps = client.AppsV1Api(kube_client)
+    good_revision = apps.read_namespaced_stateful_set(f"{scheduler.release}-areal-workers-actor",
+                                                      scheduler.namespace).status.update_revision
+
+    scheduler.update_workers(job("actor", 3, [spec(cmd="python -c 'import sys; sys.exit(4)'")]))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("actor", timeout=60)
+    assert failed.value.exit_code == 4
+    notes = "\n".join(failed.value.__notes__)
+    assert "rolled back" in notes and "replaced pods stuck on the failed revision" in notes
+    workers = scheduler.get_workers("actor", timeout=60)
+    assert [w.id for w in workers] == ["actor/0", "actor/1", "actor/2"]
+    pods = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=actor").items
+    assert {p.metadata.labels["controller-revision-hash"] for p in pods} == {good_revision}
+    assert pod_uids(core, scheduler.namespace, "critic") == critic
+    assert descriptions(scheduler)[-2:] == ["update actor: 3 worker(s)", "Rollback to 2"]
+
+
+def test_values_the_chart_schema_rejects_fail_before_any_write(make_scheduler):
+    scheduler = make_scheduler(extra_values={"workerDefaults": {"sharedMemory": "1Gi"}})
+    with pytest.raises(WorkerCreationError) as rejected:
+        scheduler.create_workers(job("actor", 1))
+    assert "sharedMemory" in str(rejected.value)
+    assert scheduler.history() == []
+    good = make_scheduler("trial1")
+    good.create_workers(job("actor", 1))
+    for bad in (0, -1, 1.5):
+        with pytest.raises(WorkerCreationError):
+            good.scale_workers("actor", bad)
+    assert len(good.history()) == 1
+
+
+def test_a_release_left_pending_by_a_killed_controller_is_recovered(make_scheduler, core, kubeconfig, helm_executable):
+    import base64
+    import gzip
+    import json
+
+    first = make_scheduler()
+    first.create_workers(job("actor", 1))
+    first.get_workers("actor")
+    first.scale_workers("actor", 2)  # revision 2 ...
+    # ... and the controller dies mid-upgrade: helm's record of revision 2 says pending-upgrade.
+    secret = next(s for s in core.list_namespaced_secret(first.namespace, label_selector="owner=helm,version=2").items)
+    release = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(secret.data["release"]))))
+    release["info"]["status"] = "pending-upgrade"
+    encoded = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(release).encode()))).decode()
+    core.patch_namespaced_secret(secret.metadata.name, first.namespace,
+                                 {"data": {"release": encoded}, "metadata": {"labels": {"status": "pending-upgrade"}}})
+    first.close()
+
+    adopted = make_scheduler()
+    assert adopted.history()[-1]["status"] == "deployed"
+    adopted.create_workers(job("rollout", 1))  # no "another operation is in progress"
+    assert [w.id for w in adopted.get_workers("rollout")] == ["rollout/0"]
+
+
+def test_concurrent_calls_from_several_threads_are_serialized(make_scheduler):
+    scheduler = make_scheduler()
+    joins = [in_background(scheduler.create_workers, job(f"role{i}", 1)) for i in range(4)]
+    outcomes = [join() for join in joins]
+    assert [error for _, error, _ in outcomes] == [None] * 4
+    assert len(scheduler.history()) == 4
+    for i in range(4):
+        assert [w.id for w in scheduler.get_workers(f"role{i}")] == [f"role{i}/0"]
