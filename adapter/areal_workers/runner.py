@@ -26,6 +26,9 @@ class LoopThread:
         if self._on_own_loop():
             coroutine.close()
             raise RuntimeError("LoopThread.run called from its own loop: that would deadlock")
+        if self.loop.is_closed():
+            coroutine.close()
+            raise RuntimeError("the scheduler was closed; create a new one to adopt the release")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:

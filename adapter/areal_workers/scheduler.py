@@ -737,8 +737,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         return [{"revision": r.revision, "status": r.status.value, "description": r.description}
                 for r in self._helm(self.releases.history(self.release))]
 
+    @property
+    def closed(self) -> bool:
+        return self.loop.loop.is_closed()
+
     def close(self) -> None:
-        """Releases HTTP sessions and the helper loop; the workers keep running."""
+        """Releases HTTP sessions and the helper loop; the workers keep running. Idempotent."""
+        if self.closed:
+            return
         self.guard.close()
         self.loop.run(self.guard.aclose())  # the async session of the helper loop (used by forks)
         self.loop.close()

@@ -108,6 +108,6 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
 
     yield make
     for scheduler in made:
-        if scheduler.config.ownership == "managed":
+        if scheduler.config.ownership == "managed" and not scheduler.closed:
             scheduler.delete_workers()
         scheduler.close()
