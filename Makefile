@@ -14,7 +14,7 @@ help: ## list the targets
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip 'setuptools>=68' wheel
+	$(VENV)/bin/pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	touch $@
 

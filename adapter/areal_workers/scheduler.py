@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import diagnosis, naming, topology
 from .config import KubernetesSchedulerConfig
+from .codec import deserialize_value, serialize_value
 from .errors import (
     SchedulerError,
     WorkerCreationError,
@@ -28,7 +29,6 @@ from .errors import (
     WorkerTimeoutError,
     attach_diagnosis,
 )
-from .codec import deserialize_value, serialize_value
 from .guard_client import GuardClient
 from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
 from .release import HelmError, Releases, helm_error_text, merge_values
@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 READY_REVISION_ANNOTATION = "areal.io/ready-revision"
-EVENT_LIMIT = 10
 
 
 class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-type]

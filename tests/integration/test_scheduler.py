@@ -332,3 +332,18 @@ def config_client(kubeconfig):
     from kubernetes import config
 
     return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def test_pod_mode_forks_are_sibling_pods_on_their_targets_nodes(make_scheduler, core):
+    scheduler = make_scheduler(fork_mode="pod")
+    scheduler.create_workers(job("actor", 1))
+    target = scheduler.get_workers("actor")[0]
+    assert scheduler.create_workers(job("ref", 1, type="colocation", target="actor", fork=True)) == ["ref/0"]
+    fork = scheduler.get_workers("ref")[0]
+    assert fork.ip != target.ip  # its own pod ...
+    pods = {p.metadata.labels["areal.io/role"]: p for p in core.list_namespaced_pod(scheduler.namespace).items}
+    assert pods["ref"].spec.node_name == pods["actor"].spec.node_name  # ... on the target's node
+    assert guard_health(fork)["role"] == "ref"
+    assert [r["description"] for r in scheduler.history()][-1] == "fork ref from actor (pods)"
+    scheduler.delete_workers("actor")  # the fork goes first, then its target
+    assert core.list_namespaced_pod(scheduler.namespace).items == []
