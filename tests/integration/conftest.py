@@ -53,6 +53,10 @@ def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
 @pytest.fixture
 def pod_runner(kubeconfig, tmp_path):
     """Runs the annotated pods of the given namespace as local processes (tools/podrunner.py)."""
+    import os
+
+    if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
+        pytest.skip("runs worker processes for KWOK pods on loopback IPs: local cluster only (docs/en/testing.md)")
     from podrunner import PodRunner
 
     runners: list[PodRunner] = []
