@@ -105,7 +105,9 @@ def main() -> int:
             core.delete_namespace(namespace)
     lines = ["# Detection latency", "",
              f"From a fault written into one of {args.replicas} pods' status to WorkerFailedError raised by "
-             f"get_workers (one watch, {args.repeats} repeats each, local cluster, {time.strftime('%Y-%m-%d')}).", "",
+             f"get_workers (one watch, {args.repeats} repeats each, local cluster, {time.strftime('%Y-%m-%d')}). "
+             f"It includes reading the pod's events and logs and rolling the release back (here an uninstall: the "
+             f"failing role was the release's first change), i.e. everything before AReaL sees the error.", "",
              "| fault | median ms | min ms | max ms |", "|---|---|---|---|"]
     for kind, samples in results.items():
         ms = [s * 1000 for s in samples]
