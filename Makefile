@@ -7,7 +7,7 @@ PYTEST := $(VENV)/bin/pytest
 PYTEST_ARGS ?=
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools venv cluster-up cluster-down cluster-status quickstart test test-unit test-chart test-integration clean
+.PHONY: help tools venv cluster-up cluster-down cluster-status quickstart test test-helm4 test-unit test-chart test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -37,10 +37,17 @@ quickstart: cluster-up ## the main job: local cluster + the chart installed with
 	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 3m
 	kubectl --kubeconfig .tools/kubeconfig -n areal-demo get statefulsets,services,pods -o wide
 
-test: tools ## everything: unit, chart and integration tests on a fresh local cluster (torn down after)
+HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_chart_install.py \
+	tests/integration/test_scheduler.py -k "not rbac"
+
+test: tools ## everything: unit, chart, integration, and the helm 4 lane, on a local cluster torn down after
 	$(PY) tools/localcluster.py up; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
 	$(PY) tools/localcluster.py down || rc=1; exit $$rc
+
+test-helm4: tools ## the second lane: the release-driving integration tests with helm 4 instead of helm 3
+	AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE) $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no tools, no cluster)
 	$(PYTEST) -m unit $(PYTEST_ARGS)

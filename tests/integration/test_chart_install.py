@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -38,6 +39,18 @@ def health(pod: client.V1Pod) -> dict:
         return json.load(response)
 
 
+def wait_for_health(pod: client.V1Pod, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            health(pod)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def install(kubeconfig, helm_executable, namespace, tmp_path, *extra: str) -> None:
     helm(kubeconfig, helm_executable, "install", "demo", str(CHART), "-n", namespace, "-f", str(EXAMPLE),
          "-f", write_values(tmp_path, RUN_PODS), *extra, "--wait", "--timeout", "120s")
@@ -66,6 +79,8 @@ def test_helm_test_fails_when_a_worker_is_unhealthy(kubeconfig, helm_executable,
     runner = pod_runner(namespace)
     install(kubeconfig, helm_executable, namespace, tmp_path, "--set", "roles.rollout.replicas=1",
             "--set", "workerDefaults.probes.readiness.enabled=false")
+    for pod in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items:
+        wait_for_health(pod)  # without a readiness probe, Ready does not mean the guard listens yet
     rollout = core.read_namespaced_pod("demo-areal-workers-rollout-0", namespace)
     managed = next(p for p in runner.pods.values() if p.name.endswith("/demo-areal-workers-rollout-0"))
     runner._kill(managed)  # the worker's process dies; without a readiness probe nothing marks it unready
