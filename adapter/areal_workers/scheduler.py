@@ -11,14 +11,11 @@ import asyncio
 import copy
 import logging
 import threading
-import time
-from collections.abc import Iterable
 from typing import Any
 
 from kubernetes import client, config as kube_config
-from kubernetes.client.exceptions import ApiException
 
-from . import diagnosis, naming, topology
+from . import forks, naming, topology
 from .config import KubernetesSchedulerConfig
 from .codec import deserialize_value, serialize_value
 from .errors import (
@@ -30,15 +27,14 @@ from .errors import (
     attach_diagnosis,
 )
 from .guard_client import GuardClient
-from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
+from .inspector import ReleaseInspector
+from .podwatch import PodWatch, WaitTimedOut, all_ready, none_left, pod_index
 from .release import HelmError, Releases, helm_error_text, merge_values
 from .runner import LoopThread
 from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 
 logger = logging.getLogger(__name__)
 
-LOG_TAIL_LINES = 20
-READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
 
 class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-type]
@@ -64,11 +60,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self.loop = LoopThread(f"areal-workers-{self.release}")
         self.releases = Releases(self.config)
         self.guard = GuardClient(liveness=self._check_alive)
+        self.inspector = ReleaseInspector(self.core, self.apps, self.namespace, self.release)
         self._lock = threading.RLock()
         self._workers: dict[str, list[Worker]] = {}
         self._ready_pods: dict[str, client.V1Pod] = {}  # pod name -> the pod as last seen Ready
         self._pending: set[str] = set()  # roles changed since the last revision whose workers were all ready
-        self._may_list_nodes = True
         self._values = self._adopt()
         self._good_revision = self._read_good_revision()
 
@@ -106,18 +102,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             raise SchedulerError(f"helm failed for release {self.release} in namespace {self.namespace}: {text}") \
                 from error
 
-    def _topology_configmap(self) -> client.V1ConfigMap | None:
-        selector = f"{naming.release_selector(self.release)},{naming.LABEL_COMPONENT}=topology"
-        items = self.core.list_namespaced_config_map(self.namespace, label_selector=selector).items
-        return items[0] if items else None
-
     def _read_good_revision(self) -> int | None:
-        """The last revision whose workers were all ready, as recorded on the release's topology ConfigMap
-        (so a restarted controller rolls back to the same place); else the adopted revision when deployed."""
-        configmap = self._topology_configmap()
-        recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
-        if recorded and recorded.isdigit():
-            return int(recorded)
+        """The recorded last-ready revision; else the adopted revision when it is deployed."""
+        recorded = self.inspector.ready_revision()
+        if recorded is not None:
+            return recorded
         current = self._helm(self.releases.current(self.release))
         return current.revision if current is not None and current.status.value == "deployed" else None
 
@@ -126,10 +115,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if current is None or current.revision == self._good_revision:
             return
         self._good_revision = current.revision
-        configmap = self._topology_configmap()
-        if configmap is not None:
-            self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
-                "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(current.revision)}}})
+        self.inspector.record_ready_revision(current.revision)
 
     def _forget_pods(self, role: str | None = None) -> None:
         """Pods the scheduler replaces on purpose (delete, scale, update, rollback) are no longer 'held'."""
@@ -155,7 +141,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._values = self._helm(self.releases.values(self.release))
             for role in gone - set(self._roles()) - set(self._forks()):
                 self._wait_gone(naming.role_selector(self.release, role))
-            replaced = self._replace_stuck_pods()
+            replaced = self.inspector.replace_stuck_pods()
             self._mark_good()
             note = f"rolled back release {self.release} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
@@ -166,31 +152,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         logger.warning("%s after: %s", note, error)
         if hasattr(error, "add_note"):
             error.add_note(note)
-
-    def _replace_stuck_pods(self) -> list[str]:
-        replaced = []
-        statefulsets = self.apps.list_namespaced_stateful_set(
-            self.namespace, label_selector=naming.release_selector(self.release)).items
-        for statefulset in statefulsets:
-            statefulset = self._observed(statefulset)
-            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
-            pods, _ = self.pods.list(selector)
-            for pod in pods:
-                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
-                if revision != statefulset.status.update_revision and not is_ready(pod):
-                    self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
-                    replaced.append(pod.metadata.name)
-        return replaced
-
-    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
-        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
-        deadline = time.monotonic() + timeout
-        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            statefulset = self.apps.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
-        return statefulset
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -400,7 +361,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         replicas = self._replicas(role)
         selector = naming.role_selector(self.release, role)
 
-        nodes = self._nodes()  # once per wait: a NotReady node fails pods that still look Ready
+        nodes = self.inspector.nodes()  # once per wait: a NotReady node fails pods that still look Ready
 
         def check(pod: client.V1Pod) -> None:
             self._raise_if_failed(role, pod, nodes)
@@ -409,7 +370,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             pods = self.pods.wait(selector, all_ready(replicas), timeout, on_pod=check)
         except WaitTimedOut as timed_out:
             error = WorkerTimeoutError(role, timeout)
-            raise attach_diagnosis(error, self._timeout_diagnosis(role, replicas, timed_out.pods)) from None
+            raise attach_diagnosis(error, self.inspector.timeout_diagnosis(role, replicas, timed_out.pods)) from None
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
         # From here on AReaL holds these workers: a restart or replacement of their pods loses its engines.
         self._ready_pods.update({p.metadata.name: p for p in by_index.values()})
@@ -429,70 +390,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         return workers
 
     def _raise_if_failed(self, role: str, pod: client.V1Pod, nodes: list[client.V1Node] | None = None) -> None:
-        """Fails the role at once when one of its pods has a fatal problem (diagnosed from status and nodes;
-        events and logs are fetched only then)."""
-        ready_pod = self._ready_pods.get(pod.metadata.name)
-        nodes = self._nodes() if nodes is None else nodes
-        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
-        if problem is None or not problem.fatal:
-            return
-        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
-                                         events=self._events(pod), log_tail=self._log_tail(pod)) or problem
-        index = pod_index(pod)
-        worker = naming.worker_id(role, index if index is not None else 0)
-        error = WorkerFailedError(worker, problem.exit_code_or(-1), problem.render())
-        raise attach_diagnosis(error, problem.render())
-
-    def _events(self, pod: client.V1Pod) -> list[client.CoreV1Event]:
-        try:
-            return self.core.list_namespaced_event(
-                self.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}").items
-        except ApiException as error:
-            logger.warning("cannot read events of %s: %s", pod.metadata.name, error.reason)
-            return []
-
-    def _log_tail(self, pod: client.V1Pod) -> list[str]:
-        """The last lines of the previous container (after a restart) or else the current one."""
-        for previous in (True, False):
-            try:
-                text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace, tail_lines=LOG_TAIL_LINES,
-                                                         previous=previous)
-            except ApiException:
-                continue
-            if text:
-                return text.splitlines()[-LOG_TAIL_LINES:]
-        return []
-
-    def _nodes(self) -> list[client.V1Node]:
-        """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
-        controller Role does not grant, so without it the diagnosis goes on from pod status and events."""
-        if not self._may_list_nodes:
-            return []
-        try:
-            return self.core.list_node().items
-        except ApiException as error:
-            if error.status == 403:
-                self._may_list_nodes = False
-            else:
-                logger.warning("cannot list nodes: %s", error.reason)
-            return []
-
-    def _timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
-        lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]
-        for index in range(replicas):
-            pod = pods.get(index)
-            if pod is None:
-                lines.append(f"  {role}/{index}: no pod (StatefulSet events: "
-                             f"kubectl -n {self.namespace} describe statefulset -l {naming.role_selector(self.release, role)})")
-                continue
-            if is_ready(pod):
-                continue
-            problem = diagnosis.diagnose_pod(pod, events=self._events(pod))
-            if problem is not None:
-                lines.append(problem.render())
-            else:
-                lines.append(f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet")
-        return "\n".join(lines)
+        """Fails the role at once when one of its pods has a fatal problem."""
+        nodes = self.inspector.nodes() if nodes is None else nodes
+        error = self.inspector.failure(role, pod, self._ready_pods.get(pod.metadata.name), nodes)
+        if error is not None:
+            raise error
 
     def _check_alive(self, worker: Worker) -> None:
         """Raises WorkerFailedError when the worker's pod is gone or has failed (used before RPC retries)."""
@@ -590,12 +492,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         indices = list(range(len(targets)))
         if reverse_order:
             indices.reverse()
-
-        async def kill_all() -> None:
-            for index in indices:
-                await self.guard.kill_forked(targets[index], role, index)
-
-        self.loop.run(kill_all())
+        self.loop.run(forks.kill_forks(self.guard, role, targets, indices, sequential=reverse_order))
 
     # --- fork ------------------------------------------------------------------------------------
 
@@ -616,22 +513,27 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _fork_processes(self, role: str, target_role: str, command: str | None) -> list[str]:
         targets = self.get_workers(target_role)
-        port_count = len(targets[0].worker_ports) if targets else 1
         module = command or self.config.fork_module
-        results = self.loop.run(self._fork_all(role, targets, module, port_count))
+        plan = forks.ForkPlan(role=role, module=module, python=self.config.python_executable,
+                              experiment=self.experiment, trial=self.trial,
+                              worker_flags=forks.worker_flags(self._values.get("cluster", {}) or {}),
+                              port_count=len(targets[0].worker_ports) if targets else 1,
+                              ready_timeout=self.config.fork_ready_timeout)
+        results = self.loop.run(forks.fork_all(self.guard, plan, targets))
         failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
         if failed:
-            self.loop.run(self._kill_forked(role, targets, [i for i in range(len(targets)) if i not in failed]))
+            started = [i for i in range(len(targets)) if i not in failed]
+            self.loop.run(forks.kill_forks(self.guard, role, targets, started))
             first = results[failed[0]]
             raise WorkerCreationError(role, f"Failed to fork {len(failed)} out of {len(targets)} workers",
                                       f"Failed indices: {failed}; worker {failed[0]}: {first}") from first
         values = copy.deepcopy(self._values)
         values.setdefault("forks", {})[role] = {"target": target_role, "mode": "process", "command": [module],
-                                                "ports": [ports for ports in results]}
+                                                "ports": list(results)}
         try:
             self._apply(values, f"fork {role} from {target_role} ({len(targets)} processes)", role)
         except WorkerCreationError:
-            self.loop.run(self._kill_forked(role, targets, range(len(targets))))
+            self.loop.run(forks.kill_forks(self.guard, role, targets, range(len(targets))))
             raise
         workers = [Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
                    for i, t in enumerate(targets)]
@@ -640,36 +542,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if self.exp_config is not None:
             self._configure(workers)
         return [w.id for w in workers]
-
-    async def _fork_all(self, role: str, targets: list[Worker], module: str, port_count: int) -> list[Any]:
-        return await asyncio.gather(*(self._fork_one(role, i, target, module, port_count)
-                                      for i, target in enumerate(targets)), return_exceptions=True)
-
-    async def _fork_one(self, role: str, index: int, target: Worker, module: str, port_count: int) -> list[int]:
-        host, ports = await self.guard.alloc_ports(target, port_count)
-        host = host or target.ip
-        await self.guard.fork(target, role, index, self._fork_command(role, index, module, host, ports[0]))
-        try:
-            await self.guard.wait_healthy(host, ports[0], self.config.fork_ready_timeout)
-        except TimeoutError:
-            await self.guard.kill_forked(target, role, index)
-            raise
-        return ports
-
-    def _fork_command(self, role: str, index: int, module: str, host: str, port: int) -> list[str]:
-        cluster = merge_values(self._values.get("cluster", {}) or {})
-        resolve = cluster.get("nameResolve", {})
-        argv = [self.config.python_executable, "-m", module, "--host", host, "--port", str(port),
-                "--experiment-name", self.experiment, "--trial-name", self.trial, "--role", role,
-                "--worker-index", str(index)]
-        for flag, value in (("--name-resolve-type", resolve.get("type")), ("--nfs-record-root", resolve.get("nfsRecordRoot")),
-                            ("--etcd3-addr", resolve.get("etcd3Addr")), ("--fileroot", cluster.get("fileroot"))):
-            if value:
-                argv += [flag, str(value)]
-        return argv
-
-    async def _kill_forked(self, role: str, targets: list[Worker], indices: Iterable[int]) -> None:
-        await asyncio.gather(*(self.guard.kill_forked(targets[i], role, i) for i in indices), return_exceptions=True)
 
     def _fork_pods(self, role: str, target_role: str, command: str | None) -> list[str]:
         values = copy.deepcopy(self._values)

@@ -1,0 +1,135 @@
+"""What the cluster says about one release: diagnosis inputs (events, logs, nodes), the failure of a pod as
+AReaL's error, the revision last seen all ready, and pods stuck on a rolled-back revision."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from . import diagnosis, naming
+from .errors import WorkerFailedError, attach_diagnosis
+from .podwatch import is_ready, pod_index
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 20
+READY_REVISION_ANNOTATION = "areal.io/ready-revision"
+
+
+class ReleaseInspector:
+    def __init__(self, core: client.CoreV1Api, apps: client.AppsV1Api, namespace: str, release: str) -> None:
+        self.core, self.apps = core, apps
+        self.namespace, self.release = namespace, release
+        self._may_list_nodes = True
+
+    # --- diagnosis -------------------------------------------------------------------------------
+
+    def failure(self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None,
+                nodes: list[client.V1Node]) -> WorkerFailedError | None:
+        """AReaL's error for a pod with a fatal problem (judged from status and nodes; events and logs are read
+        only then), or None while the pod is healthy or still progressing."""
+        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
+        if problem is None or not problem.fatal:
+            return None
+        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
+                                         events=self.events(pod), log_tail=self.log_tail(pod)) or problem
+        index = pod_index(pod)
+        error = WorkerFailedError(naming.worker_id(role, index if index is not None else 0),
+                                  problem.exit_code_or(-1), problem.render())
+        return attach_diagnosis(error, problem.render())  # type: ignore[return-value]
+
+    def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
+        lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]
+        for index in range(replicas):
+            pod = pods.get(index)
+            if pod is None:
+                lines.append(f"  {role}/{index}: no pod (StatefulSet events: kubectl -n {self.namespace} describe "
+                             f"statefulset -l {naming.role_selector(self.release, role)})")
+            elif not is_ready(pod):
+                problem = diagnosis.diagnose_pod(pod, events=self.events(pod))
+                lines.append(problem.render() if problem is not None
+                             else f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet")
+        return "\n".join(lines)
+
+    def events(self, pod: client.V1Pod) -> list[client.CoreV1Event]:
+        try:
+            return self.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}").items
+        except ApiException as error:
+            logger.warning("cannot read events of %s: %s", pod.metadata.name, error.reason)
+            return []
+
+    def log_tail(self, pod: client.V1Pod) -> list[str]:
+        """The last lines of the previous container (after a restart) or else the current one."""
+        for previous in (True, False):
+            try:
+                text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace,
+                                                         tail_lines=LOG_TAIL_LINES, previous=previous)
+            except ApiException:
+                continue
+            if text:
+                return text.splitlines()[-LOG_TAIL_LINES:]
+        return []
+
+    def nodes(self) -> list[client.V1Node]:
+        """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
+        controller Role does not grant, so without it the diagnosis goes on from pod status and events."""
+        if not self._may_list_nodes:
+            return []
+        try:
+            return self.core.list_node().items
+        except ApiException as error:
+            if error.status == 403:
+                self._may_list_nodes = False
+            else:
+                logger.warning("cannot list nodes: %s", error.reason)
+            return []
+
+    # --- revisions -------------------------------------------------------------------------------
+
+    def _topology_configmap(self) -> client.V1ConfigMap | None:
+        selector = f"{naming.release_selector(self.release)},{naming.LABEL_COMPONENT}=topology"
+        items = self.core.list_namespaced_config_map(self.namespace, label_selector=selector).items
+        return items[0] if items else None
+
+    def ready_revision(self) -> int | None:
+        """The last revision whose workers were all ready, as recorded on the release's topology ConfigMap
+        (so a restarted controller rolls back to the same place)."""
+        configmap = self._topology_configmap()
+        recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
+        return int(recorded) if recorded and recorded.isdigit() else None
+
+    def record_ready_revision(self, revision: int) -> None:
+        configmap = self._topology_configmap()
+        if configmap is not None:
+            self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
+                "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(revision)}}})
+
+    def replace_stuck_pods(self) -> list[str]:
+        """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
+        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
+        replaced = []
+        statefulsets = self.apps.list_namespaced_stateful_set(
+            self.namespace, label_selector=naming.release_selector(self.release)).items
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+                if revision != statefulset.status.update_revision and not is_ready(pod):
+                    self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+                    replaced.append(pod.metadata.name)
+        return replaced
+
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
+        deadline = time.monotonic() + timeout
+        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            statefulset = self.apps.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        return statefulset
