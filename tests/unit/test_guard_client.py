@@ -6,12 +6,7 @@ pytestmark = pytest.mark.unit
 
 import asyncio  # noqa: E402
 import gc  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import signal  # noqa: E402
 import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -21,7 +16,18 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import requests  # noqa: E402
+from guardlib import (  # noqa: E402
+    BROKEN,
+    COUNTER,
+    EXIT_TIMEOUT,
+    STARTUP_TIMEOUT,
+    RunningGuard,
+    guard_command,
+    janitor_for,
+    launch_guard,
+    running_command,
+)
+from guardlib import ProcessJanitor as Janitor  # noqa: E402
 
 from areal_workers.errors import (  # noqa: E402
     EngineCallError,
@@ -42,37 +48,17 @@ from areal_workers.guard_client import (  # noqa: E402
 )
 from areal_workers.types import Worker  # noqa: E402
 
-ADAPTER_DIR = Path(__file__).resolve().parents[2] / "adapter"
-COUNTER = "areal_workers.testing_engines.Counter"
-BROKEN = "areal_workers.testing_engines.Broken"
-BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
-STARTUP_TIMEOUT = 10.0
-EXIT_TIMEOUT = 10.0
-SETUP_HTTP_TIMEOUT = 10.0
 MODES = ["sync", "async"]
 
 
 # --------------------------------------------------------------------------- guard processes
 
 
-def guard_command(port: int = 0, role: str = "actor", worker_index: int = 0) -> list[str]:
-    return [
-        sys.executable, "-m", "areal_workers.reference_guard", "--host", "127.0.0.1", "--port", str(port),
-        "--experiment-name", "e", "--trial-name", "t", "--role", role, "--worker-index", str(worker_index),
-    ]
-
-
-@dataclass
-class Guard:
-    process: subprocess.Popen[bytes]
-    host: str
-    port: int
+class Guard(RunningGuard):
+    """A reference guard with the shortcuts these tests use (the process helpers live in guardlib.py)."""
 
     def worker(self, worker_id: str = "actor/0") -> Worker:
         return Worker(id=worker_id, ip=self.host, worker_ports=[str(self.port), "0"])
-
-    def post(self, path: str, body: dict[str, Any]) -> requests.Response:
-        return requests.post(f"http://{self.host}:{self.port}{path}", json=body, timeout=SETUP_HTTP_TIMEOUT)
 
     def new_counter(self, **init_kwargs: Any) -> str:
         engine_name = f"counter-{uuid.uuid4().hex[:8]}"
@@ -86,72 +72,20 @@ class Guard:
         self.process.wait(timeout=EXIT_TIMEOUT)
 
 
-@dataclass
-class Janitor:
-    """Stops every process a test started, also when the test fails half-way."""
-
-    guards: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    forked: list[tuple[int, list[str]]] = field(default_factory=list)
-
-    def cleanup(self) -> None:
-        for process in self.guards:  # a guard's SIGTERM handler also stops its forked children
-            if process.poll() is None:
-                process.terminate()
-        for process in self.guards:
-            try:
-                process.wait(timeout=EXIT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid, command in self.forked:
-            if running_command(pid) == command:  # never signal a recycled pid
-                os.kill(pid, signal.SIGKILL)
-
-
-def running_command(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def start_guard(janitor: Janitor, log_dir: Path) -> Guard:
-    stdout_path = log_dir / f"guard-{uuid.uuid4().hex[:8]}.out"
-    python_path = os.pathsep.join(filter(None, [str(ADAPTER_DIR), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": python_path}
-    with stdout_path.open("wb") as stdout:
-        process = subprocess.Popen(guard_command(), env=env, stdout=stdout, stderr=subprocess.DEVNULL)
-    janitor.guards.append(process)
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        lines = stdout_path.read_text().splitlines()
-        if lines:
-            match = BANNER.match(lines[0])
-            assert match, lines[0]
-            return Guard(process, match["host"], int(match["port"]))
-        assert process.poll() is None, f"guard exited with {process.returncode}"
-        time.sleep(0.02)
-    pytest.fail(f"guard printed no banner within {STARTUP_TIMEOUT}s")
-
-
 @pytest.fixture
 def janitor(request: pytest.FixtureRequest) -> Janitor:
-    process_janitor = Janitor()
-    request.addfinalizer(process_janitor.cleanup)
-    return process_janitor
+    return janitor_for(request)
 
 
 @pytest.fixture
 def guard(janitor: Janitor, tmp_path: Path) -> Guard:
-    return start_guard(janitor, tmp_path)
+    return launch_guard(janitor, tmp_path, Guard)
 
 
 @pytest.fixture(scope="module")
 def shared_guard(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Guard:
     """One guard for the tests that only use engines of their own (unique names)."""
-    process_janitor = Janitor()
-    request.addfinalizer(process_janitor.cleanup)
-    return start_guard(process_janitor, tmp_path_factory.mktemp("shared-guard"))
+    return launch_guard(janitor_for(request), tmp_path_factory.mktemp("shared-guard"), Guard)
 
 
 def unreachable_worker() -> Worker:

@@ -2,6 +2,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
+import functools  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
@@ -11,108 +12,23 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import requests  # noqa: E402
-
-ADAPTER_DIR = Path(__file__).resolve().parents[2] / "adapter"
-COUNTER = "areal_workers.testing_engines.Counter"
-BROKEN = "areal_workers.testing_engines.Broken"
-BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
-HTTP_TIMEOUT = 10.0
-STARTUP_TIMEOUT = 10.0
-EXIT_TIMEOUT = 10.0
-
-
-def guard_command(
-    port: int = 0,
-    role: str = "actor",
-    worker_index: int = 0,
-    host: str = "127.0.0.1",
-    fileroot: Path | None = None,
-) -> list[str]:
-    command = [
-        sys.executable, "-m", "areal_workers.reference_guard",
-        "--host", host, "--port", str(port),
-        "--experiment-name", "exp", "--trial-name", "trial",
-        "--role", role, "--worker-index", str(worker_index),
-        "--name-resolve-type", "nfs", "--nfs-record-root", "/nonexistent/name_resolve",
-        "--etcd3-addr", "127.0.0.1:2379",
-    ]
-    if fileroot is not None:
-        command += ["--fileroot", str(fileroot)]
-    return command
-
-
-def guard_env() -> dict[str, str]:
-    # Absolute, so forked guards find the package whatever their working directory.
-    python_path = os.pathsep.join(filter(None, [str(ADAPTER_DIR), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": python_path}
-
-
-@dataclass
-class RunningGuard:
-    process: subprocess.Popen[bytes]
-    host: str
-    port: int
-    stderr_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def get(self, path: str) -> requests.Response:
-        return requests.get(self.url + path, timeout=HTTP_TIMEOUT)
-
-    def post(self, path: str, body: Any) -> requests.Response:
-        return requests.post(self.url + path, json=body, timeout=HTTP_TIMEOUT)
-
-    def post_raw(self, path: str, data: bytes) -> requests.Response:
-        return requests.post(self.url + path, data=data, timeout=HTTP_TIMEOUT)
-
-    def health(self) -> dict[str, Any]:
-        response = self.get("/health")
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-
-@dataclass
-class ProcessJanitor:
-    """Stops every process a test started, also when the test fails half-way."""
-
-    guards: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    forked: list[tuple[int, list[str]]] = field(default_factory=list)
-
-    def track_forked(self, pid: int, command: list[str]) -> None:
-        self.forked.append((pid, command))
-
-    def cleanup(self) -> None:
-        # SIGTERM first: a healthy guard then stops its own forked children.
-        for process in self.guards:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.guards:
-            try:
-                process.wait(timeout=EXIT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid, command in self.forked:
-            if running_command(pid) == command:  # never signal a recycled pid
-                os.kill(pid, signal.SIGKILL)
-
-
-def running_command(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return raw.decode(errors="replace").split("\0")[:-1]
+from guardlib import (  # noqa: E402
+    BROKEN,
+    COUNTER,
+    EXIT_TIMEOUT,
+    HTTP_TIMEOUT,
+    STARTUP_TIMEOUT,
+    ProcessJanitor,
+    RunningGuard,
+    guard_command,
+    guard_env,
+    janitor_for,
+    launch_guard,
+)
 
 
 def pid_is_gone(pid: int) -> bool:
@@ -131,47 +47,14 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
-def wait_for_banner(process: subprocess.Popen[bytes], stdout_path: Path, stderr_path: Path) -> re.Match[str]:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        lines = stdout_path.read_text().splitlines()
-        if lines:
-            match = BANNER.match(lines[0])
-            assert match, f"unexpected first stdout line: {lines[0]!r}"
-            return match
-        if process.poll() is not None:
-            pytest.fail(f"guard exited with {process.returncode}: {stderr_path.read_text()}")
-        time.sleep(0.02)
-    pytest.fail(f"guard printed no banner within {STARTUP_TIMEOUT}s: {stderr_path.read_text()}")
-
-
-def guard_starter(janitor: ProcessJanitor, log_dir: Path) -> Callable[..., RunningGuard]:
-    counter = iter(range(1000))
-
-    def start(**command_options: Any) -> RunningGuard:
-        log_stem = log_dir / f"guard-{next(counter)}"
-        stdout_path, stderr_path = log_stem.with_suffix(".out"), log_stem.with_suffix(".err")
-        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                guard_command(**command_options), env=guard_env(), stdout=stdout, stderr=stderr
-            )
-        janitor.guards.append(process)
-        banner = wait_for_banner(process, stdout_path, stderr_path)
-        return RunningGuard(process, banner["host"], int(banner["port"]), stderr_path)
-
-    return start
-
-
 @pytest.fixture
 def janitor(request: pytest.FixtureRequest) -> ProcessJanitor:
-    process_janitor = ProcessJanitor()
-    request.addfinalizer(process_janitor.cleanup)
-    return process_janitor
+    return janitor_for(request)
 
 
 @pytest.fixture
 def start_guard(janitor: ProcessJanitor, tmp_path: Path) -> Callable[..., RunningGuard]:
-    return guard_starter(janitor, tmp_path)
+    return functools.partial(launch_guard, janitor, tmp_path)
 
 
 @pytest.fixture
@@ -182,9 +65,7 @@ def guard(start_guard: Callable[..., RunningGuard]) -> RunningGuard:
 @pytest.fixture(scope="module")
 def shared_guard(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RunningGuard:
     """One guard for the tests that only send invalid requests and so change no state."""
-    process_janitor = ProcessJanitor()
-    request.addfinalizer(process_janitor.cleanup)
-    return guard_starter(process_janitor, tmp_path_factory.mktemp("shared-guard"))()
+    return launch_guard(janitor_for(request), tmp_path_factory.mktemp("shared-guard"))
 
 
 def assert_error(response: requests.Response, status: int, fragment: str = "") -> dict[str, Any]:
