@@ -129,7 +129,16 @@ install_etcd() {
 
 install_kwok() {
   step "kwok $KWOK_VERSION"
-  go_build "kwok-$KWOK_VERSION" kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  local key=kwok-$KWOK_VERSION
+  go_build "$key" kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  # The Logs CRD lets the local cluster serve container logs through KWOK's kubelet API.
+  local crd=kwok.x-k8s.io_logs.yaml
+  if [ ! -f "$cache/$key/crds/$crd" ]; then
+    local src; src=$(cd "$cache" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    [ -f "$src/kustomize/crd/bases/$crd" ] || fail "kwok: $crd not found in the module ($src)"
+    mkdir -p "$cache/$key/crds" && cp "$src/kustomize/crd/bases/$crd" "$cache/$key/crds/" && chmod u+w "$cache/$key/crds/$crd"
+  fi
+  mkdir -p "$root/.tools/etc/kwok" && cp "$cache/$key/crds/$crd" "$root/.tools/etc/kwok/"
 }
 
 install_ct() {

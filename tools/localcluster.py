@@ -40,6 +40,9 @@ KWOK_STAGES = REPO_ROOT / "tools" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "127.96.0.0/16"
 KUBERNETES_SERVICE_IP = "127.96.0.1"
 NODE_NAME_PREFIX = "kwok-node-"
+# Every fake node's InternalIP: KWOK serves the kubelet API (container logs) there, so the apiserver reaches it.
+KUBELET_IP = "127.19.0.1"
+KWOK_CRDS = REPO_ROOT / ".tools" / "etc" / "kwok"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
@@ -75,14 +78,15 @@ class Ports:
     def kwok(self) -> int:
         return self.base + 6
 
-    def all(self) -> dict[str, int]:
+    def all(self) -> dict[str, tuple[str, int]]:
+        """Component -> (address, port) it listens on."""
         return {
-            "etcd": self.etcd_client,
-            "etcd-peer": self.etcd_peer,
-            "kube-apiserver": self.apiserver,
-            "kube-controller-manager": self.controller_manager,
-            "kube-scheduler": self.scheduler,
-            "kwok": self.kwok,
+            "etcd": ("127.0.0.1", self.etcd_client),
+            "etcd-peer": ("127.0.0.1", self.etcd_peer),
+            "kube-apiserver": ("127.0.0.1", self.apiserver),
+            "kube-controller-manager": ("127.0.0.1", self.controller_manager),
+            "kube-scheduler": ("127.0.0.1", self.scheduler),
+            "kwok": (KUBELET_IP, self.kwok),
         }
 
 
@@ -103,8 +107,8 @@ class NodeShape:
         return capacity
 
 
-def node_manifest(index: int, shape: NodeShape) -> dict:
-    """A KWOK-managed Node with its own loopback pod CIDR and a loopback InternalIP."""
+def node_manifest(index: int, shape: NodeShape, kubelet_port: int) -> dict:
+    """A KWOK-managed Node with its own loopback pod CIDR; its kubelet endpoint is KWOK's server."""
     name = f"{NODE_NAME_PREFIX}{index}"
     return {
         "apiVersion": "v1",
@@ -124,9 +128,10 @@ def node_manifest(index: int, shape: NodeShape) -> dict:
             "capacity": shape.capacity(),
             "allocatable": shape.capacity(),
             "addresses": [
-                {"type": "InternalIP", "address": f"127.19.0.{index + 1}"},
+                {"type": "InternalIP", "address": KUBELET_IP},
                 {"type": "Hostname", "address": name},
             ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         },
     }
 
@@ -172,11 +177,14 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=STATE_DIR / "pki")
 
 
-def _issue_cert(name: str, subject: str, *, server: bool = False) -> None:
-    """A key and a certificate signed by the cluster CA (client certs unless server=True)."""
+APISERVER_SANS = (f"IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+                  "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")
+
+
+def _issue_cert(name: str, subject: str, *, sans: str | None = None) -> None:
+    """A key and a certificate signed by the cluster CA: a serving certificate for `sans`, else a client one."""
     ext = STATE_DIR / "pki" / f"{name}.ext"
-    if server:
-        sans = f"IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    if sans:
         ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
     else:
         ext.write_text("extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
@@ -192,7 +200,8 @@ def _ensure_pki() -> None:
     pki.mkdir(parents=True, exist_ok=True)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "365", "-subj", "/CN=areal-workers-local-ca")
-    _issue_cert("apiserver", "/CN=kube-apiserver", server=True)
+    _issue_cert("apiserver", "/CN=kube-apiserver", sans=APISERVER_SANS)
+    _issue_cert("kubelet", "/CN=kwok-kubelet", sans=f"IP:{KUBELET_IP}")
     _issue_cert("admin", "/O=system:masters/CN=areal-workers-admin")
     _issue_cert("controller-manager", "/CN=system:kube-controller-manager")
     _issue_cert("scheduler", "/CN=system:kube-scheduler")
@@ -267,6 +276,10 @@ class LocalCluster:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # The Endpoints of the `kubernetes` Service would carry a loopback IP, which validation rejects.
                 "--endpoint-reconciler-type=none",
+                # Container logs come from KWOK's kubelet API on the nodes' InternalIP, over verified TLS.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
                 "--allow-privileged=true", "--profiling=false", "--v=1",
             ], health_url=f"{self.server}/readyz"),
             Component("kube-controller-manager", [
@@ -290,9 +303,12 @@ class LocalCluster:
             Component("kwok", [
                 _binary("kwok"), f"--kubeconfig={kubeconfigs / 'kwok.yaml'}", f"--config={KWOK_STAGES}",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                "--node-ip=127.19.0.254", "--cidr=127.21.0.0/16",
-                f"--server-address=127.0.0.1:{p.kwok}", "--node-lease-duration-seconds=40",
-            ], health_url=f"http://127.0.0.1:{p.kwok}/healthz"),
+                f"--node-ip={KUBELET_IP}", "--cidr=127.21.0.0/16",
+                f"--server-address={KUBELET_IP}:{p.kwok}", "--node-lease-duration-seconds=40",
+                f"--tls-cert-file={pki / 'kubelet.crt'}", f"--tls-private-key-file={pki / 'kubelet.key'}",
+                # Logs objects map a pod's containers to log files (tools/podrunner.py writes them).
+                "--enable-crds=Logs",
+            ], health_url=f"http://{KUBELET_IP}:{p.kwok}/healthz"),
         ]
 
     def is_running(self) -> bool:
@@ -315,6 +331,8 @@ class LocalCluster:
             _cert_kubeconfig("admin", self.kubeconfig, self.server)
             deadline = time.monotonic() + timeout
             for component in components:
+                if component.name == "kwok":
+                    self._install_kwok_crds()
                 started = time.monotonic()
                 self._start(component)
                 self._wait_healthy(component, deadline)
@@ -324,7 +342,8 @@ class LocalCluster:
 
     def down(self) -> None:
         self._stop_processes(self.components())
-        busy = [f"{name} ({port})" for name, port in self.ports.all().items() if not _port_free(port)]
+        busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
+                if not _port_free(host, port)]
         if busy:
             raise ClusterError(f"ports still in use after stopping: {', '.join(busy)}")
         shutil.rmtree(STATE_DIR, ignore_errors=True)
@@ -352,10 +371,17 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
 
+    def _install_kwok_crds(self) -> None:
+        crds = sorted(KWOK_CRDS.glob("*.yaml"))
+        if not crds:
+            raise ClusterError(f"no KWOK CRDs in {KWOK_CRDS}: run `make tools`")
+        self.kubectl("apply", *(f"--filename={crd}" for crd in crds))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/logs.kwok.x-k8s.io")
+
     def ensure_nodes(self, count: int, shape: NodeShape, timeout: float = 60.0) -> None:
         """Creates missing fake nodes kwok-node-0..count-1 (existing ones keep their shape) and waits Ready."""
         existing = set(self.kubectl("get", "nodes", "-o", "name").split())
-        manifests = [node_manifest(i, shape) for i in range(count) if f"node/{NODE_NAME_PREFIX}{i}" not in existing]
+        manifests = [node_manifest(i, shape, self.ports.kwok) for i in range(count) if f"node/{NODE_NAME_PREFIX}{i}" not in existing]
         if manifests:
             # Status must be sent on create: that is how a kubelet registers its capacity.
             self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(manifests))
@@ -415,7 +441,8 @@ class LocalCluster:
             component.pidfile.unlink(missing_ok=True)
 
     def _check_ports_free(self) -> None:
-        busy = [f"{name} on 127.0.0.1:{port}" for name, port in self.ports.all().items() if not _port_free(port)]
+        busy = [f"{name} on {host}:{port}" for name, (host, port) in self.ports.all().items()
+                if not _port_free(host, port)]
         if busy:
             raise ClusterError(
                 f"ports in use: {', '.join(busy)}. Stop whatever holds them, or choose another range with "
@@ -455,11 +482,11 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _port_free(port: int) -> bool:
+def _port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True

@@ -30,6 +30,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 import urllib3
 from kubernetes import client, config, watch
@@ -37,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
 HOOK_ANNOTATION = "helm.sh/hook"
+LOGS_GROUP, LOGS_VERSION = "kwok.x-k8s.io", "v1alpha1"
 DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers.reference_guard"}
 RESOLVER_SHIM = Path(__file__).resolve().parent / "podrunner_dns"
 RESTART_BACKOFF_BASE = 1.0
@@ -226,6 +228,7 @@ class PodRunner:
         if uid in self.pods or pod.status.phase != "Running" or not pod.status.pod_ip:
             return
         managed = self._manage(pod, "worker" if is_worker else "hook")
+        self._publish_logs(managed)
         self._launch(managed)  # before the probe thread can see it, so it is never started twice
         self.pods[uid] = managed
 
@@ -251,16 +254,35 @@ class PodRunner:
 
     # --- processes ---------------------------------------------------------------------------------
 
+    def _publish_logs(self, pod: ManagedPod) -> None:
+        """A KWOK Logs object, so `kubectl logs` (the apiserver's pods/log) serves this pod's log files."""
+        namespace, name = pod.name.split("/", 1)
+        logs = {"apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}", "kind": "Logs",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"logs": [{"containers": [pod.container], "logsFile": str(pod.log.resolve()),
+                                   "previousLogsFile": str(previous_log(pod.log).resolve()), "follow": False}]}}
+        objects = client.CustomObjectsApi(self.api.api_client)
+        try:
+            objects.create_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", logs)
+        except ApiException as error:
+            if error.status != 409:  # 409: a pod of the same name ran before; point at this one's files
+                raise
+            objects.patch_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", name,
+                                                   {"spec": logs["spec"]})
+
     def _launch(self, pod: ManagedPod) -> None:
         environment = {**os.environ, **pod.env}
         if pod.kind == "hook":
             environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RESOLVER_SHIM), environment.get("PYTHONPATH")]))
             environment["PODRUNNER_HOSTS"] = json.dumps(self.hosts)
-        with pod.lock, open(pod.log, "ab") as log:
+        with pod.lock:
             if self._stop.is_set() or pod.deleted or (pod.process is not None and pod.process.poll() is None):
                 return
-            pod.process = subprocess.Popen(pod.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=environment, start_new_session=True)
+            if pod.restarts and pod.log.exists():  # `kubectl logs --previous` reads the last run
+                os.replace(pod.log, previous_log(pod.log))
+            pod.process = subprocess.Popen(pod.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=environment, start_new_session=True)
+            threading.Thread(target=write_cri_log, args=(pod.process.stdout, pod.log), daemon=True).start()
         if pod.kind == "hook":
             threading.Thread(target=self._finish_hook, args=(pod,), daemon=True).start()
 
@@ -350,6 +372,18 @@ class PodRunner:
         except (urllib3.exceptions.HTTPError, OSError):  # apiserver restarting
             return False
         return True
+
+
+def previous_log(log: Path) -> Path:
+    return log.with_name(log.stem + ".previous.log")
+
+
+def write_cri_log(stream: IO[bytes], path: Path) -> None:
+    """Copies a process's output into `path` in the CRI log format the kubelet (and KWOK) serve logs from."""
+    with stream, open(path, "ab", buffering=0) as log:
+        for line in stream:
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
+            log.write(stamp + b" stdout F " + line.rstrip(b"\n") + b"\n")
 
 
 def _probe(url: str) -> bool:

@@ -74,6 +74,10 @@ def test_helm_install_gives_ready_workers_with_real_guards_and_helm_test_passes(
     result = helm(kubeconfig, helm_executable, "test", "demo", "-n", namespace, "--timeout", "60s")
     assert "Phase:          Succeeded" in result.stdout, result.stdout
 
+    logs = subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "logs",
+                           "-n", namespace, "demo-areal-workers-actor-1"], capture_output=True, text=True, check=True)
+    assert f"areal-guard listening on {pods['demo-areal-workers-actor-1'].status.pod_ip}:8000" in logs.stdout
+
 
 def test_helm_test_fails_when_a_worker_is_unhealthy(kubeconfig, helm_executable, namespace, core, pod_runner, tmp_path):
     runner = pod_runner(namespace)

@@ -37,10 +37,12 @@ def held(role: str) -> dict:
     return {"roles": {role: {"podAnnotations": HOLD}}}
 
 
-def wait_for_pods(core, namespace: str, role: str, count: int, scheduled: bool = True) -> list[client.V1Pod]:
+def wait_for_pods(core, namespace: str, role: str, count: int, scheduled: bool = True,
+                  without_uid: str | None = None) -> list[client.V1Pod]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        pods = core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+        pods = [p for p in core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+                if p.metadata.uid != without_uid and p.metadata.deletion_timestamp is None]
         if len(pods) == count and (not scheduled or all(p.spec.node_name for p in pods)):
             return sorted(pods, key=lambda p: p.metadata.name)
         time.sleep(0.1)
@@ -82,11 +84,13 @@ def test_crash_loop_on_create_fails_fast_and_rolls_back(make_scheduler, core):
     scheduler.get_workers("actor")
     actor = pod_uids(core, scheduler.namespace, "actor")
 
-    scheduler.create_workers(job("broken", 2, [spec(cmd="python -c 'import sys; sys.exit(3)'")]))
+    crash = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"
+    scheduler.create_workers(job("broken", 2, [spec(cmd=crash)]))
     with pytest.raises(WorkerFailedError) as failed:
         scheduler.get_workers("broken", timeout=60)
     assert failed.value.exit_code == 3
     assert "exit code 3" in failed.value.stderr and "broken" in failed.value.worker_id
+    assert "cannot load /ckpt/step-100: no such file" in failed.value.stderr  # the worker's own log, via pods/log
     assert f"rolled back release {scheduler.release} to revision 1" in "\n".join(failed.value.__notes__)
     assert descriptions(scheduler) == ["create actor: 2 worker(s)", "create broken: 2 worker(s)", "Rollback to 1"]
     assert pod_uids(core, scheduler.namespace, "broken") == {}
@@ -204,7 +208,9 @@ def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_schedu
     pods = wait_for_pods(core, scheduler.namespace, "rollout", 3)
     join = in_background(scheduler.get_workers, "rollout", timeout=60)
     core.delete_namespaced_pod(pods[1].metadata.name, scheduler.namespace)
-    for pod in wait_for_pods(core, scheduler.namespace, "rollout", 3):  # release the hold: pods start
+    deleted = pods[1].metadata.uid
+    replaced = wait_for_pods(core, scheduler.namespace, "rollout", 3, without_uid=deleted)
+    for pod in replaced:  # release the hold: pods start
         core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
                                   {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
     workers, error, _ = join()
@@ -235,9 +241,9 @@ def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
 
 def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
     node_name = f"kwok-fault-{os.getpid()}-{int(time.time() * 1000) % 100000}"
-    from localcluster import NodeShape, node_manifest
+    from localcluster import LocalCluster, NodeShape, node_manifest
 
-    manifest = node_manifest(250, NodeShape())
+    manifest = node_manifest(250, NodeShape(), LocalCluster().ports.kwok)
     manifest["metadata"]["name"] = node_name
     manifest["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, "areal-workers.dev/fault": node_name})
     manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": node_name, "effect": "NoSchedule"}]
