@@ -267,6 +267,34 @@ def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube
         core.delete_node(node_name)
 
 
+def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
+    from localcluster import LocalCluster, NodeShape, node_manifest
+
+    node_name = f"kwok-gone-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+    manifest = node_manifest(251, NodeShape(), LocalCluster().ports.kwok)
+    manifest["metadata"]["name"] = node_name
+    manifest["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, "areal-workers.dev/fault": node_name})
+    manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": node_name, "effect": "NoSchedule"}]
+    core.create_node(manifest)
+    wait_node_ready(core, node_name)
+    placement = {"roles": {"pinned": {
+        "nodeSelector": {"areal-workers.dev/fault": node_name},
+        "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
+    scheduler = make_scheduler(extra_values=placement)
+    scheduler.create_workers(job("pinned", 1))
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("pinned")
+    actor = pod_uids(core, scheduler.namespace, "actor")
+    core.delete_node(node_name)
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("pinned", timeout=60)
+    assert failed.value.worker_id == "pinned/0"
+    # Before Kubernetes' pod GC removes the pod, its node is gone; after, the worker's pod was recreated.
+    assert ("NodeGone" in failed.value.stderr and node_name in failed.value.stderr) or \
+        "deleted and recreated after the worker was ready" in failed.value.stderr, failed.value.stderr
+    assert pod_uids(core, scheduler.namespace, "actor") == actor
+
+
 def wait_node_ready(core, name: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
