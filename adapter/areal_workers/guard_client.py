@@ -205,8 +205,9 @@ class GuardClient:
 
     ``liveness(worker)`` is called before every attempt of ``call``/``async_call`` and after a
     connection error (as AReaL checks the worker process), so a dead pod surfaces as its
-    WorkerFailedError instead of a connection error.  ``retry_sleep``/``async_retry_sleep`` wait
-    out the retry backoff (replaceable in tests).
+    WorkerFailedError instead of a connection error.  With ``check_first_attempt=False`` the check
+    before the first attempt is left out: where liveness costs an API request, a healthy call then
+    costs none.  ``retry_sleep``/``async_retry_sleep`` wait out the retry backoff (replaceable in tests).
     """
 
     def __init__(
@@ -214,11 +215,13 @@ class GuardClient:
         liveness: Liveness | None = None,
         *,
         connect_timeout: float = 10.0,
+        check_first_attempt: bool = True,
         retry_sleep: Callable[[float], None] = time.sleep,
         async_retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._liveness = liveness
         self._connect_timeout = connect_timeout
+        self._check_first_attempt = check_first_attempt
         self._retry_sleep = retry_sleep
         self._async_retry_sleep = async_retry_sleep
         self._http = _pooled_http_session()
@@ -292,7 +295,8 @@ class GuardClient:
         payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
         last: _Retryable | None = None
         for attempt in range(1, max_retries + 1):
-            self._check_liveness(worker)
+            if attempt > 1 or self._check_first_attempt:
+                self._check_liveness(worker)
             outcome = self._call_attempt(worker, method, payload, attempt, http_timeout)
             if not isinstance(outcome, _Retryable):
                 return outcome
@@ -318,7 +322,8 @@ class GuardClient:
         payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
         last: _Retryable | None = None
         for attempt in range(1, max_retries + 1):
-            await self._acheck_liveness(worker)
+            if attempt > 1 or self._check_first_attempt:
+                await self._acheck_liveness(worker)
             outcome = await self._async_call_attempt(worker, method, payload, attempt, http_timeout)
             if not isinstance(outcome, _Retryable):
                 return outcome

@@ -59,7 +59,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self.pods = PodWatch(self.core, self.namespace)
         self.loop = LoopThread(f"areal-workers-{self.release}")
         self.releases = Releases(self.config)
-        self.guard = GuardClient(liveness=self._check_alive)
+        # A pod check costs an API request: made before retries and after connection errors, not per call.
+        self.guard = GuardClient(liveness=self._check_alive, check_first_attempt=False)
         self.inspector = ReleaseInspector(self.core, self.apps, self.namespace, self.release)
         self._lock = threading.RLock()
         self._workers: dict[str, list[Worker]] = {}
@@ -346,9 +347,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                     self._roll_back(error)
                 raise
             self._workers[role] = workers
-            self._pending.discard(role)
-            if not self._pending and self.config.ownership == "managed":
-                self._mark_good()
+            if role in self._pending:  # the change that created or resized this role is complete
+                self._pending.discard(role)
+                if not self._pending and self.config.ownership == "managed":
+                    self._mark_good()
             return workers
 
     def _role_ports(self, role: str) -> list[str]:

@@ -193,7 +193,7 @@ def test_a_worker_that_restarts_after_it_was_ready_fails_the_role(make_scheduler
     assert failed.value.worker_id == "actor/1"
     assert "RestartedAfterReady" in failed.value.stderr or "engines" in failed.value.stderr
     with pytest.raises(WorkerFailedError):
-        scheduler.call_engine("actor/1", "value", "none", max_retries=1)
+        scheduler.call_engine("actor/1", "value", "none", max_retries=2, retry_delay=0.1)  # the retry checks the pod
 
 
 def guard_pid(worker) -> int:

@@ -553,3 +553,22 @@ def test_mappings_the_reference_guard_cannot_produce() -> None:
     assert isinstance(undecodable, _Retryable)
     assert undecodable.reason.startswith("Unexpected error: invalid reply body")
     assert _call_outcome(worker, "m", 1, _Reply(200, b'{"status": "success", "result": [1, 2]}')) == [1, 2]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_without_the_first_attempt_check_a_healthy_call_checks_nothing_but_retries_still_do(
+    shared_guard: Guard, liveness: LivenessProbe, sleeps: Sleeps, mode: str
+) -> None:
+    client = GuardClient(liveness, connect_timeout=2.0, check_first_attempt=False, retry_sleep=sleeps.sync,
+                         async_retry_sleep=sleeps.async_)
+    try:
+        engine = shared_guard.new_counter()
+        worker = shared_guard.worker()
+        call = client.call if mode == "sync" else (lambda *a, **k: asyncio.run(client.async_call(*a, **k)))
+        assert call(worker, "increment", engine, [1], {}, None) == 1
+        assert liveness.calls == []
+        with pytest.raises(EngineCallError):
+            call(worker, "value", "no-such-engine", [], {}, None, max_retries=2, retry_delay=0.01)
+        assert liveness.calls == [worker.id]  # before the retry only
+    finally:
+        client.close()
