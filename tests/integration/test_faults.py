@@ -239,20 +239,26 @@ def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
     assert descriptions(scheduler) == ["create rollout: 2 worker(s)"]
 
 
-def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
-    node_name = f"kwok-fault-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+def fault_node(core, index: int, prefix: str) -> tuple[str, dict]:
+    """A tainted KWOK node of its own, Ready, and the values that pin role "pinned" onto it."""
     from localcluster import LocalCluster, NodeShape, node_manifest
 
-    manifest = node_manifest(250, NodeShape(), LocalCluster().ports.kwok)
-    manifest["metadata"]["name"] = node_name
-    manifest["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, "areal-workers.dev/fault": node_name})
-    manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": node_name, "effect": "NoSchedule"}]
+    name = f"{prefix}-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+    manifest = node_manifest(index, NodeShape(), LocalCluster().ports.kwok)
+    manifest["metadata"]["name"] = name
+    manifest["metadata"]["labels"].update({"kubernetes.io/hostname": name, "areal-workers.dev/fault": name})
+    manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": name, "effect": "NoSchedule"}]
     core.create_node(manifest)
+    wait_node_ready(core, name)
+    placement = {"roles": {"pinned": {
+        "nodeSelector": {"areal-workers.dev/fault": name},
+        "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
+    return name, placement
+
+
+def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
+    node_name, placement = fault_node(core, 250, "kwok-fault")
     try:
-        wait_node_ready(core, node_name)
-        placement = {"roles": {"pinned": {
-            "nodeSelector": {"areal-workers.dev/fault": node_name},
-            "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
         scheduler = make_scheduler(extra_values=placement)
         scheduler.create_workers(job("pinned", 1))
         scheduler.get_workers("pinned")
@@ -268,18 +274,7 @@ def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube
 
 
 def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
-    from localcluster import LocalCluster, NodeShape, node_manifest
-
-    node_name = f"kwok-gone-{os.getpid()}-{int(time.time() * 1000) % 100000}"
-    manifest = node_manifest(251, NodeShape(), LocalCluster().ports.kwok)
-    manifest["metadata"]["name"] = node_name
-    manifest["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, "areal-workers.dev/fault": node_name})
-    manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": node_name, "effect": "NoSchedule"}]
-    core.create_node(manifest)
-    wait_node_ready(core, node_name)
-    placement = {"roles": {"pinned": {
-        "nodeSelector": {"areal-workers.dev/fault": node_name},
-        "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
+    node_name, placement = fault_node(core, 251, "kwok-gone")
     scheduler = make_scheduler(extra_values=placement)
     scheduler.create_workers(job("pinned", 1))
     scheduler.create_workers(job("actor", 1))
