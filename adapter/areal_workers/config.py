@@ -13,6 +13,7 @@ BUNDLED_CHART = Path(__file__).resolve().parent / "chart"
 
 ForkMode = Literal["process", "pod"]
 ReleaseOwnership = Literal["managed", "external"]
+CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 # The environment variables of AReaL PR #1316, honoured for compatibility.
@@ -24,6 +25,11 @@ ENVIRONMENT = {
     "AREAL_K8S_TERMINATION_GRACE_SECONDS": "termination_grace_seconds",
     "AREAL_K8S_NODE_SELECTOR": "node_selector",
 }
+
+
+# Where a process inside a pod learns its namespace (mounted with the service account token).
+SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+CAPACITY_CHECKS = ("reject", "warn", "off")
 
 
 class ConfigError(ValueError):
@@ -56,6 +62,10 @@ class KubernetesSchedulerConfig:
         ready_timeout: default time-out of get_workers (seconds).
         fork_mode: "process" (a child of the target's guard, AReaL semantics) or "pod" (a sibling StatefulSet).
         fork_ready_timeout: how long a forked process gets to answer /health (seconds).
+        destroy_timeout: how long the engines of workers about to be deleted get to run destroy() (seconds).
+        capacity_check: before a change is written, whether a pod of each new or changed role fits some node
+            (allocatable resources, nodeSelector, tolerations): "reject" (default) refuses the change, "warn"
+            logs and goes on (clusters that autoscale), "off" skips the check.
         ownership: "managed" (the adapter installs and changes the release) or "external" (someone else does;
             the adapter only discovers and calls workers).
         release_name: the release to use (None: derived from experiment and trial).
@@ -84,6 +94,8 @@ class KubernetesSchedulerConfig:
     ready_timeout: float = 600.0
     fork_mode: ForkMode = "process"
     fork_ready_timeout: float = 60.0
+    destroy_timeout: float = 30.0
+    capacity_check: CapacityCheck = "reject"
     ownership: ReleaseOwnership = "managed"
     release_name: str | None = None
 
@@ -102,17 +114,24 @@ class KubernetesSchedulerConfig:
             raise ConfigError(f"guard_port must be within 1..65535, got {self.guard_port}")
         if self.termination_grace_seconds is not None and self.termination_grace_seconds < 0:
             raise ConfigError("termination_grace_seconds must be >= 0")
-        for name in ("helm_timeout", "ready_timeout", "fork_ready_timeout"):
+        if self.capacity_check not in CAPACITY_CHECKS:
+            raise ConfigError(f"capacity_check must be one of {', '.join(CAPACITY_CHECKS)}, got {self.capacity_check!r}")
+        for name in ("helm_timeout", "ready_timeout", "fork_ready_timeout", "destroy_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> KubernetesSchedulerConfig:
-        """Defaults, then the AREAL_K8S_* variables, then explicit overrides."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE, **overrides: object) -> KubernetesSchedulerConfig:
+        """Defaults, then the environment, then explicit overrides. The namespace is the first of
+        AREAL_K8S_NAMESPACE, KUBERNETES_NAMESPACE and, inside a pod, its service account's namespace."""
         environ = os.environ if environ is None else environ
         values: dict[str, object] = {}
+        namespace = environ.get("KUBERNETES_NAMESPACE") or _read_namespace(namespace_file)
+        if namespace:
+            values["namespace"] = namespace
         for variable, name in ENVIRONMENT.items():
             raw = environ.get(variable)
             if raw is None or raw == "":
@@ -132,6 +151,13 @@ class KubernetesSchedulerConfig:
             raise ConfigError(f"unknown KubernetesSchedulerConfig field(s): {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(known))}")
         return replace(cls(), **{**values, **overrides})  # type: ignore[arg-type]
+
+
+def _read_namespace(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:  # not inside a pod
+        return None
 
 
 def parse_node_selector(raw: str, source: str = "node_selector") -> dict[str, str]:

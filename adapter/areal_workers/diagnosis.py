@@ -63,9 +63,13 @@ from kubernetes.client import (
 )
 
 __all__ = [
+    "NodeFit",
     "Problem",
+    "describe_selector",
     "diagnose_pod",
     "event_lines",
+    "format_quantity",
+    "node_fit",
     "parse_quantity",
     "pod_requests",
     "scheduling_advice",
@@ -218,7 +222,8 @@ def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
     return value.scaleb(int(exponent)) if exponent else value
 
 
-def _format_quantity(resource: str, value: Decimal) -> str:
+def format_quantity(resource: str, value: Decimal) -> str:
+    """A base-unit amount for people: memory in Ki/Mi/Gi/Ti, fractional cpu in millicores, the rest as a number."""
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         for unit, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
             scaled = value / (1024 ** power)
@@ -723,7 +728,9 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
 
 
 @dataclass(frozen=True)
-class _NodeFit:
+class NodeFit:
+    """How one node stands towards one pod: selection, taints, availability, allocatable and free resources."""
+
     name: str
     selector_ok: bool
     hard_taints: tuple[str, ...]  # untolerated taints no controller removes by itself
@@ -793,7 +800,8 @@ def _selector_matches(pod: V1Pod, node: V1Node) -> bool:
     )
 
 
-def _describe_selector(pod: V1Pod, nodes: Sequence[V1Node]) -> str:
+def describe_selector(pod: V1Pod, nodes: Sequence[V1Node]) -> str:
+    """The pod's nodeSelector and required node affinity in words; with nodes, the values their labels have."""
     parts = []
     selector = pod.spec.node_selector or {}
     if selector:
@@ -814,7 +822,8 @@ def _describe_selector(pod: V1Pod, nodes: Sequence[V1Node]) -> str:
     return text + (f" (nodes have {'; '.join(seen)})" if seen else "")
 
 
-def _node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod]] | None) -> _NodeFit:
+def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod]] | None) -> NodeFit:
+    """`node` against `pod`; `pods_by_node` (None: unknown) gives the free resources."""
     name = node.metadata.name
     tolerations = pod.spec.tolerations or []
     untolerated = [
@@ -838,7 +847,7 @@ def _node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Po
                 continue
             _add_to(used, pod_requests(other))
         free = {key: value - used.get(key, Decimal(0)) for key, value in allocatable.items()}
-    return _NodeFit(name=name, selector_ok=_selector_matches(pod, node), hard_taints=hard,
+    return NodeFit(name=name, selector_ok=_selector_matches(pod, node), hard_taints=hard,
                     soft_block=", ".join(soft) or None, allocatable=allocatable, free=free)
 
 
@@ -875,7 +884,7 @@ def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, D
     if insufficient:
         resource = insufficient.group(1)
         need = requests.get(resource)
-        needed = f"needs {_format_quantity(resource, need)} {resource} per pod; " if need is not None else ""
+        needed = f"needs {format_quantity(resource, need)} {resource} per pod; " if need is not None else ""
         return (f"{needed}{count} node(s) lack free {resource}: wait for running pods to finish, lower "
                 f"{_values_key(resource)} or add nodes")
     taint = re.search(r"taint \{([^:}]+):\s*([^}]*)\}", reason)
@@ -886,7 +895,7 @@ def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, D
         shown = f"{key}={value}" if value else key
         return f"add tolerations for {shown} or choose other nodes ({count} node(s) tainted)"
     if "node affinity/selector" in reason or "node selector" in reason:
-        return f"{_describe_selector(pod, ())} matches none of {count} node(s): label nodes or change the selector"
+        return f"{describe_selector(pod, ())} matches none of {count} node(s): label nodes or change the selector"
     if "were unschedulable" in reason:
         return f"{count} node(s) are cordoned: uncordon them or wait for the maintenance to end"
     if "free ports" in reason:
@@ -900,17 +909,17 @@ def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, D
     return None
 
 
-def _largest(fits: Sequence[_NodeFit], resource: str, *, free: bool) -> tuple[Decimal, str]:
+def _largest(fits: Sequence[NodeFit], resource: str, *, free: bool) -> tuple[Decimal, str]:
     values = [((fit.free if free else fit.allocatable) or {}).get(resource, Decimal(0)) for fit in fits]
     best = max(range(len(fits)), key=lambda i: values[i])
     return values[best], fits[best].name
 
 
 def _needs(resource: str, amount: Decimal) -> str:
-    return f"needs {_format_quantity(resource, amount)} {resource} per pod"
+    return f"needs {format_quantity(resource, amount)} {resource} per pod"
 
 
-def _capacity_verdict(requests: Mapping[str, Decimal], candidates: Sequence[_NodeFit]) -> _Verdict | None:
+def _capacity_verdict(requests: Mapping[str, Decimal], candidates: Sequence[NodeFit]) -> _Verdict | None:
     """Fatal verdict when no eligible node's allocatable can ever hold the pod."""
     if any(all(fit.allocatable.get(r, Decimal(0)) >= q for r, q in requests.items()) for fit in candidates):
         return None
@@ -918,16 +927,16 @@ def _capacity_verdict(requests: Mapping[str, Decimal], candidates: Sequence[_Nod
     for resource, amount in requests.items():
         largest, node = _largest(candidates, resource, free=False)
         if largest < amount:
-            parts.append(f"{_needs(resource, amount)}; no node has more than {_format_quantity(resource, largest)} "
+            parts.append(f"{_needs(resource, amount)}; no node has more than {format_quantity(resource, largest)} "
                          f"allocatable (node {node}): lower {_values_key(resource)} or add bigger nodes")
     if not parts:
-        wanted = ", ".join(f"{_format_quantity(r, q)} {r}" for r, q in requests.items())
+        wanted = ", ".join(f"{format_quantity(r, q)} {r}" for r, q in requests.items())
         parts.append(f"needs {wanted} on one node; no node has all of them allocatable: lower the requests or "
                      "add bigger nodes")
     return _Verdict("; ".join(parts), fatal=True)
 
 
-def _in_use_advice(requests: Mapping[str, Decimal], fitting: Sequence[_NodeFit]) -> str:
+def _in_use_advice(requests: Mapping[str, Decimal], fitting: Sequence[NodeFit]) -> str:
     usable = [fit for fit in fitting if fit.soft_block is None]
     blocked = [f"{fit.name} ({fit.soft_block})" for fit in fitting if fit.soft_block is not None]
     parts = []
@@ -936,7 +945,7 @@ def _in_use_advice(requests: Mapping[str, Decimal], fitting: Sequence[_NodeFit])
             largest, node = _largest(usable, resource, free=True)
             if largest < amount:
                 parts.append(f"{_needs(resource, amount)}; the largest free on any node is "
-                             f"{_format_quantity(resource, max(largest, Decimal(0)))} (node {node}): wait for running "
+                             f"{format_quantity(resource, max(largest, Decimal(0)))} (node {node}): wait for running "
                              f"pods to finish, lower {_values_key(resource)} or add nodes")
     elif usable:
         names = ", ".join(fit.name for fit in usable[:5])
@@ -951,12 +960,12 @@ def _nodes_verdict(pod: V1Pod, nodes: Sequence[V1Node],
                    pods_by_node: Mapping[str, Sequence[V1Pod]] | None) -> tuple[_Verdict | None, str]:
     """A fatal verdict from the nodes, or None and the advice for a pod that fits some node one day."""
     requests = pod_requests(pod)
-    fits = [_node_fit(pod, node, pods_by_node) for node in nodes]
+    fits = [node_fit(pod, node, pods_by_node) for node in nodes]
     candidates = [fit for fit in fits if fit.selector_ok and not fit.hard_taints]
     if not candidates:
         matching = [fit for fit in fits if fit.selector_ok]
         if not matching:
-            advice = f"{_describe_selector(pod, nodes)} matches no node: label nodes or change the selector"
+            advice = f"{describe_selector(pod, nodes)} matches no node: label nodes or change the selector"
         else:
             taints = sorted({taint for fit in matching for taint in fit.hard_taints})
             advice = f"add tolerations for {', '.join(taints[:4])} or choose other nodes"
@@ -971,7 +980,7 @@ def _nodes_verdict(pod: V1Pod, nodes: Sequence[V1Node],
     return None, _in_use_advice(requests, fitting)
 
 
-def _not_offered(resource: str, fits: Sequence[_NodeFit], pod: V1Pod) -> str:
+def _not_offered(resource: str, fits: Sequence[NodeFit], pod: V1Pod) -> str:
     elsewhere = [fit for fit in fits if fit.allocatable.get(resource, Decimal(0)) > 0]
     if not elsewhere:
         if "gpu" in resource:
@@ -982,7 +991,7 @@ def _not_offered(resource: str, fits: Sequence[_NodeFit], pod: V1Pod) -> str:
     taints = sorted({taint for fit in elsewhere if fit.selector_ok for taint in fit.hard_taints})
     fixes = [f"add tolerations for {', '.join(taints[:4])}"] if taints else []
     if not all(fit.selector_ok for fit in elsewhere):
-        fixes.append(f"change {_describe_selector(pod, ())}")
+        fixes.append(f"change {describe_selector(pod, ())}")
     return f"{resource} is only offered by nodes the pod cannot use ({names}): {' or '.join(fixes)}"
 
 

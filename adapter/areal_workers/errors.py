@@ -24,6 +24,8 @@ __all__ = [
     "WorkerFailedError",
     "WorkerNotFoundError",
     "WorkerTimeoutError",
+    "InvalidRequestError",
+    "InvalidSchedulerSetupError",
     "attach_diagnosis",
     "USING_AREAL_EXCEPTIONS",
 ]
@@ -121,6 +123,15 @@ else:
         def __init__(self, import_path: str, reason: str) -> None:
             self.import_path, self.reason = import_path, reason
             super().__init__(f"Failed to import engine '{import_path}': {reason}")
+
+
+class InvalidRequestError(WorkerCreationError, ValueError):  # type: ignore[misc, valid-type]
+    """A request AReaL's schedulers reject with ValueError (e.g. an unknown scheduling strategy type); also a
+    WorkerCreationError, so callers written for either AReaL's or this scheduler's errors catch it."""
+
+
+class InvalidSchedulerSetupError(SchedulerError, ValueError):  # type: ignore[misc, valid-type]
+    """The scheduler cannot be constructed as asked (e.g. no experiment or trial name): AReaL raises ValueError."""
 
 
 def attach_diagnosis(error: BaseException, diagnosis: str) -> BaseException:

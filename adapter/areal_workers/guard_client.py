@@ -365,6 +365,29 @@ class GuardClient:
             return _Retryable(f"Unexpected error: {error}", error)
         return _call_outcome(worker, method, attempt, reply)
 
+    async def destroy_engines(self, workers: list[Worker], timeout: float) -> dict[str, str]:
+        """POST /call {"method": "destroy"} to each worker's own engine, all at once, within `timeout` seconds
+        in total (AReaL's Slurm scheduler does this before it ends workers, so every rank reaches the engines'
+        teardown barrier together). Never raises: returns, per worker id, what did not succeed."""
+        payloads = {w.id: _call_payload("destroy", w.id, [], {}, None) for w in workers}
+
+        async def destroy(worker: Worker) -> str | None:
+            try:
+                reply = await self._post(worker, "/call", payloads[worker.id], timeout)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+                return f"{type(error).__name__}: {error}"
+            return None if reply.status == 200 else f"HTTP {reply.status}: {_error_message(reply.body)}"
+
+        if not workers:
+            return {}
+        tasks = {asyncio.ensure_future(destroy(w)): w for w in workers}
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        failures = {tasks[task].id: f"no reply within {timeout}s" for task in pending}
+        failures.update({tasks[task].id: task.result() for task in done if task.result() is not None})
+        return failures
+
     # ----------------------------------------------------------------------- forks and health
 
     async def alloc_ports(

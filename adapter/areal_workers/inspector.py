@@ -3,8 +3,10 @@ AReaL's error, the revision last seen all ready, and pods stuck on a rolled-back
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -74,6 +76,15 @@ class ReleaseInspector:
                 return text.splitlines()[-LOG_TAIL_LINES:]
         return []
 
+    def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
+        """The current container's last `tail` log lines ([] when the log cannot be read)."""
+        try:
+            text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace, tail_lines=tail)
+        except ApiException as error:
+            logger.debug("cannot read the log of %s: %s", pod.metadata.name, error.reason)
+            return []
+        return text.splitlines()
+
     def nodes(self) -> list[client.V1Node]:
         """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
         controller Role does not grant, so without it the diagnosis goes on from pod status and events."""
@@ -94,6 +105,11 @@ class ReleaseInspector:
         selector = f"{naming.release_selector(self.release)},{naming.LABEL_COMPONENT}=topology"
         items = self.core.list_namespaced_config_map(self.namespace, label_selector=selector).items
         return items[0] if items else None
+
+    def topology(self) -> dict[str, Any]:
+        """What the chart rendered into the release's topology ConfigMap ({} before the first install)."""
+        configmap = self._topology_configmap()
+        return json.loads((configmap.data or {}).get("topology.json", "{}")) if configmap is not None else {}
 
     def ready_revision(self) -> int | None:
         """The last revision whose workers were all ready, as recorded on the release's topology ConfigMap

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import threading
 from typing import Any
 
 from kubernetes import client, config as kube_config
 
-from . import forks, naming, topology
+from . import capacity, forks, name_records, naming, topology
 from .config import KubernetesSchedulerConfig
 from .codec import deserialize_value, serialize_value
 from .errors import (
+    InvalidRequestError,
+    InvalidSchedulerSetupError,
     SchedulerError,
     WorkerCreationError,
     WorkerFailedError,
@@ -35,6 +38,8 @@ from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 
 logger = logging.getLogger(__name__)
 
+FORK_LOG_LINES = 400  # of the parent pod's log searched for a fork's exit marker
+
 
 
 class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-type]
@@ -46,12 +51,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                  experiment_name: str | None = None, trial_name: str | None = None) -> None:
         self.config = config or KubernetesSchedulerConfig.from_env()
         self.exp_config = exp_config
-        self.experiment = experiment_name or getattr(exp_config, "experiment_name", None)
-        self.trial = trial_name or getattr(exp_config, "trial_name", None)
-        if not self.experiment or not self.trial:
-            raise SchedulerError("KubernetesScheduler needs an experiment and a trial name: pass exp_config "
-                                 "(experiment_name, trial_name) or experiment_name= and trial_name=")
-        self.release = self.config.release_name or naming.release_name(self.experiment, self.trial)
+        # As in AReaL's schedulers, the experiment config wins over the explicit names.
+        self.experiment_name = getattr(exp_config, "experiment_name", None) or experiment_name
+        self.trial_name = getattr(exp_config, "trial_name", None) or trial_name
+        if not self.experiment_name or not self.trial_name:
+            raise InvalidSchedulerSetupError(
+                "experiment_name and trial_name must be provided: pass exp_config (with experiment_name and "
+                "trial_name) or experiment_name= and trial_name=")
+        self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
         api_client = self._kube_client()
         self.core = client.CoreV1Api(api_client)
@@ -188,12 +195,23 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 f"there; this scheduler only discovers and calls its workers")
 
     def _base_values(self) -> dict[str, Any]:
-        return topology.base_values(self.config, self.experiment, self.trial,
-                                    topology.cluster_values(self.exp_config))
+        try:
+            return topology.base_values(self.config, self.experiment_name, self.trial_name,
+                                        topology.cluster_values(self.exp_config),
+                                        offload=bool(getattr(self.exp_config, "enable_offload", False)))
+        except topology.TopologyError as error:
+            raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
 
-    def _apply(self, values: dict[str, Any], description: str, key: str) -> int:
-        """One helm revision with `values`; on failure the release is left at its previous revision."""
+    def _apply(self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()) -> int:
+        """One helm revision with `values`; on failure the release is left at its previous revision. The pods of
+        `workloads` (roles or pod-mode forks created or changed) are checked against the nodes first, and a first
+        install clears the trial's stale name_resolve records (as AReaL's schedulers do at start)."""
         before = self._helm(self.releases.current(self.release))
+        if workloads or before is None:
+            manifests = self._helm(self.releases.render(self.release, values), key)
+            self._check_capacity(manifests, workloads, key)
+            if before is None:
+                self._clear_name_records(manifests)
         try:
             revision = self.loop.run(self.releases.apply(self.release, values, description))
         except HelmError as error:
@@ -201,6 +219,27 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
         self._values = values
         return revision.revision
+
+    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
+        if self.config.capacity_check == "off" or not workloads:
+            return
+        problems = capacity.preflight(manifests, workloads, self.inspector.nodes())
+        if problems and self.config.capacity_check == "reject":
+            raise WorkerCreationError(key, "No node can hold a worker", "\n".join(problems) +
+                                      "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
+        for problem in problems:
+            logger.warning("capacity check: %s", problem)
+
+    def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
+        topology_maps = [m for m in manifests if m.get("kind") == "ConfigMap"
+                         and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"]
+        if not topology_maps:
+            return
+        flags = json.loads(topology_maps[0]["data"]["topology.json"]).get("worker_flags", [])
+        cleared = name_records.clear_trial(flags, self.experiment_name, self.trial_name,
+                                           name_records.pod_users(manifests))
+        if cleared:
+            logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
     def _restore(self, before: Any) -> None:
         """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
@@ -247,11 +286,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             if strategy.type == "colocation":
                 return self._colocate(role, replicas, strategy.target, strategy.fork)
             if strategy.type != "separation":
-                raise WorkerCreationError(role, "Invalid strategy",
+                raise InvalidRequestError(role, "Invalid strategy",
                                           f"scheduling_strategy.type must be 'separation' or 'colocation', "
                                           f"got {strategy.type!r}")
             values = self._with_role(role, spec, replicas)
-            self._apply(values, f"create {role}: {replicas} worker(s)", role)
+            self._apply(values, f"create {role}: {replicas} worker(s)", role, (role,))
             self._pending.add(role)
             ids = [naming.worker_id(role, i) for i in range(replicas)]
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
@@ -278,7 +317,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             if replicas != current:
                 values = copy.deepcopy(self._values)
                 values["roles"][role]["replicas"] = replicas
-                self._apply(values, f"scale {role}: {current} -> {replicas} worker(s)", role)
+                self._apply(values, f"scale {role}: {current} -> {replicas} worker(s)", role, (role,))
                 self._workers.pop(role, None)
                 self._forget_pods(role)
                 self._pending.add(role)
@@ -297,7 +336,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 raise WorkerCreationError(job.role, "Replica count mismatch",
                                           "colocated roles must keep the target's replica count; delete them first")
             values = self._with_role(job.role, spec, job.replicas)
-            self._apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role)
+            self._apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role, (job.role,))
             self._workers.pop(job.role, None)
             self._forget_pods(job.role)
             self._pending.add(job.role)
@@ -330,28 +369,37 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     # --- discover and wait -----------------------------------------------------------------------
 
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
+        """Waits until every worker of `role` answers. The wait holds no lock: engine calls, and waits for other
+        roles, go on meanwhile. A fatal diagnosis (WorkerFailedError) rolls a pending change back; a time-out
+        changes nothing, so a retry with a longer timeout finds the role as it was (AReaL's behaviour)."""
+        timeout = self.config.ready_timeout if timeout is None else timeout
         with self._lock:
-            if role in self._colocations() and role not in self._roles():
-                return self.get_workers(self._colocations()[role], timeout)
-            if not self._exists(role):
+            target = self._colocations().get(role) if role not in self._roles() else None
+            if target is None and not self._exists(role):
                 raise WorkerNotFoundError(role)
-            timeout = self.config.ready_timeout if timeout is None else timeout
             fork = self._forks().get(role)
-            try:
-                if fork is not None and fork.get("mode", "process") == "process":
-                    workers = self._process_fork_workers(role, fork, timeout)
-                else:
-                    workers = self._wait_for_pods(role, timeout)
-            except (WorkerFailedError, WorkerTimeoutError) as error:
+            replicas = self._replicas(role)
+            ports = self._role_ports(role)
+        if target is not None:
+            return self.get_workers(target, timeout)
+        try:
+            if fork is not None and fork.get("mode", "process") == "process":
+                workers = self._process_fork_workers(role, fork, timeout)
+            else:
+                workers = self._wait_for_pods(role, replicas, ports, timeout)
+        except WorkerFailedError as error:
+            with self._lock:
                 if role in self._pending and self.config.ownership == "managed":
                     self._roll_back(error)
-                raise
-            self._workers[role] = workers
-            if role in self._pending:  # the change that created or resized this role is complete
-                self._pending.discard(role)
-                if not self._pending and self.config.ownership == "managed":
-                    self._mark_good()
-            return workers
+            raise
+        with self._lock:
+            if self._exists(role) and self._replicas(role) == replicas:  # not changed while we waited
+                self._workers[role] = workers
+                if role in self._pending:  # the change that created or resized this role is complete
+                    self._pending.discard(role)
+                    if not self._pending and self.config.ownership == "managed":
+                        self._mark_good()
+        return workers
 
     def _role_ports(self, role: str) -> list[str]:
         settings = merge_values(self._values.get("workerDefaults", {}) or {}, self._roles().get(role, {}))
@@ -359,8 +407,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         extra = int(settings.get("extraPorts", 1))
         return [str(guard_port + offset) for offset in range(extra + 1)]
 
-    def _wait_for_pods(self, role: str, timeout: float) -> list[Worker]:
-        replicas = self._replicas(role)
+    def _wait_for_pods(self, role: str, replicas: int, ports: list[str], timeout: float) -> list[Worker]:
         selector = naming.role_selector(self.release, role)
 
         nodes = self.inspector.nodes()  # once per wait: a NotReady node fails pods that still look Ready
@@ -376,7 +423,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
         # From here on AReaL holds these workers: a restart or replacement of their pods loses its engines.
         self._ready_pods.update({p.metadata.name: p for p in by_index.values()})
-        ports = self._role_ports(role)
         return [Worker(id=naming.worker_id(role, i), ip=by_index[i].status.pod_ip, worker_ports=list(ports))
                 for i in range(replicas)]
 
@@ -437,10 +483,12 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 del values["colocations"][role]
                 self._apply(values, f"remove colocation {role}", role)
             elif role in self._forks():
+                self._destroy_engines([role])
                 self._kill_process_forks(role, reverse_order)
                 del values["forks"][role]
                 self._apply(values, f"delete fork {role}", role)
             else:
+                self._destroy_engines([role])
                 if reverse_order:
                     self._scale_down_to_rank_zero(role)
                 del values["roles"][role]
@@ -455,6 +503,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if not self._values and self._helm(self.releases.current(self.release)) is None:
             return
         self._require_managed("delete_workers")
+        self._destroy_engines([*self._forks(), *self._roles()])
         for role in list(self._forks()):
             if self._forks()[role].get("mode", "process") == "process":
                 self._kill_process_forks(role, reverse_order)
@@ -466,6 +515,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self._values, self._workers, self._good_revision = {}, {}, None
         self._pending.clear()
         self._forget_pods()
+
+    def _destroy_engines(self, roles: list[str]) -> None:
+        """engine.destroy() on the known workers of `roles` before they go, bounded by destroy_timeout; a worker
+        that does not answer is deleted anyway."""
+        workers = [worker for role in roles for worker in self._workers.get(role, [])]
+        failures = self.loop.run(self.guard.destroy_engines(workers, self.config.destroy_timeout))
+        for worker_id, failure in failures.items():
+            logger.info("destroy on %s before deletion: %s", worker_id, failure)
 
     def _scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
@@ -517,18 +574,18 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         targets = self.get_workers(target_role)
         module = command or self.config.fork_module
         plan = forks.ForkPlan(role=role, module=module, python=self.config.python_executable,
-                              experiment=self.experiment, trial=self.trial,
-                              worker_flags=forks.worker_flags(self._values.get("cluster", {}) or {}),
+                              experiment=self.experiment_name, trial=self.trial_name,
+                              worker_flags=self._worker_flags(role),
                               port_count=len(targets[0].worker_ports) if targets else 1,
                               ready_timeout=self.config.fork_ready_timeout)
-        results = self.loop.run(forks.fork_all(self.guard, plan, targets))
+        results = self.loop.run(forks.fork_all(self.guard, plan, targets, self._fork_exit_probe(target_role)))
         failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
         if failed:
             started = [i for i in range(len(targets)) if i not in failed]
             self.loop.run(forks.kill_forks(self.guard, role, targets, started))
-            first = results[failed[0]]
+            reasons = "\n".join(f"worker {i}: {results[i]}" for i in failed[:4])
             raise WorkerCreationError(role, f"Failed to fork {len(failed)} out of {len(targets)} workers",
-                                      f"Failed indices: {failed}; worker {failed[0]}: {first}") from first
+                                      f"Failed indices: {failed}\n{reasons}") from results[failed[0]]
         values = copy.deepcopy(self._values)
         values.setdefault("forks", {})[role] = {"target": target_role, "mode": "process", "command": [module],
                                                 "ports": list(results)}
@@ -545,17 +602,43 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._configure(workers)
         return [w.id for w in workers]
 
+    def _worker_flags(self, role: str) -> tuple[str, ...]:
+        """The name-resolve and fileroot flags the chart gave the release's pods (from its topology ConfigMap)."""
+        flags = self.inspector.topology().get("worker_flags")
+        if flags is None:
+            raise WorkerCreationError(role, "Cannot fork: the release's chart records no worker flags",
+                                      f"release {self.release} was installed by an older areal-workers chart; "
+                                      f"upgrade it to this version's chart")
+        return tuple(str(flag) for flag in flags)
+
+    def _fork_exit_probe(self, target_role: str) -> forks.ForkExitProbe:
+        """Finds a fork's exit marker in the log of the target pod that runs it."""
+        pods, _ = self.pods.list(naming.role_selector(self.release, self._pod_role(target_role)))
+        by_index = {pod_index(pod): pod for pod in pods}
+
+        async def probe(index: int, marker: str) -> forks.ForkExit | None:
+            pod = by_index.get(index)
+            if pod is None:
+                return None
+            lines = await asyncio.to_thread(self.inspector.log_lines, pod, FORK_LOG_LINES)
+            return forks.parse_exit(lines, marker)
+
+        return probe
+
     def _fork_pods(self, role: str, target_role: str, command: str | None) -> list[str]:
         values = copy.deepcopy(self._values)
         fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
         if command:
             fork["command"] = [self.config.python_executable, "-m", command]
         values.setdefault("forks", {})[role] = fork
-        self._apply(values, f"fork {role} from {target_role} (pods)", role)
+        self._apply(values, f"fork {role} from {target_role} (pods)", role, (role,))
         self._pending.add(role)
         try:
-            workers = self.get_workers(role)  # rolls the release back on failure
-        except (WorkerFailedError, WorkerTimeoutError) as error:
+            workers = self.get_workers(role)  # rolls the release back on a failure
+        except WorkerTimeoutError as error:  # a fork that does not come up is undone, as AReaL's forks are
+            self._roll_back(error)
+            raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
+        except WorkerFailedError as error:
             raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
         return [w.id for w in workers]
 
@@ -566,10 +649,9 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if parsed is None:
             raise WorkerNotFoundError(worker_id)
         role, index = parsed
-        with self._lock:
-            workers = self._workers.get(role)
-            if workers is None and self._exists(role):
-                workers = self.get_workers(role, timeout=self.config.ready_timeout)
+        workers = self._workers.get(role)  # known workers are answered without the lock a change holds
+        if workers is None and self._exists(role):
+            workers = self.get_workers(role, timeout=self.config.ready_timeout)
         if not workers or index >= len(workers):
             raise WorkerNotFoundError(worker_id)
         return workers[index]
@@ -590,7 +672,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                     rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0, max_retries: int = 3,
                     retry_delay: float = 1.0, **kwargs: Any) -> Any:
         worker = self._worker(worker_id)
-        result = self.guard.call(worker, method, engine_name, serialize_value(list(args)), serialize_value(kwargs),
+        name = worker_id if engine_name is None else engine_name  # AReaL's default: the worker's own engine
+        result = self.guard.call(worker, method, name, serialize_value(list(args)), serialize_value(kwargs),
                                  rpc_meta, http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay)
         return deserialize_value(result)
 
@@ -598,7 +681,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                                 rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0,
                                 max_retries: int = 3, retry_delay: float = 1.0, **kwargs: Any) -> Any:
         worker = await asyncio.to_thread(self._worker, worker_id)
-        result = await self.guard.async_call(worker, method, engine_name, serialize_value(list(args)),
+        name = worker_id if engine_name is None else engine_name
+        result = await self.guard.async_call(worker, method, name, serialize_value(list(args)),
                                              serialize_value(kwargs), rpc_meta, http_timeout=http_timeout,
                                              max_retries=max_retries, retry_delay=retry_delay)
         return deserialize_value(result)

@@ -52,6 +52,20 @@ def template_text(
         os.unlink(path)
 
 
+# Every optional feature at once (offload, RDMA, hostNetwork, forks, "$" in values), for render-wide checks.
+FULL_VALUES = {
+    "roles": {
+        "actor": {"replicas": 2, "resources": {"gpu": 8}, "rdma": {"enabled": True}, "hostNetwork": True, "setupCommands": ["true"],
+                  "offload": {"enabled": True}, "extraArgs": ["--x", "$(POD_NAME)"]},
+        "rollout": {"replicas": 3, "env": {"X": "1"}, "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
+    },
+    "colocations": {"critic": "actor"},
+    "forks": {"ref": {"target": "actor"}, "helper": {"target": "rollout", "mode": "pod"}},
+    "controllerRbac": {"create": True},
+    "cluster": {"fileroot": "/data/$x", "nameResolve": {"type": "etcd3", "etcd3Addr": "etcd:2379"}},
+}
+
+
 _cache: dict[str, list[dict]] = {}
 
 
@@ -102,3 +116,48 @@ def role(replicas: int = 1, **settings) -> dict:
 
 def docs_by_identity(docs: list[dict]) -> dict[tuple[str, str], dict]:
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def kubelet_expand(text: str, env: dict[str, str] | None = None) -> str:
+    """What the kubelet makes of `text` in command, args or an env value (k8s third_party/forked/golang/expansion):
+    "$$" is a literal "$", "$(NAME)" is NAME's value if NAME is in `env`, else left as written."""
+    env = env or {}
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else f"$({name})")
+                    i = end + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def pod_env(statefulset: dict, downward: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment as the kubelet builds it: each entry expanded with the ones before it.
+    `downward` gives fieldRef values by fieldPath; other valueFrom entries are left out."""
+    env: dict[str, str] = {}
+    for entry in container(statefulset)["env"]:
+        if "value" in entry:
+            env[entry["name"]] = kubelet_expand(entry["value"], env)
+        elif "fieldRef" in entry.get("valueFrom", {}) and downward and entry["valueFrom"]["fieldRef"]["fieldPath"] in downward:
+            env[entry["name"]] = downward[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+POD_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"

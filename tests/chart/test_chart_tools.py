@@ -10,7 +10,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from chartlib import CHART, REPO, template_text
+from chartlib import CHART, FULL_VALUES, REPO, template_text
 
 TOOLS = REPO / ".tools"
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
@@ -54,9 +54,9 @@ def standalone_strict_schemas(manifests: str, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("values_file", EXAMPLES, ids=lambda path: path.name)
+@pytest.mark.parametrize("values_file", [*EXAMPLES, None], ids=lambda path: path.name if path else "every-feature")
 def test_kubeconform_strict_against_the_pinned_kubernetes(values_file, tmp_path):
-    manifests = template_text(yaml.safe_load(values_file.read_text())).stdout
+    manifests = template_text(yaml.safe_load(values_file.read_text()) if values_file else FULL_VALUES).stdout
     schemas = standalone_strict_schemas(manifests, tmp_path)
     result = subprocess.run(
         [str(TOOLS / "bin" / "kubeconform"), "-strict", "-summary", "-output", "text",

@@ -76,6 +76,22 @@ FAILURES = {
         {"roles": {"a": role()}, "forks": {"p": {"target": "a", "mode": "pod", "overrides": {"env": {"POD_IP": "1"}}}}},
         "env.POD_IP, set in forks.p.overrides, roles.a or workerDefaults, is set by the chart from the downward API; remove it",
     ),
+    "reserved AReaL identity: experiment": (
+        {"roles": {"a": role(env={"AREAL_EXPERIMENT_NAME": "x"})}},
+        "env.AREAL_EXPERIMENT_NAME, set in roles.a or workerDefaults, is set by the chart from experiment; remove it",
+    ),
+    "reserved AReaL identity: trial": (
+        {"workerDefaults": {"env": {"AREAL_TRIAL_NAME": "x"}}, "roles": {"a": role()}},
+        "env.AREAL_TRIAL_NAME, set in roles.a or workerDefaults, is set by the chart from trial; remove it",
+    ),
+    "reserved AReaL identity: role": (
+        {"roles": {"a": role(env={"AREAL_ROLE": "b"})}},
+        "env.AREAL_ROLE, set in roles.a or workerDefaults, is set by the chart from the role name; remove it",
+    ),
+    "reserved AReaL identity: worker id in a pod fork": (
+        {"roles": {"a": role()}, "forks": {"p": {"target": "a", "mode": "pod", "overrides": {"env": {"AREAL_WORKER_ID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}}}}}},
+        "env.AREAL_WORKER_ID, set in forks.p.overrides, roles.a or workerDefaults, is set by the chart from the role name and AREAL_WORKER_INDEX; remove it",
+    ),
     "chart-managed pod label": (
         {"roles": {"a": role(podLabels={"app.kubernetes.io/name": "x"})}},
         "podLabels.app.kubernetes.io/name, set in roles.a or workerDefaults, is a label the chart manages; remove it",

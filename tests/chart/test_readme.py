@@ -54,8 +54,11 @@ def test_readme_documents_no_value_that_does_not_exist():
 
 
 def test_readme_documents_the_worker_env_and_quick_start():
-    for name in ("POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX"):
-        assert f"| `{name}` |" in README
+    for name in ("POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX", "AREAL_EXPERIMENT_NAME", "AREAL_TRIAL_NAME",
+                 "AREAL_ROLE", "AREAL_WORKER_ID", "AREAL_CACHE_DIR", "TOKENIZERS_PARALLELISM", "PYTORCH_KERNEL_CACHE_PATH",
+                 "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "CUDA_DEVICE_MAX_CONNECTIONS"):
+        assert f"| `{name}` |" in README, name
+    assert "| `TMS_INIT_ENABLE`, `TMS_INIT_ENABLE_CPU_BACKUP` |" in README
     assert "-f examples/values-example.yaml" in README
     assert "helm test" in README
 

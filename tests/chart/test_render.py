@@ -6,18 +6,9 @@ import re  # noqa: E402
 
 import yaml  # noqa: E402
 
-from chartlib import CHART, HELM, HELM4, REPO, run_helm, template_text  # noqa: E402
+from chartlib import CHART, FULL_VALUES, HELM, HELM4, REPO, run_helm, template_text  # noqa: E402
 
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
-FULL_VALUES = {
-    "roles": {
-        "actor": {"replicas": 2, "resources": {"gpu": 8}, "rdma": {"enabled": True}, "hostNetwork": True, "setupCommands": ["true"]},
-        "rollout": {"replicas": 3, "env": {"X": "1"}, "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
-    },
-    "colocations": {"critic": "actor"},
-    "forks": {"ref": {"target": "actor"}, "helper": {"target": "rollout", "mode": "pod"}},
-    "controllerRbac": {"create": True},
-}
 
 
 def test_examples_exist():

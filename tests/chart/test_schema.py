@@ -40,6 +40,14 @@ BAD_VALUES = {
     "non-string label": ({"roles": {"a": role(podLabels={"x": 1})}}, ["/roles/a/podLabels/x"]),
     "bad cidr": ({"networkPolicy": {"controller": {"cidrs": ["10.0.0.0"]}}}, ["/networkPolicy/controller/cidrs/0"]),
     "workerDefaults key removed": ({"workerDefaults": {"shm": None}}, ["/workerDefaults", "shm"]),
+    "unknown offload key": ({"roles": {"a": role(offload={"enable": True})}}, ["/roles/a/offload", "enable"]),
+    "non-boolean offload": ({"workerDefaults": {"offload": {"enabled": "yes"}}}, ["/workerDefaults/offload/enabled"]),
+    "non-string offload python": ({"roles": {"a": role(offload={"python": 3})}}, ["/roles/a/offload/python"]),
+    "unknown offload key in fork overrides": (
+        {"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"offload": {"preload": "x"}}}}},
+        ["/forks/f/overrides/offload", "preload"],
+    ),
+    "workerDefaults offload removed": ({"workerDefaults": {"offload": None}}, ["/workerDefaults", "offload"]),
 }
 
 
@@ -49,6 +57,17 @@ def test_schema_rejects(values, fragments, render_error):
     assert SCHEMA_ERROR in err, err
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in:\n{err}"
+
+
+def test_schema_accepts_offload_wherever_role_settings_go(render):
+    docs = render(
+        {
+            "workerDefaults": {"offload": {"enabled": False, "python": "/opt/conda/bin/python"}},
+            "roles": {"a": role(offload={"enabled": True})},
+            "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"offload": {"python": "python3"}}}},
+        }
+    )
+    assert len([d for d in docs if d["kind"] == "StatefulSet"]) == 2
 
 
 def test_schema_is_strict_at_every_level_of_the_charts_own_blocks():

@@ -81,6 +81,7 @@ def test_default_node_selector_is_not_shared():
     ({"helm_timeout": -5.0}, "helm_timeout"),
     ({"ready_timeout": 0}, "ready_timeout"),
     ({"fork_ready_timeout": -1}, "fork_ready_timeout"),
+    ({"destroy_timeout": 0}, "destroy_timeout"),
     ({"history_max": 1}, "history_max"),
     ({"history_max": 0}, "history_max"),
 ])
@@ -259,3 +260,29 @@ def test_parse_node_selector_rejects(raw):
 def test_parse_node_selector_json_must_be_an_object():
     with pytest.raises(ConfigError):
         parse_node_selector("[1, 2]")
+
+
+def test_namespace_falls_back_to_kubernetes_namespace_then_the_pods_own(tmp_path):
+    """AReaL PR #1316's chain: AREAL_K8S_NAMESPACE, then KUBERNETES_NAMESPACE, then the service account's file."""
+    mounted = tmp_path / "namespace"
+    mounted.write_text("from-pod\n")
+    missing = tmp_path / "absent"
+
+    def namespace(environ, path):
+        return KubernetesSchedulerConfig.from_env(environ, namespace_file=path).namespace
+
+    assert namespace({"AREAL_K8S_NAMESPACE": "a", "KUBERNETES_NAMESPACE": "k"}, mounted) == "a"
+    assert namespace({"KUBERNETES_NAMESPACE": "k"}, mounted) == "k"
+    assert namespace({}, mounted) == "from-pod"
+    assert namespace({}, missing) == "default"
+    assert KubernetesSchedulerConfig.from_env({}, namespace_file=mounted, namespace="explicit").namespace == "explicit"
+
+
+@pytest.mark.parametrize("mode", ["reject", "warn", "off"])
+def test_capacity_check_modes(mode):
+    assert KubernetesSchedulerConfig(capacity_check=mode).capacity_check == mode
+
+
+def test_capacity_check_rejects_other_words():
+    with pytest.raises(ConfigError, match="capacity_check must be one of reject, warn, off"):
+        KubernetesSchedulerConfig(capacity_check="strict")

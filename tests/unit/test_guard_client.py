@@ -572,3 +572,35 @@ def test_without_the_first_attempt_check_a_healthy_call_checks_nothing_but_retri
         assert liveness.calls == [worker.id]  # before the retry only
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------- destroy before deletion
+
+
+def test_destroy_engines_calls_each_workers_own_engine(guard: Guard, client: GuardClient, tmp_path: Path) -> None:
+    """AReaL's Slurm scheduler POSTs /call {"method": "destroy", "engine_name": <worker id>} before it ends workers."""
+    marker = tmp_path / "destroyed"
+    created = guard.post("/create_engine", {"engine": COUNTER, "engine_name": "actor/0",
+                                            "init_kwargs": {"destroy_marker": str(marker)}})
+    assert created.status_code == 200, created.text
+    failures = asyncio.run(client.destroy_engines([guard.worker("actor/0")], timeout=30.0))
+    assert failures == {}
+    assert marker.read_text() == "destroyed"
+    assert guard.process.poll() is None  # the guard itself keeps running until its pod goes
+
+
+def test_destroy_engines_reports_workers_without_such_engine_and_never_raises(
+        guard: Guard, client: GuardClient) -> None:
+    failures = asyncio.run(client.destroy_engines([guard.worker("actor/1"), unreachable_worker()], timeout=30.0))
+    assert set(failures) == {"actor/1", "actor/0"}
+    assert failures["actor/1"].startswith("HTTP 404")
+
+
+def test_destroy_engines_is_bounded_by_its_timeout(client: GuardClient) -> None:
+    """A worker that accepts the connection but never answers does not hold the deletion up."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        worker = Worker(id="actor/0", ip="127.0.0.1", worker_ports=[str(silent.getsockname()[1])])
+        failures = asyncio.run(client.destroy_engines([worker], timeout=0.5))
+    assert failures == {"actor/0": "no reply within 0.5s"}

@@ -183,10 +183,106 @@ def test_empty_or_blank_images_rejected(image):
     assert rejection("actor", spec(image=image)).reason == "Invalid image"
 
 
-@pytest.mark.parametrize("image", ["ghcr.io/inclusionai/areal-runtime:v1.0.4", "areal", "localhost:5000/areal",
-                                   "areal@sha256:0123abcd"])
+SHA = "sha256:" + "0123456789abcdef" * 4
+VALID_IMAGES = [
+    "ghcr.io/inclusionai/areal-runtime:v1.0.4",
+    "areal",
+    "localhost:5000/areal",
+    "localhost:5000/a/b",
+    "localhost:5000",  # Docker Hub's "localhost" repository, tag 5000
+    f"repo@{SHA}",
+    f"registry.example.com/a/b:tag@{SHA}",
+    "a_b/c__d",
+    "a-b---c",
+    "a.b/c",
+    "Registry.Example.com:443/team/areal:V1_RC.2",  # host names may have uppercase, tags too
+    "192.168.1.10:5000/areal:latest",
+    "[::1]:5000/areal/runtime:v1",
+    "a/b/c/d/e:" + "t" * 128,
+    "r.io/" + "x" * 250,  # 255 characters of name
+]
+
+
+@pytest.mark.parametrize("image", VALID_IMAGES)
 def test_container_images_accepted(image):
     check_spec("actor", spec(image=image))
+    assert topology.image_reference_problem(image) is None
+
+
+@pytest.mark.parametrize("image,fragment", [
+    ("UPPER/Case:1", "the repository path must be lowercase: use upper/case:1"),
+    ("ghcr.io/InclusionAI/areal-runtime:v1", "must be lowercase: use ghcr.io/inclusionai/areal-runtime:v1"),
+    ("Areal", "must be lowercase: use areal"),
+    ("repo:tag:extra", "more than one ':' after the last '/'"),
+    ("repo:tag:extra", "use repo:tag"),
+    ("repo@sha256:short", "a sha256 digest is 64 lowercase hex digits, got 5 characters ('short')"),
+    ("repo@" + SHA.upper().replace("SHA256", "sha256"), "got uppercase hex digits"),
+    ("repo@sha512:" + "a" * 128, "the chart renders only sha256 digests"),
+    ("repo@md5:" + "a" * 32, "unknown digest algorithm 'md5'"),
+    ("repo@latest", "the digest 'latest' is not <algorithm>:<hex>"),
+    ("repo@", "nothing follows '@'"),
+    (f"a@b@{SHA}", "more than one '@'"),
+    (":tag", "there is no repository name before the tag or digest"),
+    (f"@{SHA}", "there is no repository name"),
+    ("a//b", "empty path component ('//'): use a/b"),
+    ("a/b/", "ends with '/': drop it (a/b)"),
+    ("repo:" + "t" * 129, "the tag is 129 characters, at most 128"),
+    ("repo:", "the tag after ':' is empty"),
+    ("repo:-rc1", "must not start with '.' or '-'"),
+    ("repo:v1+build", "may hold only letters, digits"),
+    ("a___b", "the path component 'a___b' must be lowercase letters and digits"),
+    ("a/-b", "the path component '-b'"),
+    ("bad_host.io:5000/a", "the registry 'bad_host.io:5000' is not a host name"),
+    ("ex.com:/a", "the registry 'ex.com:' is not a host name"),
+    ("r.io/" + "x" * 251, "the repository name is 256 characters, at most 255"),
+    ("0123456789abcdef" * 4, "a bare 64-hex image id is not a pullable reference"),
+    ("a/é", "the path component 'é'"),
+])
+def test_invalid_image_references_rejected_saying_what_to_change(image, fragment):
+    error = rejection("actor", spec(image=image))
+    assert error.reason == "Invalid image"
+    assert "is not a container image reference" in error.details
+    assert fragment in error.details
+
+
+def test_empty_image_keeps_its_message():
+    error = rejection("actor", spec(image=""))
+    assert "SchedulingSpec.image is empty" in error.details
+
+
+def test_long_invalid_parts_are_shortened_in_the_message():
+    error = rejection("actor", spec(image="repo@sha256:" + "f" * 5000))
+    assert "got 5000 characters" in error.details
+    assert len(error.details) < 800
+
+
+def test_image_checks_agree_with_the_whole_grammar():
+    """The step-by-step diagnosis accepts exactly what one anchored regex of the grammar (plus go-digest's sha256
+    rule, the name length and the 64-hex id rule) accepts, over many random strings of the interesting characters."""
+    import random
+    import re
+
+    full = re.compile(rf"({topology._NAME.pattern})(?::({topology._TAG.pattern}))?(?:@({topology._DIGEST.pattern}))?")
+
+    def grammar_ok(image: str) -> bool:
+        match = full.fullmatch(image)
+        if match is None or re.fullmatch(r"[a-f0-9]{64}", image):
+            return False
+        name, _, digest = match.groups()
+        return len(name) <= 255 and (digest is None or re.fullmatch(r"sha256:[a-f0-9]{64}", digest) is not None)
+
+    rng = random.Random(7)
+    atoms = [*"aB0._-/:@[]", "__", "--", "localhost", "x.io", SHA]
+    for _ in range(20000):
+        image = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 10)))
+        assert (topology.image_reference_problem(image) is None) == grammar_ok(image), image
+
+
+def test_invalid_config_image_rejected_before_anything_is_written():
+    with pytest.raises(TopologyError) as info:
+        base_values(KubernetesSchedulerConfig(image="Registry/Areal:v1"), "e", "t")
+    assert info.value.worker_key == "KubernetesSchedulerConfig.image"
+    assert "must be lowercase" in info.value.details
 
 
 def test_engine_task_type_rejected():
@@ -236,17 +332,12 @@ def test_invalid_env_names_rejected(name):
     assert repr(name) in error.details
 
 
-@pytest.mark.parametrize("name", ["POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX"])
+@pytest.mark.parametrize("name", ["POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX",
+                                  "AREAL_EXPERIMENT_NAME", "AREAL_TRIAL_NAME", "AREAL_ROLE", "AREAL_WORKER_ID"])
 def test_reserved_env_names_rejected(name):
     error = rejection("actor", spec(env_vars={"OK": "1", name: "x"}))
     assert error.reason == "Invalid env_vars"
     assert name in error.details
-
-
-def test_reserved_env_names_are_the_ones_the_chart_sets():
-    template = (CHART / "templates" / "statefulset.yaml").read_text()
-    for name in topology.RESERVED_ENV:
-        assert f"- name: {name}\n" in template
 
 
 @pytest.mark.parametrize("name", ["my.var", "my-var", "_X", "lower", "A1"])
@@ -412,15 +503,37 @@ def test_worker_command(cmd, expected):
 
 
 @pytest.mark.parametrize("image,expected", [
-    ("repo", {"repository": "repo", "tag": ""}),
+    ("repo", {"repository": "repo", "tag": "latest"}),
     ("repo:tag", {"repository": "repo", "tag": "tag"}),
-    ("host:5000/repo", {"repository": "host:5000/repo", "tag": ""}),
+    ("host:5000/repo", {"repository": "host:5000/repo", "tag": "latest"}),
     ("host:5000/repo:tag", {"repository": "host:5000/repo", "tag": "tag"}),
-    ("repo@sha256:abc", {"repository": "repo", "tag": "sha256:abc"}),
+    (f"repo@{SHA}", {"repository": "repo", "tag": SHA}),
+    (f"r.io/a/b:v1@{SHA}", {"repository": "r.io/a/b:v1", "tag": SHA}),
     ("ghcr.io/org/sub/repo:v1.0.4", {"repository": "ghcr.io/org/sub/repo", "tag": "v1.0.4"}),
+    ("localhost:5000", {"repository": "localhost", "tag": "5000"}),
 ])
 def test_split_image(image, expected):
     assert split_image(image) == expected
+
+
+def _chart_image_ref(repository: str, tag: str) -> str:
+    """The chart's "areal-workers.imageRef" helper, in Python."""
+    return f"{repository}@{tag}" if tag.startswith("sha256:") else f"{repository}:{tag}"
+
+
+@pytest.mark.parametrize("image", VALID_IMAGES)
+def test_split_image_renders_back_to_the_same_reference(image):
+    """No tag means :latest (the same image); an empty tag would make the chart use the release's tag instead."""
+    parts = split_image(image)
+    assert parts["tag"], "an empty tag falls back to image.tag or v<appVersion> in the chart"
+    rendered = _chart_image_ref(parts["repository"], parts["tag"])
+    assert rendered == (image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest")
+
+
+def test_image_ref_helper_is_what_the_chart_does():
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert '{{- if hasPrefix "sha256:" .tag -}}\n{{- printf "%s@%s" .repository .tag -}}' in helpers
+    assert '{{- printf "%s:%s" .repository .tag -}}' in helpers
 
 
 def test_split_image_digest_renders_back_as_a_digest_in_the_chart():

@@ -158,7 +158,7 @@ unlike sprig's merge/mergeOverwrite which treat them as empty. A null value keep
 Everything that runs pods, as JSON {"items": [...]}, sorted: roles, then pod-mode forks.
 Each item: name (AReaL role), objectName, kind (role|fork), target (fork target or ""),
 replicas, guardPort, extraPorts (list), config (merged settings), source (values it comes from).
-A pod-mode fork runs its target's settings without GPUs, RDMA and hostNetwork, with its own
+A pod-mode fork runs its target's settings without GPUs, RDMA, hostNetwork and offload, with its own
 command if given, then its overrides; one pod per target worker.
 */}}
 {{- define "areal-workers.workloads" -}}
@@ -181,6 +181,7 @@ command if given, then its overrides; one pod per target worker.
 {{- $_ := set $cfg.resources "gpu" 0 -}}
 {{- $_ = set $cfg.rdma "enabled" false -}}
 {{- $_ = set $cfg "hostNetwork" false -}}
+{{- $_ = set $cfg.offload "enabled" false -}}
 {{- if $fork.command -}}
 {{- $_ = set $cfg "command" $fork.command -}}
 {{- end -}}
@@ -208,4 +209,134 @@ command if given, then its overrides; one pod per target worker.
 {{- else -}}
 {{- toString . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "$" doubled, so the kubelet does not expand "$(...)" in a value the chart writes into command, args or env. */}}
+{{- define "areal-workers.kubeletLiteral" -}}
+{{- replace "$" "$$" (toString .) -}}
+{{- end -}}
+
+{{/* A word for bash: single-quoted, embedded quotes closed and reopened. */}}
+{{- define "areal-workers.shellQuote" -}}
+{{- printf "'%s'" (replace "'" "'\\''" (toString .)) -}}
+{{- end -}}
+
+{{/*
+The release-wide AReaL worker flags that follow the per-worker ones, as a JSON list of raw strings:
+--name-resolve-type X --nfs-record-root Y --etcd3-addr Z --fileroot F (AReaL's order). A value removed
+with null is left out, as AReaL's fork_workers leaves out unset ones. Written into the topology
+ConfigMap as "worker_flags", so the adapter's process forks get exactly what the pods get. Params: root.
+*/}}
+{{- define "areal-workers.clusterFlags" -}}
+{{- $cluster := .Values.cluster | default dict -}}
+{{- $resolve := $cluster.nameResolve | default dict -}}
+{{- $flags := list -}}
+{{- range $pair := list (list "--name-resolve-type" $resolve.type) (list "--nfs-record-root" $resolve.nfsRecordRoot) (list "--etcd3-addr" $resolve.etcd3Addr) (list "--fileroot" $cluster.fileroot) -}}
+{{- $value := index $pair 1 -}}
+{{- if and (not (kindIs "invalid" $value)) (ne (toString $value) "") -}}
+{{- $flags = concat $flags (list (index $pair 0) (include "areal-workers.scalar" $value)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $flags -}}
+{{- end -}}
+
+{{/*
+AReaL's worker flags for one worker of a workload, as a JSON list, in the order of AReaL's LocalScheduler:
+--experiment-name E --trial-name T --role R --worker-index I, then "areal-workers.clusterFlags".
+The one source of a worker's command line (the StatefulSet args use it; the topology ConfigMap records
+its release-wide part). Params: root, role, index (written as given, e.g. "$(AREAL_WORKER_INDEX)"),
+escape (true: "$" in the values is doubled for the kubelet; the index is not touched).
+*/}}
+{{- define "areal-workers.workerFlags" -}}
+{{- $v := .root.Values -}}
+{{- $values := list (include "areal-workers.scalar" $v.experiment) (include "areal-workers.scalar" $v.trial) (toString .role) -}}
+{{- $cluster := include "areal-workers.clusterFlags" .root | fromJsonArray -}}
+{{- if .escape -}}
+{{- $escaped := list -}}
+{{- range $values -}}{{- $escaped = append $escaped (include "areal-workers.kubeletLiteral" .) -}}{{- end -}}
+{{- $values = $escaped -}}
+{{- $escaped = list -}}
+{{- range $cluster -}}{{- $escaped = append $escaped (include "areal-workers.kubeletLiteral" .) -}}{{- end -}}
+{{- $cluster = $escaped -}}
+{{- end -}}
+{{- $flags := list "--experiment-name" (index $values 0) "--trial-name" (index $values 1) "--role" (index $values 2) "--worker-index" (toString .index) -}}
+{{- toJson (concat $flags $cluster) -}}
+{{- end -}}
+
+{{/*
+The worker container's env list, as JSON, in an order that lets "$(VAR)" references work (the kubelet
+only expands variables defined earlier in the list):
+1. set by the chart, reserved (a role may not set them, see _preflight.tpl): POD_NAME, POD_NAMESPACE,
+   POD_IP, AREAL_WORKER_INDEX (downward API), then the AReaL identity AREAL_EXPERIMENT_NAME,
+   AREAL_TRIAL_NAME, AREAL_ROLE and AREAL_WORKER_ID ("<role>/<index>");
+2. the role's env (merged from workerDefaults), sorted by name;
+3. what AReaL's launchers give every worker (BASE_ENVIRONS in areal/infra/utils/launcher.py) and, with
+   offload.enabled, the torch_memory_saver switches (areal/utils/offload.py), each left out when the
+   role's env sets it, so the role wins as its env_vars do in AReaL. They come after the role's env because
+   the cache paths refer to $(USER) and $(AREAL_CACHE_DIR), which a role may set.
+Params: root, workload.
+*/}}
+{{- define "areal-workers.workerEnv" -}}
+{{- $root := .root -}}
+{{- $w := .workload -}}
+{{- $cfg := $w.config -}}
+{{- $roleEnv := $cfg.env | default dict -}}
+{{- $env := list
+  (dict "name" "POD_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name")))
+  (dict "name" "POD_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
+  (dict "name" "POD_IP" "valueFrom" (dict "fieldRef" (dict "fieldPath" "status.podIP")))
+  (dict "name" "AREAL_WORKER_INDEX" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.labels['apps.kubernetes.io/pod-index']")))
+  (dict "name" "AREAL_EXPERIMENT_NAME" "value" (include "areal-workers.kubeletLiteral" (include "areal-workers.scalar" $root.Values.experiment)))
+  (dict "name" "AREAL_TRIAL_NAME" "value" (include "areal-workers.kubeletLiteral" (include "areal-workers.scalar" $root.Values.trial)))
+  (dict "name" "AREAL_ROLE" "value" (include "areal-workers.kubeletLiteral" $w.name))
+  (dict "name" "AREAL_WORKER_ID" "value" (printf "%s/$(AREAL_WORKER_INDEX)" (include "areal-workers.kubeletLiteral" $w.name))) -}}
+{{- range $name, $value := $roleEnv -}}
+{{- if kindIs "map" $value -}}
+{{- $env = append $env (merge (dict "name" $name) $value) -}}
+{{- else -}}
+{{- $env = append $env (dict "name" $name "value" (include "areal-workers.scalar" $value)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* AReaL: AREAL_CACHE_DIR defaults to /tmp/areal-<user>, the caches live in <cache dir>/.cache/<user>/. */ -}}
+{{- $userCache := ternary "$(AREAL_CACHE_DIR)/.cache/$(USER)" "$(AREAL_CACHE_DIR)/.cache" (hasKey $roleEnv "USER") -}}
+{{- $base := list
+  (list "AREAL_CACHE_DIR" (ternary "/tmp/areal-$(USER)" "/tmp/areal" (hasKey $roleEnv "USER")))
+  (list "TOKENIZERS_PARALLELISM" "true")
+  (list "PYTORCH_KERNEL_CACHE_PATH" (printf "%s/torch/kernels/" $userCache))
+  (list "TRITON_CACHE_DIR" (printf "%s/triton/" $userCache))
+  (list "VLLM_CACHE_ROOT" (printf "%s/vllm/" $userCache))
+  (list "CUDA_DEVICE_MAX_CONNECTIONS" "1") -}}
+{{- if $cfg.offload.enabled -}}
+{{- $base = concat $base (list (list "TMS_INIT_ENABLE" "1") (list "TMS_INIT_ENABLE_CPU_BACKUP" "1")) -}}
+{{- end -}}
+{{- range $pair := $base -}}
+{{- if not (hasKey $roleEnv (index $pair 0)) -}}
+{{- $env = append $env (dict "name" (index $pair 0) "value" (index $pair 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $env -}}
+{{- end -}}
+
+{{/*
+bash that finds torch_memory_saver's LD_PRELOAD library with the image's python and exports LD_PRELOAD,
+for offload.enabled (AReaL's enable_offload). AReaL (get_tms_env_vars in areal/utils/offload.py) takes
+<dir of the package's parent>/torch_memory_saver_hook_mode_preload.abi3.so; find_spec gives the same path
+without importing the package (which imports torch). The path depends on the image, so it is found when
+the container starts; a missing package stops the worker with a message in the container log.
+An LD_PRELOAD the role already sets is kept after it. The chart's text is escaped for the kubelet; the
+interpreter (offload.python, else the command's first word) is not, like the command it comes from.
+Params: workload.
+*/}}
+{{- define "areal-workers.offloadScript" -}}
+{{- $cfg := .workload.config -}}
+{{- $python := $cfg.offload.python | default (first $cfg.command) -}}
+{{- $find := `import importlib.util as u, os; s = u.find_spec("torch_memory_saver"); print(os.path.join(os.path.dirname(os.path.dirname(s.origin)), "torch_memory_saver_hook_mode_preload.abi3.so") if s and s.origin else "")` -}}
+{{- $hint := printf "install torch_memory_saver in the image or set offload.enabled=false (in %s)" .workload.source -}}
+{{- $lines := list
+  "{ tms_python=%[1]s"
+  "tms_lib=$(\"$tms_python\" -c '%[2]s')"
+  "if [ -z \"$tms_lib\" ]; then echo \"areal-workers: offload.enabled is true but torch_memory_saver is not installed for $tms_python; %[3]s\" >&2; exit 1; fi"
+  "if [ ! -f \"$tms_lib\" ]; then echo \"areal-workers: offload.enabled is true but torch_memory_saver's preload library $tms_lib does not exist; %[3]s\" >&2; exit 1; fi"
+  "export LD_PRELOAD=\"$tms_lib${LD_PRELOAD:+:$LD_PRELOAD}\"; }" -}}
+{{- printf (include "areal-workers.kubeletLiteral" (join "\n" $lines)) (include "areal-workers.shellQuote" $python) (include "areal-workers.kubeletLiteral" $find) $hint -}}
 {{- end -}}

@@ -63,7 +63,11 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- $_ := set $owners $w.objectName $path -}}
 {{- end -}}
 
-{{- $reservedEnv := list "POD_NAME" "POD_NAMESPACE" "POD_IP" "AREAL_WORKER_INDEX" -}}
+{{- /* Env variables the chart sets ("areal-workers.workerEnv") -> where their value comes from. */ -}}
+{{- $reservedEnv := dict
+  "POD_NAME" "the downward API" "POD_NAMESPACE" "the downward API" "POD_IP" "the downward API" "AREAL_WORKER_INDEX" "the downward API"
+  "AREAL_EXPERIMENT_NAME" "experiment" "AREAL_TRIAL_NAME" "trial" "AREAL_ROLE" "the role name"
+  "AREAL_WORKER_ID" "the role name and AREAL_WORKER_INDEX" -}}
 {{- $hostNet := list -}}
 {{- range $w := $items -}}
 {{- $cfg := $w.config -}}
@@ -71,9 +75,9 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- if gt $last 65535 -}}
 {{- fail (printf "%s: guard port %d plus extraPorts %d exceeds 65535; lower extraPorts or guardPort (or guard.port) in %s" $w.name (int $w.guardPort) (int $cfg.extraPorts) $w.source) -}}
 {{- end -}}
-{{- range $name := $reservedEnv -}}
+{{- range $name, $from := $reservedEnv -}}
 {{- if hasKey ($cfg.env | default dict) $name -}}
-{{- fail (printf "env.%s, set in %s, is set by the chart from the downward API; remove it" $name $w.source) -}}
+{{- fail (printf "env.%s, set in %s, is set by the chart from %s; remove it" $name $w.source $from) -}}
 {{- end -}}
 {{- end -}}
 {{- range $label, $_ := $cfg.podLabels -}}

@@ -1,0 +1,43 @@
+"""The adapter's split_image and the chart's image helpers together: every valid reference the adapter accepts is
+rendered by the chart as the same reference, for a role's image and for the release's image."""
+
+import pytest
+
+pytestmark = pytest.mark.chart
+
+from chartlib import container, role, sts  # noqa: E402
+
+from areal_workers.topology import image_reference_problem, split_image  # noqa: E402
+
+SHA = "sha256:" + "0123456789abcdef" * 4
+IMAGES = [
+    "ghcr.io/inclusionai/areal-runtime:v1.0.4",
+    "areal",
+    "localhost:5000/a/b",
+    "localhost:5000",
+    f"repo@{SHA}",
+    f"registry.example.com/a/b:tag@{SHA}",
+    "a_b/c__d",
+    "a-b---c",
+    "[::1]:5000/areal/runtime:v1",
+]
+
+
+def _same_reference(image: str) -> str:
+    """`image` with the implied ':latest' of a reference that has neither tag nor digest."""
+    return image if "@" in image or ":" in image.rsplit("/", 1)[-1] else f"{image}:latest"
+
+
+def test_every_valid_form_renders_back_as_a_role_image(render):
+    assert all(image_reference_problem(image) is None for image in IMAGES)
+    # The release's own image has a tag: a role image without one must not inherit it.
+    roles = {f"r{i}": role(image=split_image(image)) for i, image in enumerate(IMAGES)}
+    docs = render({"image": {"repository": "ghcr.io/inclusionai/areal-runtime", "tag": "v9"}, "roles": roles})
+    for i, image in enumerate(IMAGES):
+        assert container(sts(docs, f"r{i}"))["image"] == _same_reference(image), image
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_every_valid_form_renders_back_as_the_release_image(render, image):
+    docs = render({"image": split_image(image), "roles": {"actor": role()}})
+    assert container(sts(docs, "actor"))["image"] == _same_reference(image)
