@@ -27,9 +27,9 @@ from areal_workers import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from clusterlib import controller_kubeconfig, guard_health, job, spec
+from clusterlib import controller_kubeconfig, counter_engine, guard_health, job, spec
 
-COUNTER = "areal_workers.testing_engines.Counter"
+COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 
 
 @dataclass
@@ -45,6 +45,7 @@ class ExperimentConfig:
     experiment_name: str
     trial_name: str
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    seed: int = 1  # AReaL's /configure seeds the worker's random generators with it
 
 
 @pytest.fixture(params=["admin", "rbac"])
@@ -63,6 +64,7 @@ def revisions(scheduler) -> list[int]:
     return [r["revision"] for r in scheduler.history()]
 
 
+@pytest.mark.reference_guard_only  # /health reports role, index and host; AReaL's real /health does not
 def test_create_and_get_workers_return_role_ids_and_the_discovered_guards(make_scheduler):
     scheduler = make_scheduler()
     assert scheduler.create_workers(job("actor", 3)) == ["actor/0", "actor/1", "actor/2"]
@@ -196,6 +198,7 @@ def test_colocation_errors_match_arealss_schedulers(make_scheduler):
     assert revisions(scheduler) == [1]
 
 
+@pytest.mark.reference_guard_only  # the fork's role from /health (test_areal_worker.py: the real server's)
 def test_fork_processes_run_beside_their_targets_and_are_recorded_in_the_release(
         make_scheduler, kubeconfig, helm_executable):
     scheduler = make_scheduler()
@@ -287,6 +290,7 @@ def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(mak
         restarted.create_workers(job("actor", 2))
 
 
+@pytest.mark.reference_guard_only  # /health reports the configuration; AReaL's real /health does not
 def test_exp_config_makes_create_wait_and_configure_like_areal(make_scheduler):
     scheduler = make_scheduler(exp_config=ExperimentConfig("exp", "trial2"))
     assert scheduler.n_gpus_per_node == 8
@@ -334,6 +338,7 @@ def config_client(kubeconfig):
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
+@pytest.mark.reference_guard_only  # the fork's role from /health (test_areal_worker.py: the real server's)
 def test_pod_mode_forks_are_sibling_pods_on_their_targets_nodes(make_scheduler, core):
     scheduler = make_scheduler(fork_mode="pod")
     scheduler.create_workers(job("actor", 1))

@@ -83,6 +83,10 @@ class RunningGuard:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def stdout(self) -> str:
+        """The banner, then the output of the guard's forked children."""
+        return self.stderr_path.with_suffix(".out").read_text(errors="replace")
+
 
 GuardT = TypeVar("GuardT", bound=RunningGuard)
 
@@ -148,7 +152,9 @@ def launch_guard(
     guard_type: type[GuardT] = RunningGuard,  # type: ignore[assignment]
     **command_options: Any,
 ) -> GuardT:
-    """Starts a guard (see guard_command for the options), waits for its banner; the janitor stops it."""
+    """Starts a guard (see guard_command for the options), waits for its banner; the janitor stops it.
+    Its forks log under log_dir/fileroot unless a fileroot is given (the guard's default is /tmp)."""
+    command_options.setdefault("fileroot", log_dir / "fileroot")
     log_stem = log_dir / f"guard-{uuid.uuid4().hex[:8]}"
     stdout_path, stderr_path = log_stem.with_suffix(".out"), log_stem.with_suffix(".err")
     with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
