@@ -7,7 +7,7 @@ PYTEST := $(VENV)/bin/pytest
 PYTEST_ARGS ?=
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools venv cluster-up cluster-down cluster-status quickstart test test-helm4 test-unit test-chart test-integration clean
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status quickstart test test-helm4 test-areal test-unit test-chart test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ venv: $(VENV)/.installed ## Python virtualenv with the package and test dependen
 
 tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin
 	tools/install.sh
+
+areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
+	PYTHON=$(PYTHON) tools/install-areal-worker.sh
 
 cluster-up: tools ## start the local control plane with KWOK nodes (no-op when running)
 	$(PY) tools/localcluster.py up
@@ -39,18 +42,26 @@ quickstart: cluster-up ## the main job: local cluster + the chart installed with
 
 HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_chart_install.py \
 	tests/integration/test_scheduler.py -k "not rbac"
+# The conformance lane: worker pods run AReaL's real rpc_server (.tools/areal-worker) instead of our stand-in.
+AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_worker.py \
+	tests/integration/test_areal_conformance.py tests/integration/test_areal_scheduler_semantics.py \
+	-m "not reference_guard_only" -k "not rbac"
 
-test: tools ## everything: unit, chart, integration, and the helm 4 lane, on a local cluster torn down after
+test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
 	$(PY) tools/localcluster.py up; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \
 	$(PY) tools/localcluster.py down || rc=1; exit $$rc
 
 test-helm4: tools ## the second lane: the release-driving integration tests with helm 4 instead of helm 3
 	AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE) $(PYTEST_ARGS)
 
-test-unit: venv ## unit tests only (no tools, no cluster)
-	$(PYTEST) -m unit $(PYTEST_ARGS)
+test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL's real worker server
+	AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE) $(PYTEST_ARGS)
+
+test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment run in `make test`)
+	$(PYTEST) -m "unit and not areal_worker" $(PYTEST_ARGS)
 
 test-chart: tools ## chart tests only (helm, no cluster)
 	$(PYTEST) -m chart $(PYTEST_ARGS)

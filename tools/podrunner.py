@@ -4,8 +4,10 @@ KWOK schedules pods onto fake nodes and gives them loopback IPs, but runs nothin
 `areal-workers.dev/readiness=external` (KWOK leaves them Running but not Ready), PodRunner:
 - runs the pod's container command as a local process, expanding `$(VAR)` from the container's env and the
   downward API (status.podIP, metadata.name/namespace/labels) exactly as the kubelet does; the guard binds
-  the pod's own 127.x IP. The image's Python modules are swapped for local stand-ins (`module_map`; by
-  default AReaL's rpc_server becomes areal_workers.reference_guard, which has the same CLI and HTTP API);
+  the pod's own 127.x IP. Its `python` becomes a local interpreter (`python`), and the image's Python modules
+  are swapped for local stand-ins (`module_map`; by default AReaL's rpc_server becomes
+  areal_workers.reference_guard, which has the same CLI and HTTP API; an empty map runs AReaL's real server
+  from an interpreter that has it, with `pythonpath` prepended to PYTHONPATH for the engines it loads);
 - probes the container's readinessProbe (httpGet) and writes Ready / ContainersReady into the pod status;
 - when the process exits, records it as the kubelet would (lastState.terminated, restartCount, not Ready) and
   restarts it after a back-off;
@@ -133,12 +135,13 @@ class PodRunner:
 
     def __init__(self, kubeconfig: Path | str, namespace: str | None, log_dir: Path,
                  module_map: dict[str, str] | None = None, python: str = sys.executable,
-                 cluster_domain: str = "cluster.local") -> None:
+                 cluster_domain: str = "cluster.local", pythonpath: tuple[str, ...] = ()) -> None:
         self.api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self.namespace = namespace
         self.log_dir = log_dir
         self.module_map = DEFAULT_MODULE_MAP if module_map is None else module_map
         self.python = python
+        self.pythonpath = pythonpath
         self.cluster_domain = cluster_domain
         self.pods: dict[str, ManagedPod] = {}
         self.hosts: dict[str, str] = {}  # cluster DNS name -> pod IP
@@ -272,8 +275,10 @@ class PodRunner:
 
     def _launch(self, pod: ManagedPod) -> None:
         environment = {**os.environ, **pod.env}
+        prepend = [str(RESOLVER_SHIM)] if pod.kind == "hook" else list(self.pythonpath)
+        if prepend:
+            environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*prepend, environment.get("PYTHONPATH")]))
         if pod.kind == "hook":
-            environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RESOLVER_SHIM), environment.get("PYTHONPATH")]))
             environment["PODRUNNER_HOSTS"] = json.dumps(self.hosts)
         with pod.lock:
             if self._stop.is_set() or pod.deleted or (pod.process is not None and pod.process.poll() is None):

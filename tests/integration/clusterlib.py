@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
 from localcluster import REPO_ROOT, service_account_kubeconfig
@@ -37,3 +41,67 @@ def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
     subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
                     "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
     return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
+
+
+# --- worker lanes: which server runs in the worker pods ------------------------------------------------------
+
+LANE_VARIABLE = "AREAL_WORKERS_WORKER"
+AREAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
+SUPPORT_DIR = REPO_ROOT / "tests" / "support"
+
+
+@dataclass(frozen=True)
+class WorkerLane:
+    """What podrunner runs for a worker pod's `python -m areal.infra.rpc.rpc_server`, and the scheduler settings
+    that go with it."""
+
+    name: str
+    python: str  # interpreter of worker pods and of process-mode forks
+    module_map: dict[str, str] | None  # podrunner's module swaps (None: its default, the reference guard)
+    fork_module: str
+    counter_engine: str  # import path of a Counter engine this server accepts
+    pythonpath: tuple[str, ...] = ()
+    timeouts: dict[str, float] = field(default_factory=dict)  # KubernetesSchedulerConfig time-outs
+
+
+REFERENCE_LANE = WorkerLane(
+    name="reference", python=sys.executable, module_map=None, fork_module="areal_workers.reference_guard",
+    counter_engine="areal_workers.testing_engines.Counter",
+    timeouts={"ready_timeout": 60.0, "helm_timeout": 60.0})
+# A server that imports torch takes seconds to start, many more with several starting at once on 2 cores.
+AREAL_LANE = WorkerLane(
+    name="areal", python=str(AREAL_WORKER_PYTHON), module_map={}, fork_module="areal.infra.rpc.rpc_server",
+    counter_engine="areal_engines.Counter", pythonpath=(str(SUPPORT_DIR),),
+    timeouts={"ready_timeout": 180.0, "helm_timeout": 180.0, "fork_ready_timeout": 180.0})
+LANES = {lane.name: lane for lane in (REFERENCE_LANE, AREAL_LANE)}
+
+
+def lane_name() -> str:
+    return os.environ.get(LANE_VARIABLE) or REFERENCE_LANE.name
+
+
+def selected_lane() -> WorkerLane:
+    """The lane of $AREAL_WORKERS_WORKER: "reference" (default, areal_workers.reference_guard) or "areal"
+    (AReaL's real rpc_server from `make areal-worker`)."""
+    name = lane_name()
+    if name not in LANES:
+        raise ValueError(f"{LANE_VARIABLE}={name!r}: expected one of {sorted(LANES)}")
+    lane = LANES[name]
+    if lane is AREAL_LANE and not Path(lane.python).exists():
+        raise FileNotFoundError(f"{LANE_VARIABLE}=areal needs AReaL's worker environment: run `make areal-worker` "
+                                f"({lane.python} is missing)")
+    return lane
+
+
+def lane_values(lane: WorkerLane, root: Path) -> dict:
+    """Chart values for the lane: AReaL's server writes name-resolve records and forks' logs under --fileroot and
+    --nfs-record-root, so they go into the test's directory rather than the chart's /tmp/areal."""
+    if lane is REFERENCE_LANE:
+        return {}
+    return {"cluster": {"fileroot": str(root), "nameResolve": {"nfsRecordRoot": str(root / "name_resolve")}}}
+
+
+def counter_engine() -> str:
+    """The Counter engine of $AREAL_WORKERS_WORKER's lane (checked by the worker_lane fixture, not here: a test
+    module reads this while it is collected)."""
+    return LANES.get(lane_name(), REFERENCE_LANE).counter_engine

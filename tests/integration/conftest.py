@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 import pytest
@@ -39,6 +41,32 @@ def wait_for_ready_pods(core: client.CoreV1Api, namespace: str, selector: str, c
     return pods
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects what the worker lane cannot check: `reference_guard_only` tests (behaviour of our stand-in that
+    AReaL's server does not have) in the areal lane, and `areal_worker` tests (answers of AReaL's real server)
+    in the reference lane. Deselected, not skipped: the other lane runs them."""
+    from clusterlib import AREAL_LANE, lane_name
+
+    unwanted = "reference_guard_only" if lane_name() == AREAL_LANE.name else "areal_worker"
+    here = Path(__file__).parent
+
+    def wanted(item: pytest.Item) -> bool:  # unit tests that need AReaL's environment run in every lane
+        return item.get_closest_marker(unwanted) is None or here not in Path(str(item.fspath)).parents
+
+    deselected = [item for item in items if not wanted(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if wanted(item)]
+
+
+@pytest.fixture
+def worker_lane():
+    """The server in the worker pods: the lane of $AREAL_WORKERS_WORKER (clusterlib.selected_lane)."""
+    from clusterlib import selected_lane
+
+    return selected_lane()
+
+
 @pytest.fixture
 def core(kube_client) -> client.CoreV1Api:
     return client.CoreV1Api(kube_client)
@@ -51,10 +79,9 @@ def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
 
 
 @pytest.fixture
-def pod_runner(kubeconfig, tmp_path):
-    """Runs the annotated pods of the given namespace as local processes (tools/podrunner.py)."""
-    import os
-
+def pod_runner(kubeconfig, tmp_path, worker_lane):
+    """Runs the annotated pods of the given namespace as local processes (tools/podrunner.py), with the server of
+    the worker lane."""
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs worker processes for KWOK pods on loopback IPs: local cluster only (docs/en/testing.md)")
     from podrunner import PodRunner
@@ -62,7 +89,8 @@ def pod_runner(kubeconfig, tmp_path):
     runners: list[PodRunner] = []
 
     def start(namespace: str) -> PodRunner:
-        runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}").start()
+        runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}", module_map=worker_lane.module_map,
+                           python=worker_lane.python, pythonpath=worker_lane.pythonpath).start()
         runners.append(runner)
         return runner
 
@@ -79,18 +107,18 @@ def identity() -> str:
 
 
 @pytest.fixture
-def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path, identity):
-    """KubernetesSchedulers for the test's namespace, with its worker pods run by podrunner; each is deleted
-    and closed after the test. `extra_values` adds a values file (e.g. per-role pod annotations)."""
+def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path, identity, worker_lane):
+    """KubernetesSchedulers for the test's namespace, with its worker pods run by podrunner (the server and
+    time-outs of the worker lane); each is deleted and closed after the test. `extra_values` adds a values file
+    (e.g. per-role pod annotations)."""
     import json
-    import sys
 
     from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
-    from clusterlib import RUN_PODS, controller_kubeconfig
+    from clusterlib import RUN_PODS, controller_kubeconfig, lane_values
 
     pod_runner(namespace)
     run_pods = tmp_path / "run-pods.json"
-    run_pods.write_text(json.dumps(RUN_PODS))
+    run_pods.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
     credentials = kubeconfig if identity == "admin" else controller_kubeconfig(kubeconfig, namespace,
                                                                               tmp_path / "controller.yaml")
     made = []
@@ -102,8 +130,8 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
             extra.write_text(json.dumps(extra_values))
             files.append(str(extra))
         settings = dict(namespace=namespace, kubeconfig=str(credentials), helm_executable=helm_executable,
-                        values_files=tuple(files), ready_timeout=60.0, python_executable=sys.executable,
-                        fork_module="areal_workers.reference_guard", helm_timeout=60.0)
+                        values_files=tuple(files), python_executable=worker_lane.python,
+                        fork_module=worker_lane.fork_module, **worker_lane.timeouts)
         settings.update(overrides)
         named = {} if exp_config else {"experiment_name": "exp", "trial_name": trial}
         scheduler = KubernetesScheduler(exp_config, config=KubernetesSchedulerConfig(**settings), **named)

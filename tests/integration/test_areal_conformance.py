@@ -269,3 +269,14 @@ def test_workers_and_forks_know_their_identity_and_get_areals_base_environment(m
     assert (env("actor/1", "AREAL_EXPERIMENT_NAME"), env("actor/1", "AREAL_TRIAL_NAME")) == ("exp", "trial0")
     assert (env("actor/1", "TOKENIZERS_PARALLELISM"), env("actor/1", "CUDA_DEVICE_MAX_CONNECTIONS")) == ("true", "1")
     assert env("actor/1", "PYTORCH_KERNEL_CACHE_PATH") == "/tmp/areal-areal/.cache/areal/torch/kernels/"
+
+
+def test_create_workers_with_an_experiment_config_configures_every_worker(make_scheduler):
+    """LocalScheduler.create_workers with exp_config waits for the workers and POSTs /configure {config, role,
+    rank} to each; AReaL's worker rebuilds the config from its typed dict and seeds with config.seed. Without
+    `areal` on the controller the adapter writes the same wire format (a config as plain JSON is a 500)."""
+    from wire_types import ExperimentConfig
+
+    scheduler = make_scheduler(exp_config=ExperimentConfig("exp", "configured"))
+    assert scheduler.create_workers(job("actor", 2)) == ["actor/0", "actor/1"]  # configured, or it raised
+    assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0", "actor/1"]

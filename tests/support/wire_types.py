@@ -24,3 +24,19 @@ class Config:
     phase: Phase = Phase.TRAIN
     optimizer: Optimizer = field(default_factory=Optimizer)
     tags: dict[str, list[int]] = field(default_factory=lambda: {"a": [1, 2]})
+
+
+@dataclass
+class ClusterSpec:
+    fileroot: str = "/tmp/areal"
+    n_gpus_per_node: int = 8
+
+
+@dataclass
+class ExperimentConfig:
+    """The parts of AReaL's experiment config a scheduler reads, plus the seed AReaL's /configure uses."""
+
+    experiment_name: str
+    trial_name: str
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    seed: int = 1

@@ -60,6 +60,7 @@ print(json.dumps(serialize_value({"config": wire_types.Config(), "weights": rebu
 """
 
 
+@pytest.mark.areal_worker
 def test_areals_own_serialization_agrees_with_ours():
     """AReaL's deserialize_value rebuilds what we send, and what AReaL sends we rebuild (needs `make areal-worker`)."""
     assert AREAL_PYTHON.exists(), "AReaL's worker environment is missing: run `make areal-worker`"

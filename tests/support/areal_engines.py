@@ -1,0 +1,107 @@
+"""CPU engines for AReaL's real worker server (`python -m areal.infra.rpc.rpc_server`), for the conformance lane.
+
+AReaL's POST /create_engine imports the class by path and accepts only subclasses of `areal.api.TrainEngine` or
+`areal.api.InferenceEngine` (areal/infra/rpc/guard/engine_blueprint.py). `Counter` is such a TrainEngine with the
+probes of `areal_workers.testing_engines.Counter` (so the scheduler suite runs unchanged on both workers) plus a few
+more. It needs the AReaL worker environment (`make areal-worker`); worker processes import it as
+`areal_engines.Counter` through PYTHONPATH (tests/support), set by the integration tests' podrunner.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from areal.api import TrainEngine
+
+DESTROYED_MARKER_TEXT = "destroyed"
+
+
+def _unavailable(name: str) -> Callable[..., Any]:
+    def method(self: object, *args: object, **kwargs: object) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.{name}: a CPU test engine has no model or process group")
+
+    method.__name__ = name
+    return method
+
+
+def _fill_abstract_api(cls: type) -> type:
+    """Gives every still-abstract member of TrainEngine a body that raises NotImplementedError (a property stays
+    a property), so the class can be instantiated whatever AReaL's version adds to the abstract API."""
+    for name in sorted(cls.__abstractmethods__):
+        member = _unavailable(name)
+        setattr(cls, name, property(member) if isinstance(getattr(TrainEngine, name, None), property) else member)
+    abc.update_abstractmethods(cls)
+    return cls
+
+
+@_fill_abstract_api
+class Counter(TrainEngine):
+    """A counter plus probes into the worker process that hosts it."""
+
+    def __init__(self, start: int = 0, destroy_marker: str | None = None) -> None:
+        self._count = start
+        # Written by destroy(), so a test can see that the server's shutdown hooks reached this engine.
+        self._destroy_marker = Path(destroy_marker) if destroy_marker else None
+
+    @property
+    def initialized(self) -> bool:
+        # Never initialized: AReaL's /call then neither broadcasts arguments over process groups nor asks
+        # is_data_parallel_head(), neither of which exists without torch.distributed.
+        return False
+
+    def destroy(self) -> None:
+        if self._destroy_marker is not None:
+            self._destroy_marker.write_text(DESTROYED_MARKER_TEXT)
+
+    # --- the probes of areal_workers.testing_engines.Counter -------------------------------------------------
+
+    def increment(self, n: int = 1) -> int:
+        self._count += n
+        return self._count
+
+    def value(self) -> int:
+        return self._count
+
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def fail(self, message: str = "Counter.fail was called") -> None:
+        raise RuntimeError(message)
+
+    def sleep(self, seconds: float) -> float:
+        started = time.monotonic()
+        time.sleep(seconds)
+        return time.monotonic() - started
+
+    # --- more probes ---------------------------------------------------------------------------------------
+
+    def ping(self) -> str:
+        return "pong"
+
+    def add(self, a: float, b: float) -> float:
+        return a + b
+
+    def echo(self, value: Any) -> Any:
+        return value
+
+    def get_env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def argv(self) -> list[str]:
+        """The server's command line: the flags the chart (or a fork) really started it with."""
+        return sys.argv[1:]
+
+
+class Broken(Counter):
+    """An engine whose constructor always raises, for the server's 500 path."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("Broken engine refuses to start")
