@@ -24,9 +24,9 @@ ADAPTER_DIR = Path(__file__).resolve().parents[2] / "adapter"
 COUNTER = "areal_workers.testing_engines.Counter"
 BROKEN = "areal_workers.testing_engines.Broken"
 BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
-HTTP_TIMEOUT = 10.0
-STARTUP_TIMEOUT = 10.0
-EXIT_TIMEOUT = 10.0
+HTTP_TIMEOUT = 30.0
+STARTUP_TIMEOUT = 60.0  # a loaded 2-core CI machine: a second-long start gets a minute
+EXIT_TIMEOUT = 30.0
 
 
 def guard_command(
