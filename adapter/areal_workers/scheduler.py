@@ -379,14 +379,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 raise WorkerNotFoundError(role)
             fork = self._forks().get(role)
             replicas = self._replicas(role)
-            ports = self._role_ports(role)
         if target is not None:
             return self.get_workers(target, timeout)
         try:
             if fork is not None and fork.get("mode", "process") == "process":
                 workers = self._process_fork_workers(role, fork, timeout)
             else:
-                workers = self._wait_for_pods(role, replicas, ports, timeout)
+                workers = self._wait_for_pods(role, replicas, self._role_ports(role), timeout)
         except WorkerFailedError as error:
             with self._lock:
                 if role in self._pending and self.config.ownership == "managed":
@@ -402,10 +401,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         return workers
 
     def _role_ports(self, role: str) -> list[str]:
-        settings = merge_values(self._values.get("workerDefaults", {}) or {}, self._roles().get(role, {}))
-        guard_port = int(settings.get("guardPort") or self._values.get("guard", {}).get("port") or self.config.guard_port)
-        extra = int(settings.get("extraPorts", 1))
-        return [str(guard_port + offset) for offset in range(extra + 1)]
+        """The guard port and extra ports the chart gave the role's pods (its topology ConfigMap), so a scheduler
+        that created the release and one that adopted it report the same ports whatever the values files say."""
+        topology = self.inspector.topology()
+        entry = (topology.get("roles") or {}).get(role) or (topology.get("forks") or {}).get(role)
+        if entry is None:
+            raise WorkerNotFoundError(role)
+        return [str(port) for port in (entry["guard_port"], *entry["extra_ports"])]
 
     def _wait_for_pods(self, role: str, replicas: int, ports: list[str], timeout: float) -> list[Worker]:
         selector = naming.role_selector(self.release, role)

@@ -280,3 +280,16 @@ def test_create_workers_with_an_experiment_config_configures_every_worker(make_s
     scheduler = make_scheduler(exp_config=ExperimentConfig("exp", "configured"))
     assert scheduler.create_workers(job("actor", 2)) == ["actor/0", "actor/1"]  # configured, or it raised
     assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0", "actor/1"]
+
+
+def test_ports_are_what_the_chart_rendered_for_creator_and_adopter_alike(make_scheduler):
+    """A values file moves the guard port: the scheduler that created the role and one that adopted the release
+    both report the ports the chart gave the pods (read from the topology ConfigMap, not re-derived)."""
+    values = {"workerDefaults": {"guardPort": 9100}}
+    creator = make_scheduler(trial="ports", extra_values=values)
+    creator.create_workers(job("actor", 1, [spec(port_count=3)]))
+    created = creator.get_workers("actor")
+    adopted = make_scheduler(trial="ports", extra_values=values).get_workers("actor")
+    assert created[0].worker_ports == adopted[0].worker_ports == ["9100", "9101", "9102"]
+    asyncio.run(creator.create_engine("actor/0", COUNTER, None, 3))
+    assert creator.call_engine("actor/0", "value") == 3  # the guard really listens there

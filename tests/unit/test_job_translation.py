@@ -629,3 +629,11 @@ def test_produced_values_validate_against_the_chart_schema():
     }
     values = merge_values(defaults, base_values(config, "exp", "trial0", cluster_values(exp)), {"roles": roles})
     jsonschema.Draft7Validator(schema).validate(values)
+
+
+def test_enable_offload_preloads_torch_memory_saver_in_every_role():
+    """AReaL's schedulers add get_tms_env_vars() to every worker when exp_config.enable_offload is set; the chart's
+    workerDefaults.offload does it in the pods (tests/chart/test_worker_env.py)."""
+    values = base_values(KubernetesSchedulerConfig(), "exp", "trial0", offload=True)
+    assert values["workerDefaults"]["offload"] == {"enabled": True}
+    assert "workerDefaults" not in base_values(KubernetesSchedulerConfig(), "exp", "trial0")
