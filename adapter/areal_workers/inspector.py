@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from .podwatch import is_ready, pod_index
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # AReaL's colorlog colours its log lines
 READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
 
@@ -73,7 +75,7 @@ class ReleaseInspector:
             except ApiException:
                 continue
             if text:
-                return text.splitlines()[-LOG_TAIL_LINES:]
+                return ANSI_ESCAPE.sub("", text).splitlines()[-LOG_TAIL_LINES:]
         return []
 
     def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
@@ -83,7 +85,7 @@ class ReleaseInspector:
         except ApiException as error:
             logger.debug("cannot read the log of %s: %s", pod.metadata.name, error.reason)
             return []
-        return text.splitlines()
+        return ANSI_ESCAPE.sub("", text).splitlines()
 
     def nodes(self) -> list[client.V1Node]:
         """Nodes sharpen the advice (capacity, NotReady); reading them needs a ClusterRole the namespaced
