@@ -5,9 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 PYTEST_ARGS ?=
+# The server worker pods run on the local cluster: auto (AReaL's rpc_server once `make areal-worker` ran, else the
+# reference guard), areal or reference. Empty: $AREAL_WORKERS_WORKER, else auto; a running podrunner is kept.
+WORKERS ?=
+# The local cluster's admin kubeconfig (.tools/kubeconfig, or that of the cluster AREAL_WORKERS_CLUSTER_DIR names).
+CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status quickstart test test-helm4 test-areal test-unit test-chart test-integration clean
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -15,7 +20,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e '.[dev,demo]'
 	touch $@
 
 venv: $(VENV)/.installed ## Python virtualenv with the package and test dependencies
@@ -26,19 +31,26 @@ tools: venv ## build/download the pinned tools into the cache and link them into
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install-areal-worker.sh
 
-cluster-up: tools ## start the local control plane with KWOK nodes (no-op when running)
-	$(PY) tools/localcluster.py up
+cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference)
+	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS))
 
-cluster-down: ## stop the local control plane; leaves no process or port behind
+cluster-down: ## stop the local cluster and every worker process; leaves no process or port behind
 	$(PY) tools/localcluster.py down
 
-cluster-status: ## exit 0 when the local control plane answers
+cluster-status: ## exit 0 when the local control plane and podrunner answer (shows the worker server)
 	$(PY) tools/localcluster.py status
 
-quickstart: cluster-up ## the main job: local cluster + the chart installed with the example topology
-	helm upgrade --install demo charts/areal-workers --kubeconfig .tools/kubeconfig \
-	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 3m
-	kubectl --kubeconfig .tools/kubeconfig -n areal-demo get statefulsets,services,pods -o wide
+DEMO_ARGS ?=
+# The demo's workers run AReaL's server: `up --workers areal` is cluster-up, with a podrunner that serves it.
+demo: tools areal-worker ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop)
+	$(PY) tools/localcluster.py up --workers areal
+	$(PY) examples/bandit_demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
+
+quickstart: cluster-up ## the chart alone: local cluster, the chart installed with the example topology, helm test
+	helm upgrade --install demo charts/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) \
+	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 5m
+	helm test demo --kubeconfig $(CLUSTER_KUBECONFIG) --namespace areal-demo --timeout 3m
+	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) -n areal-demo get statefulsets,services,pods -o wide
 
 HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_chart_install.py \
 	tests/integration/test_scheduler.py -k "not rbac"

@@ -60,15 +60,20 @@ def _namespace_name(test_name: str) -> str:
 
 @pytest.fixture
 def make_namespace(kube_client, request) -> Iterator:
-    """Creates namespaces (with optional labels, e.g. PodSecurity levels) deleted after the test."""
+    """Creates namespaces (with optional labels, e.g. PodSecurity levels) deleted after the test. They are
+    private (labelled areal-workers.dev/podrunner=private): the local cluster's podrunner leaves their pods to the
+    test's own (the pod_runner fixture), so two runners never run one pod. private=False hands them to the
+    cluster's podrunner."""
     from kubernetes import client
+    from podrunner import PRIVATE_LABEL, PRIVATE_VALUE
 
     core = client.CoreV1Api(kube_client)
     created: list[str] = []
 
-    def make(labels: dict[str, str] | None = None) -> str:
+    def make(labels: dict[str, str] | None = None, private: bool = True) -> str:
         name = _namespace_name(request.node.name)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+        labels = {**({PRIVATE_LABEL: PRIVATE_VALUE} if private else {}), **(labels or {})}
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels or None)))
         created.append(name)
         return name
 

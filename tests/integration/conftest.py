@@ -79,16 +79,21 @@ def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
 
 
 @pytest.fixture
-def pod_runner(kubeconfig, tmp_path, worker_lane):
-    """Runs the annotated pods of the given namespace as local processes (tools/podrunner.py), with the server of
-    the worker lane."""
+def pod_runner(kubeconfig, core, tmp_path, worker_lane):
+    """Runs the pods of the given namespace as local processes (tools/podrunner.py), with the server of the worker
+    lane: a runner of the test's own, so the namespace must be private (make_namespace's default), which keeps
+    the local cluster's podrunner out of it."""
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs worker processes for KWOK pods on loopback IPs: local cluster only (docs/en/testing.md)")
-    from podrunner import PodRunner
+    from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 
     runners: list[PodRunner] = []
 
     def start(namespace: str) -> PodRunner:
+        labels = core.read_namespace(namespace).metadata.labels or {}
+        assert labels.get(PRIVATE_LABEL) == PRIVATE_VALUE, (
+            f"namespace {namespace} is not labelled {PRIVATE_LABEL}={PRIVATE_VALUE}: the cluster's podrunner would "
+            "run its pods too; make it with make_namespace()")
         runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}", module_map=worker_lane.module_map,
                            python=worker_lane.python, pythonpath=worker_lane.pythonpath).start()
         runners.append(runner)

@@ -1,0 +1,111 @@
+"""`make demo`'s program (examples/bandit_demo.py) against the session's local cluster, in a namespace of its own.
+
+The demo runs as a user runs it, a subprocess, with its worker pods run by the local cluster's podrunner (AReaL's
+real rpc_server, examples/ on its PYTHONPATH); when that podrunner serves the reference guard instead, the demo
+brings its own (`--run-pods`) in a private namespace. Its output is checked step by step, and then the cluster
+and this machine: no release, no pod, no worker process of the demo's trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+    reason="the demo's workers need examples/ in their image on other clusters; here it runs on the local one")
+
+DEMO = REPO_ROOT / "examples" / "bandit_demo.py"
+MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
+ITERATIONS = 6
+# AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
+# and a replaced pod start one role after the other.
+DEMO_TIMEOUT = 900
+STEPS = ["1. Create the workers", "2. Fork a role into the actor's pods", "3. Workers", "4. Create engines",
+         "5. Train", "6. A bad update, diagnosed and rolled back", "7. helm history", "8. Clean up"]
+ITERATION_ROW = re.compile(r"^\s+(\d+)\s+(\d\.\d{3})\s+(\d+\.\d)%\s+(-?\d+\.\d{3})\s+v(\d+)$", re.MULTILINE)
+
+
+def run_demo(kubeconfig: Path, namespace: str, trial: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(DEMO), "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--trial", trial,
+         "--iterations", str(ITERATIONS), "--helm", str(REPO_ROOT / ".tools" / "bin" / "helm"), *extra],
+        capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT)
+
+
+def trial_processes(trial: str) -> list[str]:
+    """Command lines of live processes started for the trial (worker servers and their forks carry
+    `--trial-name <trial>`)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(a == "--trial-name" and b == trial for a, b in zip(argv, argv[1:])):
+            found.append(" ".join(argv).strip())
+    return found
+
+
+def wait_for_no_processes(trial: str, timeout: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := trial_processes(trial)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+@pytest.fixture
+def demo_namespace(make_namespace, kubeconfig) -> tuple[str, tuple[str, ...]]:
+    """A namespace for the demo and the demo's extra flags: the cluster's podrunner when it runs AReaL's server,
+    else a private namespace and the demo's own runner."""
+    if not AREAL_WORKER_PYTHON.exists():
+        pytest.skip("the demo's workers run AReaL's rpc_server: run `make areal-worker`")
+    if LocalCluster().podrunner_workers() == "areal":
+        return make_namespace(private=False), ()
+    return make_namespace(), ("--run-pods",)
+
+
+@pytest.mark.timeout(DEMO_TIMEOUT + 60)
+def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(demo_namespace, kubeconfig, core,
+                                                                               helm_client):
+    namespace, extra = demo_namespace
+    trial = f"t{uuid.uuid4().hex[:6]}"
+    result = run_demo(kubeconfig, namespace, trial, *extra)
+    output = result.stdout
+    assert result.returncode == 0, f"exit {result.returncode}\n{output}\n{result.stderr}"
+
+    missing = [step for step in STEPS if step not in output]
+    assert not missing, f"steps missing: {missing}\n{output}"
+    # The first iterations are in the table, then one more after the recovery.
+    rows = [(int(i), float(reward)) for i, reward, *_ in ITERATION_ROW.findall(output)]
+    assert [i for i, _ in rows] == list(range(1, ITERATIONS + 2)), output
+    assert rows[ITERATIONS - 1][1] > rows[0][1] + 0.1, f"the mean reward did not rise: {rows}"
+
+    failure = output[output.index(STEPS[5]):output.index(STEPS[6])]
+    assert "get_workers('rollout') raised WorkerFailedError" in failure
+    assert f'Back-off pulling image "{MISSING_IMAGE}"' in failure and "ImagePullBackOff [fatal]" in failure
+    assert "simulated" in failure  # the output says what the local cluster simulates
+    assert re.search(r"rolled back release \S+ to revision 3", failure), failure
+    assert "(Rollback to 3)" in failure and "untouched, same pod UIDs: actor-0, actor-1, rollout-0" in failure
+    history = output[output.index(STEPS[6]):output.index(STEPS[7])]
+    assert [line.split(None, 2)[2] for line in history.splitlines()[2:] if line.strip()] == [
+        "create actor: 2 worker(s)", "create rollout: 2 worker(s)", "fork ref from actor (2 processes)",
+        "update rollout: 2 worker(s)", "Rollback to 3"]
+    assert "release uninstalled, no pods left, nothing answers on the 6 worker addresses" in output
+
+    # Nothing left behind, as seen from outside the demo.
+    assert core.list_namespaced_pod(namespace).items == []
+    assert list(asyncio.run(helm_client.list_releases(all=True, namespace=namespace))) == []
+    assert wait_for_no_processes(trial) == []
+    assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{namespace}-{trial}").exists()
