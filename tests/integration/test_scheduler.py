@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import threading
-from dataclasses import dataclass, field
 
 import pytest
 from kubernetes import client, watch
@@ -28,24 +27,9 @@ from areal_workers import (
     WorkerTimeoutError,
 )
 from clusterlib import controller_kubeconfig, counter_engine, guard_health, job, spec
+from wire_types import ExperimentConfig  # the parts of AReaL's experiment config a scheduler reads
 
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
-
-
-@dataclass
-class ClusterSpec:
-    fileroot: str = "/tmp/areal-test"
-    n_gpus_per_node: int = 8
-
-
-@dataclass
-class ExperimentConfig:
-    """The parts of AReaL's experiment config a scheduler reads."""
-
-    experiment_name: str
-    trial_name: str
-    cluster: ClusterSpec = field(default_factory=ClusterSpec)
-    seed: int = 1  # AReaL's /configure seeds the worker's random generators with it
 
 
 @pytest.fixture(params=["admin", "rbac"])
