@@ -69,8 +69,7 @@ def wait_for_no_processes(trial: str, timeout: float = 30.0) -> list[str]:
 def demo_namespace(make_namespace, kubeconfig) -> tuple[str, tuple[str, ...]]:
     """A namespace for the demo and the demo's extra flags: the cluster's podrunner when it runs AReaL's server,
     else a private namespace and the demo's own runner."""
-    if not AREAL_WORKER_PYTHON.exists():
-        pytest.skip("the demo's workers run AReaL's rpc_server: run `make areal-worker`")
+    assert AREAL_WORKER_PYTHON.exists(), "the demo's workers run AReaL's rpc_server: run `make areal-worker`"
     if LocalCluster().podrunner_workers() == "areal":
         return make_namespace(private=False), ()
     return make_namespace(), ("--run-pods",)
