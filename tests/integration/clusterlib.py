@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,3 +106,25 @@ def counter_engine() -> str:
     """The Counter engine of $AREAL_WORKERS_WORKER's lane (checked by the worker_lane fixture, not here: a test
     module reads this while it is collected)."""
     return LANES.get(lane_name(), REFERENCE_LANE).counter_engine
+
+
+# --- what worker processes show: podrunner runs worker pods as local processes ----------------------------------
+
+
+def process_argv(pid: int) -> list[str]:
+    """The command line of a local process."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """`--name value` pairs of a command line."""
+    return {name: value for name, value in zip(argv, argv[1:]) if name.startswith("--")}
+
+
+def wait_for_text(path: Path, timeout: float = 60.0) -> str:
+    """The text of a file a worker writes (e.g. an engine's destroy marker), once it exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} not written in {timeout}s"
+        time.sleep(0.2)
+    return path.read_text()

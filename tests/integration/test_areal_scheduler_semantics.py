@@ -31,7 +31,7 @@ from areal_workers import (
     WorkerCreationError,
     WorkerNotFoundError,
 )
-from clusterlib import counter_engine, guard_health, job, spec
+from clusterlib import counter_engine, flag_values, guard_health, job, process_argv, spec, wait_for_text
 
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 BROKEN = COUNTER.rpartition(".")[0] + ".Broken"  # its constructor raises (the server answers 500)
@@ -71,23 +71,6 @@ def guard_post(worker, path: str, payload: dict) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
-
-
-def process_argv(pid: int) -> list[str]:
-    """The command line of a local process (podrunner runs worker pods as local processes)."""
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-
-
-def flag_values(argv: list[str]) -> dict[str, str]:
-    return {name: value for name, value in zip(argv, argv[1:]) if name.startswith("--")}
-
-
-def wait_for_text(path: Path, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} not written in {timeout}s"
-        time.sleep(0.2)
-    return path.read_text()
 
 
 # --- creating workers ------------------------------------------------------------------------------------------

@@ -11,32 +11,17 @@ fork logs under the chart's --nfs-record-root and --fileroot. The engines are te
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 
 import pytest
 
 from areal_workers import EngineCallError, EngineCreationError, EngineImportError
-from clusterlib import guard_health, job
+from clusterlib import flag_values, guard_health, job, wait_for_text
 
 pytestmark = pytest.mark.areal_worker
 
 ENGINE = "areal_engines.Counter"
 BROKEN = "areal_engines.Broken"
 IDLE_HEALTH = {"status": "healthy", "forked_children": 0, "engine_count": 0, "engines": []}
-
-
-def flags(argv: list[str]) -> dict[str, str]:
-    """`--name value` pairs of a command line."""
-    return {name: value for name, value in zip(argv, argv[1:]) if name.startswith("--")}
-
-
-def wait_for_file(path: Path, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} not written in {timeout}s"
-        time.sleep(0.2)
-    return path.read_text()
 
 
 def create_engines(scheduler, engines: list[tuple]) -> None:
@@ -58,7 +43,7 @@ def test_workers_run_arealss_server_with_the_charts_command_line(make_scheduler,
     create_engines(scheduler, [(w.id, ENGINE, w.id) for w in workers])
     for index, worker in enumerate(workers):
         assert guard_health(worker)["engines"] == [worker.id]
-        argv = flags(scheduler.call_engine(worker.id, "argv", worker.id))
+        argv = flag_values(scheduler.call_engine(worker.id, "argv", worker.id))
         assert (argv["--host"], argv["--port"]) == (worker.ip, worker.worker_ports[0])
         assert (argv["--experiment-name"], argv["--trial-name"], argv["--role"], argv["--worker-index"]) == \
             ("exp", "trial0", "actor", str(index))
@@ -121,7 +106,7 @@ def test_process_forks_are_children_of_the_real_server(make_scheduler, tmp_path)
 
     create_engines(scheduler, [("ref/1", ENGINE, "ref", 100)])
     assert scheduler.call_engine("ref/1", "value", "ref") == 100
-    argv = flags(scheduler.call_engine("ref/1", "argv", "ref"))
+    argv = flag_values(scheduler.call_engine("ref/1", "argv", "ref"))
     assert (argv["--host"], argv["--port"], argv["--role"], argv["--worker-index"]) == \
         (forks[1].ip, forks[1].worker_ports[0], "ref", "1")
     # AReaL's /fork streams a child's output to <fileroot>/logs/<user>/<experiment>/<trial>/<role>.log (the
@@ -140,4 +125,4 @@ def test_deleted_workers_destroy_their_engines(make_scheduler, tmp_path):
     create_engines(scheduler, [("actor/0", ENGINE, "actor/0", 0, str(own)), ("actor/0", ENGINE, "other", 0, str(other))])
     scheduler.delete_workers("actor")
     assert own.read_text() == "destroyed"  # the scheduler's destroy call to the worker's own engine
-    assert wait_for_file(other) == "destroyed"  # the server's SIGTERM hook, for every engine it holds
+    assert wait_for_text(other) == "destroyed"  # the server's SIGTERM hook, for every engine it holds
