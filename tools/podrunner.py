@@ -410,7 +410,7 @@ class PodRunner:
         present = {pod.metadata.uid for pod in listing.items}
         for uid, managed in list(self.pods.items()):
             if uid not in present:
-                self._forget(uid, "no longer listed")
+                self._forget(uid, "no longer listed", gone=True)
             elif managed.namespace in private:
                 self._forget(uid, "its namespace is private")
         self.refused &= present
@@ -445,7 +445,7 @@ class PodRunner:
         uid = pod.metadata.uid
         if event == "DELETED" or pod.metadata.deletion_timestamp is not None:
             self._drop_host(pod)
-            self._forget(uid, "pod deleted")
+            self._forget(uid, "pod deleted", gone=True)
             return
         self._note_host(pod)
         if uid in self.pods or uid in self.refused or pod.status.phase != "Running" or not pod.status.pod_ip:
@@ -465,12 +465,15 @@ class PodRunner:
         self.pods[uid] = managed
         self._launch(managed)
 
-    def _forget(self, uid: str, why: str) -> None:
+    def _forget(self, uid: str, why: str, gone: bool = False) -> None:
+        """Stops the pod's process; `gone`: the pod itself is deleted, so its Logs object goes too."""
         self.refused.discard(uid)
         managed = self.pods.pop(uid, None)
         if managed is not None:
             log.info("%s: stopping (%s)", managed.name, why)
             self._stop_pod(managed)
+            if gone:
+                self._withdraw_logs(managed)
 
     def _cluster_name(self, pod: client.V1Pod) -> str | None:
         if pod.spec.hostname and pod.spec.subdomain:
@@ -568,6 +571,25 @@ class PodRunner:
             objects.patch_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", name,
                                                    {"spec": logs["spec"]})
         return True
+
+    def _withdraw_logs(self, pod: ManagedPod) -> None:
+        """Deletes the pod's Logs object while it still points at this pod's files: a successor of the same name
+        that never starts (its image never pulls) must not show its predecessor's log as its own. The delete is
+        conditional on the object's resourceVersion, so a successor that published its own files keeps them."""
+        namespace, name = pod.name.split("/", 1)
+        objects = client.CustomObjectsApi(self.api.api_client)
+        try:
+            current = objects.get_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", name)
+            files = [entry.get("logsFile") for entry in current.get("spec", {}).get("logs", [])]
+            if files != [str(pod.log.resolve())]:
+                return
+            objects.delete_namespaced_custom_object(
+                LOGS_GROUP, LOGS_VERSION, namespace, "logs", name,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
+                    resource_version=current["metadata"]["resourceVersion"])))
+        except ApiException as error:
+            if error.status not in (403, 404, 409):  # gone with its namespace, or taken over by a successor
+                raise
 
     def _environment(self, pod: ManagedPod) -> dict[str, str]:
         environment = {**os.environ, **pod.env}

@@ -126,6 +126,34 @@ def test_the_cluster_runner_runs_pods_of_shared_namespaces_and_stops_them_with_t
 
 
 @LOCAL_ONLY
+def test_a_successor_that_never_starts_shows_none_of_its_predecessors_log(make_namespace, core, kubeconfig,
+                                                                          ready_pods):
+    """A StatefulSet replacing a pod with one whose image never pulls: `kubectl logs` (and so the adapter's
+    diagnosis) must not present the old process's output as the new pod's."""
+    namespace = make_namespace(private=False)
+    core.create_namespaced_pod(namespace, web_pod("web"))
+    ready_pods(namespace, "app=web", 1, timeout=60.0)
+    assert wait_until(lambda: "GET / HTTP/1.1" in kubectl(kubeconfig, "logs", "-n", namespace, "web"),
+                      what="the first pod's log in `kubectl logs`")
+    core.delete_namespaced_pod("web", namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, what="the first pod deleted")
+
+    successor = web_pod("web")
+    successor.spec.containers[0].image = "registry.invalid/web:1"
+    core.create_namespaced_pod(namespace, successor)
+
+    def pull_failed() -> bool:
+        statuses = core.read_namespaced_pod("web", namespace).status.container_statuses or []
+        return any(s.state.waiting and s.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
+                   for s in statuses)
+
+    wait_until(pull_failed, what="the successor's image pull failing")
+    result = subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
+                             "logs", "-n", namespace, "web"], capture_output=True, text=True, timeout=60)
+    assert "GET / HTTP/1.1" not in result.stdout, result.stdout
+
+
+@LOCAL_ONLY
 def test_a_private_namespace_is_left_to_its_own_runner(make_namespace, core, pod_runner, ready_pods):
     cluster = LocalCluster()
     namespace = make_namespace()  # private: the pod_runner fixture's kind
