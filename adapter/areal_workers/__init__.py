@@ -17,9 +17,9 @@ from .errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from .interop import register_with_areal
+from .trainer_hook import register_with_areal
 from .scheduler import KubernetesScheduler
-from .types import Job, SchedulingSpec, SchedulingStrategy, Worker
+from .areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 
 __all__ = [
     "ConfigError",

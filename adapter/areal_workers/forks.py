@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .errors import SchedulerError
 from .guard_client import GuardClient
-from .types import Worker
+from .areal_types import Worker
 
 EXIT_POLL_INTERVAL = 1.0  # seconds between looks at the parent's log while a fork starts
 ForkExitProbe = Callable[[int, str], Awaitable["ForkExit | None"]]

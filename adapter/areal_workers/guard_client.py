@@ -40,7 +40,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .types import Worker
+    from .areal_types import Worker
 
 __all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
 

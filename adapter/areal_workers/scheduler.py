@@ -16,9 +16,9 @@ from typing import Any
 
 from kubernetes import client, config as kube_config
 
-from . import capacity, forks, name_records, naming, topology
+from . import capacity, forks, job_values, name_records, naming
 from .config import KubernetesSchedulerConfig
-from .codec import deserialize_value, serialize_value
+from .wire_format import deserialize_value, serialize_value
 from .errors import (
     InvalidRequestError,
     InvalidSchedulerSetupError,
@@ -33,8 +33,8 @@ from .guard_client import GuardClient
 from .inspector import ReleaseInspector
 from .podwatch import PodWatch, WaitTimedOut, all_ready, none_left, pod_index
 from .release import HelmError, Releases, helm_error_text, merge_values
-from .runner import LoopThread
-from .types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
+from .loop_thread import LoopThread
+from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _base_values(self) -> dict[str, Any]:
         try:
-            return topology.base_values(self.config, self.experiment_name, self.trial_name,
-                                        topology.cluster_values(self.exp_config),
+            return job_values.base_values(self.config, self.experiment_name, self.trial_name,
+                                        job_values.cluster_values(self.exp_config),
                                         offload=bool(getattr(self.exp_config, "enable_offload", False)))
         except topology.TopologyError as error:
             raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
@@ -260,8 +260,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _spec(self, job: Job) -> SchedulingSpec:
         try:
-            spec = topology.resolve_spec(job)
-            topology.check_spec(job.role, spec)
+            spec = job_values.resolve_spec(job)
+            job_values.check_spec(job.role, spec)
         except topology.TopologyError as error:
             raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
         return spec
@@ -269,7 +269,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def _with_role(self, role: str, spec: SchedulingSpec, replicas: int) -> dict[str, Any]:
         values = merge_values(self._values, self._base_values()) if self._values else self._base_values()
         values = copy.deepcopy(values)
-        values.setdefault("roles", {})[role] = topology.role_values(spec, replicas, self.config)
+        values.setdefault("roles", {})[role] = job_values.role_values(spec, replicas, self.config)
         return values
 
     # --- create ----------------------------------------------------------------------------------

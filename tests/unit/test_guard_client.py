@@ -44,7 +44,7 @@ from areal_workers.guard_client import (  # noqa: E402
     _Reply,
     _Retryable,
 )
-from areal_workers.types import Worker  # noqa: E402
+from areal_workers.areal_types import Worker  # noqa: E402
 
 MODES = ["sync", "async"]
 

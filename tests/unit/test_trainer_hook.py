@@ -10,7 +10,7 @@ import sys  # noqa: E402
 import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from areal_workers import errors, interop, types  # noqa: E402
+from areal_workers import areal_types, errors, trainer_hook  # noqa: E402
 from areal_workers.errors import (  # noqa: E402
     EngineCallError,
     EngineCreationError,
@@ -76,18 +76,18 @@ def json_result(process: subprocess.CompletedProcess) -> dict:
 
 def test_package_imports_and_falls_back_when_areal_lacks_the_scheduler_modules(fake_areal):
     """An importable `areal` without areal.api.scheduler_api / areal.infra.scheduler.exceptions (an older or
-    partial AReaL, or an unrelated package of that name) must not break `import areal_workers`: types.py and
+    partial AReaL, or an unrelated package of that name) must not break `import areal_workers`: areal_types.py and
     errors.py fall back to their own classes."""
     process = run_python("""
         import json
         import areal  # the fake one is importable
         import areal_workers
-        from areal_workers import errors, types
+        from areal_workers import areal_types, errors
         print(json.dumps({
             "areal": areal.__file__,
-            "types": types.USING_AREAL_TYPES,
+            "types": areal_types.USING_AREAL_TYPES,
             "exceptions": errors.USING_AREAL_EXCEPTIONS,
-            "cpu": types.SchedulingSpec().cpu,
+            "cpu": areal_types.SchedulingSpec().cpu,
             "message": str(errors.WorkerCreationError("actor", "boom")),
         }))
     """, [fake_areal, ADAPTER])
@@ -133,7 +133,7 @@ scheduler_module.KubernetesScheduler = RecordingScheduler
 sys.path.insert(0, sys.argv[1])
 importlib.invalidate_caches()
 
-from areal_workers.interop import register_with_areal
+from areal_workers.trainer_hook import register_with_areal
 
 first = register_with_areal()
 from areal.trainer.rl_trainer import PPOTrainer
@@ -216,13 +216,13 @@ def test_kubernetes_types_build_the_scheduler_with_the_trainer_config(registered
 
 def test_register_without_areal_patches_nothing():
     assert sys.modules.get("areal") is None
-    assert interop.register_with_areal() == []
+    assert trainer_hook.register_with_areal() == []
 
 
-def test_interop_targets():
-    assert interop.SCHEDULER_TYPES == ("kubernetes", "k8s")
-    assert [cls for _, cls in interop.TRAINERS] == ["PPOTrainer", "SFTTrainer", "RWTrainer", "DPOTrainer"]
-    assert [module for module, _ in interop.TRAINERS] == [
+def test_trainer_hook_targets():
+    assert trainer_hook.SCHEDULER_TYPES == ("kubernetes", "k8s")
+    assert [cls for _, cls in trainer_hook.TRAINERS] == ["PPOTrainer", "SFTTrainer", "RWTrainer", "DPOTrainer"]
+    assert [module for module, _ in trainer_hook.TRAINERS] == [
         "areal.trainer.rl_trainer", "areal.trainer.sft_trainer", "areal.trainer.rw_trainer",
         "areal.trainer.dpo_trainer"]
 
@@ -232,8 +232,8 @@ def test_interop_targets():
 
 def test_running_without_areal():
     assert errors.USING_AREAL_EXCEPTIONS is False
-    assert types.USING_AREAL_TYPES is False
-    assert types.AREAL_SCHEDULER_BASE is object
+    assert areal_types.USING_AREAL_TYPES is False
+    assert areal_types.AREAL_SCHEDULER_BASE is object
 
 
 @pytest.mark.parametrize("error,message,attributes", [
@@ -355,25 +355,25 @@ def test_scheduling_spec_fields_and_defaults_are_areals():
         "container_type": "apptainer", "mount": "/storage:/storage", "nodelist": None, "exclude": None,
         "ray_placement_strategy": "shared",
     }
-    spec = types.SchedulingSpec()
-    assert [f.name for f in dataclasses.fields(types.SchedulingSpec)] == list(expected)
+    spec = areal_types.SchedulingSpec()
+    assert [f.name for f in dataclasses.fields(areal_types.SchedulingSpec)] == list(expected)
     assert dataclasses.asdict(spec) == expected
-    assert types.SchedulingSpec().env_vars is not spec.env_vars
+    assert areal_types.SchedulingSpec().env_vars is not spec.env_vars
 
 
 def test_scheduling_spec_validates_ray_placement_strategy():
     for value in ("shared", "separate", "deferred"):
-        types.SchedulingSpec(ray_placement_strategy=value)
+        areal_types.SchedulingSpec(ray_placement_strategy=value)
     with pytest.raises(ValueError):
-        types.SchedulingSpec(ray_placement_strategy="spread")
+        areal_types.SchedulingSpec(ray_placement_strategy="spread")
 
 
 def test_job_worker_strategy_are_areals():
-    job = types.Job(role="actor")
+    job = areal_types.Job(role="actor")
     assert (job.replicas, job.tasks) == (0, [])
-    assert job.scheduling_strategy == types.SchedulingStrategy(type="separation", target=None, fork=True)
-    assert types.Job(role="b").tasks is not job.tasks
-    assert [f.name for f in dataclasses.fields(types.Job)] == ["role", "replicas", "tasks", "scheduling_strategy"]
-    worker = types.Worker(id="actor/0", ip="10.0.0.1")
+    assert job.scheduling_strategy == areal_types.SchedulingStrategy(type="separation", target=None, fork=True)
+    assert areal_types.Job(role="b").tasks is not job.tasks
+    assert [f.name for f in dataclasses.fields(areal_types.Job)] == ["role", "replicas", "tasks", "scheduling_strategy"]
+    worker = areal_types.Worker(id="actor/0", ip="10.0.0.1")
     assert (worker.worker_ports, worker.engine_ports) == ([], [])
-    assert [f.name for f in dataclasses.fields(types.Worker)] == ["id", "ip", "worker_ports", "engine_ports"]
+    assert [f.name for f in dataclasses.fields(areal_types.Worker)] == ["id", "ip", "worker_ports", "engine_ports"]
