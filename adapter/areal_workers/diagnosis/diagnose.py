@@ -1,0 +1,60 @@
+"""`diagnose_pod`: the checks in order; the first one that finds a problem names it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from kubernetes.client import CoreV1Event, V1Node, V1Pod
+
+from .container_checks import _container_problem_of, _mount_problem, _Readiness
+from .pod_checks import _deletion_problem, _disruption_problem, _node_problem, _phase_problem, _replaced_problem
+from .problem import Problem, _pod_events, _tail, event_lines
+from .scheduling import _scheduling_problem
+
+
+def diagnose_pod(
+    pod: V1Pod,
+    *,
+    was_ready: bool = False,
+    nodes: Sequence[V1Node] = (),
+    events: Sequence[CoreV1Event] = (),
+    log_tail: Sequence[str] = (),
+    pods_by_node: Mapping[str, Sequence[V1Pod]] | None = None,
+    ready_pod: V1Pod | None = None,
+    now: datetime | None = None,
+) -> Problem | None:
+    """Why `pod` is not ready, or None when it is healthy or merely progressing.
+
+    was_ready: the worker was ready once, so a restart lost its engines.
+    ready_pod: the pod as last seen ready (implies was_ready). Restarts are then counted from its restartCounts, so a
+        crash before readiness is not mistaken for a restart after it, and another uid means the pod was replaced.
+    nodes: the cluster's nodes; when given, a bound pod whose node is missing sits on a deleted node.
+    events: the pod's events (events of other objects or of an earlier pod with the same name are ignored).
+    log_tail: the failing container's last log lines (of the previous instance, `--previous`, once it restarted).
+    pods_by_node: pods per node name, to compute free capacity for an unschedulable pod (None: unknown).
+    now: the time for the events' ages (default: the current time).
+    """
+    if pod.status is None:
+        return None
+    readiness = _Readiness(was_ready or ready_pod is not None, _restart_counts(ready_pod))
+    pod_events = _pod_events(pod, events)
+    problem = (
+        _replaced_problem(pod, ready_pod)
+        or _phase_problem(pod, readiness)
+        or _disruption_problem(pod)
+        or _node_problem(pod, nodes)
+        or _deletion_problem(pod, readiness.was_ready)
+        or _container_problem_of(pod, readiness)
+        or _mount_problem(pod, pod_events)
+        or _scheduling_problem(pod, nodes, pod_events, pods_by_node)
+    )
+    if problem is None:
+        return None
+    return replace(problem, events=event_lines(pod_events, now=now), log_tail=_tail(log_tail))
+
+
+def _restart_counts(pod: V1Pod | None) -> dict[str, int]:
+    statuses = pod.status.container_statuses if pod is not None and pod.status is not None else None
+    return {status.name: status.restart_count or 0 for status in statuses or []}
