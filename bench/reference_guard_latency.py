@@ -6,7 +6,10 @@ p50/p90/p99/max per endpoint as a Markdown table (results: bench/results/referen
 
     .venv/bin/python bench/reference_guard_latency.py [--requests 500]
     .venv/bin/python bench/reference_guard_latency.py --areal-python .tools/areal-worker/bin/python
-    .venv/bin/python bench/reference_guard_latency.py --adapter-dir /tmp/old/adapter   # another checkout's stand-in
+    .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/tests/support  # another checkout
+    # a checkout from before the stand-in left the areal_workers package:
+    .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/adapter \\
+        --module areal_workers.reference_guard
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 120.0  # AReaL's server imports torch first
+STAND_IN = "areal_workers_testing.reference_guard"
 
 
 def free_port() -> int:
@@ -84,14 +88,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500, help="requests per endpoint (default: 500)")
     parser.add_argument("--areal-python", help="measure AReaL's areal.infra.rpc.rpc_server run by this interpreter")
-    parser.add_argument("--adapter-dir", default=str(REPO / "adapter"), help="where areal_workers is imported from")
+    parser.add_argument("--pythonpath", default=str(REPO / "tests" / "support"),
+                        help="where the stand-in is imported from (default: tests/support)")
+    parser.add_argument("--module", default=STAND_IN, help=f"the stand-in's module (default: {STAND_IN})")
     parser.add_argument("--label", help="row label (default: the server measured)")
     args = parser.parse_args()
 
     if args.areal_python:
         python, module, pythonpath = args.areal_python, "areal.infra.rpc.rpc_server", ""
     else:
-        python, module, pythonpath = sys.executable, "areal_workers.reference_guard", args.adapter_dir
+        python, module, pythonpath = sys.executable, args.module, args.pythonpath
     label = args.label or module
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="guard-latency-") as workdir:

@@ -644,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpu-resource", default=NodeShape.gpu_resource)
     up.add_argument("--workers", choices=WORKER_SERVERS, default=None,
                     help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
-                         "stand-in areal_workers.reference_guard (reference), or areal when installed (auto). "
+                         "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
                          f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another")
     commands.add_parser("down", help="stop every process, the pods' included, and remove the cluster state")
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")

@@ -7,8 +7,9 @@ PodRunner:
   downward API (status.podIP, metadata.name/namespace/labels) exactly as the kubelet does; the worker binds
   the pod's own 127.x IP. Its `python` becomes a local interpreter (`python`), and the image's Python modules
   are swapped for local stand-ins (`module_map`; by default AReaL's rpc_server becomes
-  areal_workers.reference_guard, which has the same CLI and HTTP API; an empty map runs AReaL's real server
-  from an interpreter that has it, with `pythonpath` prepended to PYTHONPATH for the engines it loads);
+  areal_workers_testing.reference_guard from tests/support, which has the same CLI and HTTP API; an empty map
+  runs AReaL's real server from an interpreter that has it), with `pythonpath` prepended to PYTHONPATH for the
+  engines it loads (and, when modules are swapped, tests/support for the stand-ins);
 - probes the container's readinessProbe (httpGet) and writes Ready / ContainersReady into the pod status;
 - when the process exits, records it as the kubelet would (lastState.terminated, restartCount, not Ready) and
   restarts it after a back-off;
@@ -56,8 +57,10 @@ HOOK_ANNOTATION = "helm.sh/hook"
 # Namespaces with this label are run by a runner of their own (a test's): the cluster's runner skips them.
 PRIVATE_LABEL, PRIVATE_VALUE = "areal-workers.dev/podrunner", "private"
 LOGS_GROUP, LOGS_VERSION = "kwok.x-k8s.io", "v1alpha1"
-DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers.reference_guard"}
+DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers_testing.reference_guard"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Where the stand-ins of module maps live: test infrastructure, not part of the installed areal_workers package.
+STAND_IN_DIR = REPO_ROOT / "tests" / "support"
 RESOLVER_SHIM = Path(__file__).resolve().parent / "podrunner_dns"
 AREAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
 # Where the engines of worker processes come from: the demo's (examples/) and the tests' (tests/support).
@@ -308,7 +311,7 @@ class PodRunner:
         self.log_dir = log_dir
         self.module_map = DEFAULT_MODULE_MAP if module_map is None else module_map
         self.python = python
-        self.pythonpath = pythonpath
+        self.pythonpath = tuple(dict.fromkeys([str(STAND_IN_DIR), *pythonpath])) if self.module_map else pythonpath
         self.cluster_domain = cluster_domain
         self.skip_private = skip_private
         self.ledger = ledger
@@ -856,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     log.info("worker server: %s (%s, module map %s); pythonpath %s", server.name, server.python,
-             server.module_map or "none", ":".join(pythonpath))
+             server.module_map or "none", ":".join(runner.pythonpath))
     runner.start()
     health = serve_health(runner, *args.health) if args.health else None
     while not stop.wait(1.0):

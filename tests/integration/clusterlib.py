@@ -66,8 +66,8 @@ class WorkerLane:
 
 
 REFERENCE_LANE = WorkerLane(
-    name="reference", python=sys.executable, module_map=None, fork_module="areal_workers.reference_guard",
-    counter_engine="areal_workers.testing_engines.Counter",
+    name="reference", python=sys.executable, module_map=None, fork_module="areal_workers_testing.reference_guard",
+    counter_engine="areal_workers_testing.engines.Counter",
     timeouts={"ready_timeout": 60.0, "helm_timeout": 60.0})
 # A server that imports torch takes seconds to start, many more with several starting at once on 2 cores.
 AREAL_LANE = WorkerLane(
@@ -82,7 +82,7 @@ def lane_name() -> str:
 
 
 def selected_lane() -> WorkerLane:
-    """The lane of $AREAL_WORKERS_WORKER: "reference" (default, areal_workers.reference_guard) or "areal"
+    """The lane of $AREAL_WORKERS_WORKER: "reference" (default, areal_workers_testing.reference_guard) or "areal"
     (AReaL's real rpc_server from `make areal-worker`)."""
     name = lane_name()
     if name not in LANES:

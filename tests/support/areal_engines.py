@@ -2,9 +2,9 @@
 
 AReaL's POST /create_engine imports the class by path and accepts only subclasses of `areal.api.TrainEngine` or
 `areal.api.InferenceEngine` (areal/infra/rpc/guard/engine_blueprint.py). `Counter` is such a TrainEngine with the
-probes of `areal_workers.testing_engines.Counter` (so the scheduler suite runs unchanged on both workers) plus a few
-more. It needs the AReaL worker environment (`make areal-worker`); worker processes import it as
-`areal_engines.Counter` through PYTHONPATH (tests/support), set by the integration tests' podrunner.
+probes of `areal_workers_testing.engines.Counter` (the same `CounterProbes`, so the scheduler suite runs unchanged
+on both workers) plus a few more. It needs the AReaL worker environment (`make areal-worker`); worker processes
+import it as `areal_engines.Counter` through PYTHONPATH (tests/support), set by the integration tests' podrunner.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from __future__ import annotations
 import abc
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any, Callable
 
 from areal.api import TrainEngine
-
-DESTROYED_MARKER_TEXT = "destroyed"
+from areal_workers_testing.engines import CounterProbes
 
 
 def _unavailable(name: str) -> Callable[..., Any]:
@@ -40,13 +37,8 @@ def _fill_abstract_api(cls: type) -> type:
 
 
 @_fill_abstract_api
-class Counter(TrainEngine):
+class Counter(CounterProbes, TrainEngine):
     """A counter plus probes into the worker process that hosts it."""
-
-    def __init__(self, start: int = 0, destroy_marker: str | None = None) -> None:
-        self._count = start
-        # Written by destroy(), so a test can see that the server's shutdown hooks reached this engine.
-        self._destroy_marker = Path(destroy_marker) if destroy_marker else None
 
     @property
     def initialized(self) -> bool:
@@ -54,34 +46,7 @@ class Counter(TrainEngine):
         # is_data_parallel_head(), neither of which exists without torch.distributed.
         return False
 
-    def destroy(self) -> None:
-        if self._destroy_marker is not None:
-            self._destroy_marker.write_text(DESTROYED_MARKER_TEXT)
-
-    # --- the probes of areal_workers.testing_engines.Counter -------------------------------------------------
-
-    def increment(self, n: int = 1) -> int:
-        self._count += n
-        return self._count
-
-    def value(self) -> int:
-        return self._count
-
-    def env(self, name: str) -> str | None:
-        return os.environ.get(name)
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def fail(self, message: str = "Counter.fail was called") -> None:
-        raise RuntimeError(message)
-
-    def sleep(self, seconds: float) -> float:
-        started = time.monotonic()
-        time.sleep(seconds)
-        return time.monotonic() - started
-
-    # --- more probes ---------------------------------------------------------------------------------------
+    # --- probes beyond CounterProbes ------------------------------------------------------------------------
 
     def ping(self) -> str:
         return "pong"

@@ -1,4 +1,4 @@
-"""Helpers for the unit tests that run real reference guards (`python -m areal_workers.reference_guard`).
+"""Helpers for the unit tests that run real reference guards (`python -m areal_workers_testing.reference_guard`).
 
 Test modules import this module by name (pytest puts tests/unit on sys.path), as the chart tests do
 with chartlib.py. It starts guard subprocesses on 127.0.0.1, waits for their banner, and stops
@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-ADAPTER_DIR = Path(__file__).resolve().parents[2] / "adapter"
-COUNTER = "areal_workers.testing_engines.Counter"
-BROKEN = "areal_workers.testing_engines.Broken"
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"  # areal_workers_testing
+COUNTER = "areal_workers_testing.engines.Counter"
+BROKEN = "areal_workers_testing.engines.Broken"
 BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
 HTTP_TIMEOUT = 30.0
 STARTUP_TIMEOUT = 60.0  # a loaded 2-core CI machine: a second-long start gets a minute
@@ -37,7 +37,7 @@ def guard_command(
     fileroot: Path | None = None,
 ) -> list[str]:
     command = [
-        sys.executable, "-m", "areal_workers.reference_guard",
+        sys.executable, "-m", "areal_workers_testing.reference_guard",
         "--host", host, "--port", str(port),
         "--experiment-name", "exp", "--trial-name", "trial",
         "--role", role, "--worker-index", str(worker_index),
@@ -51,7 +51,7 @@ def guard_command(
 
 def guard_env() -> dict[str, str]:
     # Absolute, so forked guards find the package whatever their working directory.
-    python_path = os.pathsep.join(filter(None, [str(ADAPTER_DIR), os.environ.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [str(SUPPORT_DIR), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": python_path}
 
 

@@ -1,16 +1,16 @@
-"""AReaL's real worker server and our stand-in (areal_workers.reference_guard) answer the same requests alike.
+"""AReaL's real worker server and our stand-in (areal_workers_testing.reference_guard) answer requests alike.
 
 Both run on 127.0.0.1 with the same flags: `python -m areal.infra.rpc.rpc_server` of areal 1.0.4 (the
 interpreter `make areal-worker` installs as .tools/areal-worker/bin/python) and `python -m
-areal_workers.reference_guard`.  Every request goes to both, and the answers must agree on what the adapter
+areal_workers_testing.reference_guard`.  Every request goes to both, and the answers must agree on what the adapter
 reads: the status code; on success AReaL's keys (ours may add keys only to /health), their values where they
 are deterministic and "status"; on errors the keys and, unless AReaL's text comes from pydantic or Python's
 own exception text for a type we name differently, the "error" text, and always whether it says "Failed to
 import" (the adapter's EngineImportError).  The differences that remain are pinned in
-test_the_known_differences_remain and listed in reference_guard's docstring.
+test_the_known_differences_remain and listed in the docstring of tests/support/areal_workers_testing/reference_guard.
 
 AReaL's /create_engine takes only TrainEngine subclasses, so the engines differ by path: tests/support's
-areal_engines.Counter on AReaL, areal_workers.testing_engines.Counter on ours (the same probes).
+areal_engines.Counter on AReaL, areal_workers_testing.engines.Counter on ours (the same probes).
 
 Marked `areal_worker`: it needs AReaL's environment and fails, not skips, without it.
 """
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.areal_worker
 
 REPO = Path(__file__).resolve().parents[2]
 AREAL_PYTHON = REPO / ".tools" / "areal-worker" / "bin" / "python"
+SUPPORT_DIR = REPO / "tests" / "support"  # areal_engines and areal_workers_testing
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 HTTP_TIMEOUT = 60.0
@@ -223,16 +224,16 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         (helpers / name).write_text(source)
     areal_dir, ours_dir = tmp_path_factory.mktemp("areal"), tmp_path_factory.mktemp("ours")
     processes = [
-        launch(python, "areal.infra.rpc.rpc_server", [REPO / "tests" / "support", helpers], areal_dir),
-        launch(sys.executable, "areal_workers.reference_guard", [REPO / "adapter", helpers], ours_dir),
+        launch(python, "areal.infra.rpc.rpc_server", [SUPPORT_DIR, helpers], areal_dir),
+        launch(sys.executable, "areal_workers_testing.reference_guard", [SUPPORT_DIR, helpers], ours_dir),
     ]
     try:
         areal_url = wait_for_address(processes[0], areal_dir, lambda: name_resolve_address(areal_dir))
         ours_url = wait_for_address(processes[1], ours_dir, lambda: banner_address(ours_dir))
         yield Pair(
             Server("AReaL", processes[0], areal_url, areal_dir, "areal_engines.Counter", "areal_engines.Broken"),
-            Server("ours", processes[1], ours_url, ours_dir, "areal_workers.testing_engines.Counter",
-                   "areal_workers.testing_engines.Broken"),
+            Server("ours", processes[1], ours_url, ours_dir, "areal_workers_testing.engines.Counter",
+                   "areal_workers_testing.engines.Broken"),
             set(),
         )
     finally:
@@ -561,7 +562,7 @@ def test_call_validation_alike(pair: Pair, caller: str, call: dict[str, Any]) ->
 
 
 def test_the_known_differences_remain(pair: Pair) -> None:
-    """The differences reference_guard's docstring lists; when one goes away, update both."""
+    """The differences the reference guard's docstring lists; when one goes away, update both."""
     # Any class is an engine for the stand-in; AReaL wants a TrainEngine/InferenceEngine subclass (needs torch).
     areal, ours = pair.exchange("POST", "/create_engine", {"engine": "collections.OrderedDict",
                                                            "engine_name": "not-an-engine"})

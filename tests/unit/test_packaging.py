@@ -10,9 +10,12 @@ import sys  # noqa: E402
 import sysconfig  # noqa: E402
 import tomllib  # noqa: E402
 import zipfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+from pathlib import Path, PurePosixPath  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+# The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
+# modules of areal_workers before they moved there).
+TEST_ONLY_MODULES = {"areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"}
 CHART_FILES = [
     "Chart.yaml",
     "values.yaml",
@@ -81,9 +84,10 @@ def test_wheel_contains_the_chart(wheel):
 
 def test_wheel_contains_every_chart_file_with_the_same_content(wheel):
     chart = REPO / "charts" / "areal-workers"
-    # ci/ holds chart-testing's install values: listed in .helmignore, not part of the chart a user installs.
+    # ci/ holds chart-testing's install values and tests/ the helm-unittest suites: listed in .helmignore, not part
+    # of the chart a user installs.
     expected = {path.relative_to(chart).as_posix() for path in chart.rglob("*")
-                if path.is_file() and path.relative_to(chart).parts[0] != "ci"}
+                if path.is_file() and path.relative_to(chart).parts[0] not in ("ci", "tests")}
     with zipfile.ZipFile(wheel) as archive:
         packaged = {name.removeprefix("areal_workers/chart/") for name in archive.namelist()
                     if name.startswith("areal_workers/chart/")}
@@ -99,6 +103,22 @@ def test_wheel_contains_the_package(wheel):
         assert f"areal_workers/{module.name}" in names
     assert "areal_workers/py.typed" in names
     assert not any(name.startswith(("tests/", "charts/", "adapter/")) for name in names)
+
+
+def test_wheel_ships_no_test_infrastructure(wheel):
+    """Only areal_workers and the wheel's metadata: no module of the stand-in guard or the test engines, and no
+    file of tests/ under any name."""
+    with zipfile.ZipFile(wheel) as archive:
+        contents = {name: archive.read(name) for name in archive.namelist() if not name.endswith("/")}
+    top_level = {PurePosixPath(name).parts[0] for name in contents}
+    assert {part for part in top_level if not part.endswith(".dist-info")} == {"areal_workers"}, sorted(top_level)
+    named = [name for name in contents if TEST_ONLY_MODULES & {PurePosixPath(part).stem
+                                                             for part in PurePosixPath(name).parts}]
+    assert not named, named
+    test_files = {path.read_bytes(): path.relative_to(REPO) for path in (REPO / "tests").rglob("*")
+                  if path.is_file() and "__pycache__" not in path.parts}
+    copied = [f"{name}: {test_files[data]}" for name, data in contents.items() if data.strip() and data in test_files]
+    assert not copied, copied
 
 
 def test_installed_wheel_uses_its_bundled_chart(wheel, tmp_path):

@@ -19,7 +19,10 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import requests  # noqa: E402
-from areal_workers import reference_guard  # noqa: E402
+from areal_workers_testing.reference_guard.cli import shut_down  # noqa: E402
+from areal_workers_testing.reference_guard.ports import PortAllocator  # noqa: E402
+from areal_workers_testing.reference_guard.routes import GuardIdentity, GuardState  # noqa: E402
+from areal_workers_testing.reference_guard.server import GuardServer  # noqa: E402
 from guardlib import (  # noqa: E402
     BROKEN,
     COUNTER,
@@ -451,7 +454,7 @@ def test_create_engine_rejects_a_duplicate_name(guard: RunningGuard) -> None:
 
 @pytest.mark.parametrize(
     "import_path",
-    ["no_such_module_anywhere.Engine", "areal_workers.testing_engines.NoSuchClass", "NoDotsAtAll"],
+    ["no_such_module_anywhere.Engine", "areal_workers_testing.engines.NoSuchClass", "NoDotsAtAll"],
 )
 def test_create_engine_reports_import_failures_as_400(shared_guard: RunningGuard, import_path: str) -> None:
     response = shared_guard.post("/create_engine", {"engine": import_path, "engine_name": "e"})
@@ -586,24 +589,24 @@ class SendRecorder:
 
 
 @pytest.fixture
-def recording_server() -> Iterator[tuple[reference_guard.GuardServer, list[tuple[bytes, bool]]]]:
+def recording_server() -> Iterator[tuple[GuardServer, list[tuple[bytes, bool]]]]:
     """A guard served in this process whose accepted sockets record what the guard sends."""
     sends: list[tuple[bytes, bool]] = []
 
-    class RecordingServer(reference_guard.GuardServer):
+    class RecordingServer(GuardServer):
         def get_request(self) -> tuple[Any, Any]:
             connection, address = super().get_request()
             return SendRecorder(connection, sends), address
 
-    identity = reference_guard.GuardIdentity(
+    identity = GuardIdentity(
         experiment_name="exp", trial_name="trial", role="actor", worker_index=0, name_resolve_type="nfs",
         nfs_record_root="/nonexistent/name_resolve", etcd3_addr="127.0.0.1:2379", fileroot=None,
     )
 
-    def new_state(port: int) -> reference_guard.GuardState:
-        ports = reference_guard.PortAllocator("127.0.0.1")
+    def new_state(port: int) -> GuardState:
+        ports = PortAllocator("127.0.0.1")
         ports.hold(port)
-        return reference_guard.GuardState(identity=identity, host="127.0.0.1", port=port, ports=ports)
+        return GuardState(identity=identity, host="127.0.0.1", port=port, ports=ports)
 
     server = RecordingServer("127.0.0.1", 0, new_state)
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -612,12 +615,12 @@ def recording_server() -> Iterator[tuple[reference_guard.GuardServer, list[tuple
         yield server, sends
     finally:
         server.shutdown()
-        reference_guard.shut_down(server.state)
+        shut_down(server.state)
         server.server_close()
 
 
 def test_each_reply_is_one_send_on_a_no_delay_socket(
-    recording_server: tuple[reference_guard.GuardServer, list[tuple[bytes, bool]]], monkeypatch: pytest.MonkeyPatch
+    recording_server: tuple[GuardServer, list[tuple[bytes, bool]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reply written as headers, then body, on a keep-alive connection waits for the client's
     delayed ACK of the first write (Nagle's algorithm): every request took ~44 ms instead of < 1 ms

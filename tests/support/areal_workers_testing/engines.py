@@ -1,8 +1,9 @@
-"""Tiny engines for the reference guard's POST /create_engine, used by the tests and the demo.
+"""Tiny engines for the reference guard's POST /create_engine, used by the tests.
 
-Create one with ``{"engine": "areal_workers.testing_engines.Counter", "engine_name": "counter",
+Create one with ``{"engine": "areal_workers_testing.engines.Counter", "engine_name": "counter",
 "init_kwargs": {"start": 0, "destroy_marker": "/tmp/x"}}``, then drive it through POST /call.
-Standard library only, so they load in any container that has this package.
+Standard library only: tests/support/areal_engines.py mixes `CounterProbes` into an AReaL TrainEngine, in
+AReaL's worker environment, which has neither this repository's dependencies nor areal_workers.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from pathlib import Path
 DESTROYED_MARKER_TEXT = "destroyed"
 
 
-class Counter:
-    """A counter plus a few probes into the guard process that hosts it."""
+class CounterProbes:
+    """A counter plus a few probes into the worker process that hosts it."""
 
     def __init__(self, start: int = 0, destroy_marker: str | None = None) -> None:
         self._count = start
-        # Written by destroy(), so a test can see that the guard's shutdown reached this engine.
+        # Written by destroy(), so a test can see that the server's shutdown reached this engine.
         self._destroy_marker = Path(destroy_marker) if destroy_marker else None
 
     def increment(self, n: int = 1) -> int:
@@ -47,6 +48,10 @@ class Counter:
     def destroy(self) -> None:
         if self._destroy_marker is not None:
             self._destroy_marker.write_text(DESTROYED_MARKER_TEXT)
+
+
+class Counter(CounterProbes):
+    """The reference guard's engine: any class is one there."""
 
 
 class Broken:
