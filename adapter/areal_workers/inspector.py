@@ -1,12 +1,12 @@
-"""What the cluster says about one release: diagnosis inputs (events, logs, nodes), the failure of a pod as
-AReaL's error, the revision last seen all ready, and pods stuck on a rolled-back revision."""
+"""What the cluster says about one release (reads only, besides recording the last all-ready revision): diagnosis
+inputs (events, logs, nodes), the failure of a pod as AReaL's error, the chart's rendered topology, and the
+revision last seen all ready. The rollback policy that uses them is revisions.py's."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-import time
 from typing import Any
 
 from kubernetes import client
@@ -24,8 +24,8 @@ READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
 
 class ReleaseInspector:
-    def __init__(self, core: client.CoreV1Api, apps: client.AppsV1Api, namespace: str, release: str) -> None:
-        self.core, self.apps = core, apps
+    def __init__(self, core: client.CoreV1Api, namespace: str, release: str) -> None:
+        self.core = core
         self.namespace, self.release = namespace, release
         self._may_list_nodes = True
 
@@ -125,29 +125,3 @@ class ReleaseInspector:
         if configmap is not None:
             self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
                 "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(revision)}}})
-
-    def replace_stuck_pods(self) -> list[str]:
-        """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
-        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
-        replaced = []
-        statefulsets = self.apps.list_namespaced_stateful_set(
-            self.namespace, label_selector=naming.release_selector(self.release)).items
-        for statefulset in statefulsets:
-            statefulset = self._observed(statefulset)
-            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
-            for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
-                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
-                if revision != statefulset.status.update_revision and not is_ready(pod):
-                    self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
-                    replaced.append(pod.metadata.name)
-        return replaced
-
-    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
-        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
-        deadline = time.monotonic() + timeout
-        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            statefulset = self.apps.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
-        return statefulset

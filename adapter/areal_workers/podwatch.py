@@ -48,6 +48,9 @@ class PodWatch:
         listing = self.core.list_namespaced_pod(self.namespace, label_selector=selector)
         return listing.items, listing.metadata.resource_version
 
+    def delete(self, name: str) -> None:
+        self.core.delete_namespaced_pod(name, self.namespace)
+
     def wait(self, selector: str, done: Callable[[dict[str, client.V1Pod]], bool], timeout: float,
              on_pod: Callable[[client.V1Pod], None] | None = None) -> dict[str, client.V1Pod]:
         """Watches pods matching `selector` (by name) until `done(pods)`; `on_pod` sees every pod state and may

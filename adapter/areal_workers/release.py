@@ -83,10 +83,17 @@ class Releases:
         except ReleaseNotFoundError:
             return None
 
-    async def values(self, name: str) -> dict[str, Any]:
-        """The user-supplied values of the release's current revision ({} when there is no release)."""
+    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
+        """The current revision's number and user-supplied values (None when there is no release)."""
         revision = await self.current(name)
-        return {} if revision is None else (await revision.values())
+        return None if revision is None else (revision.revision, await revision.values())
+
+    async def values(self, name: str, revision: int) -> dict[str, Any] | None:
+        """The user-supplied values of one revision (None when the history no longer holds it)."""
+        for entry in await self.history(name):
+            if entry.revision == revision:
+                return await entry.values()
+        return None
 
     def layered(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values files under `values`. A file's `roles.<name>` (per-role placement, volumes, ...) applies

@@ -19,7 +19,7 @@ class ColouredLogs:
 
 
 def test_colour_codes_are_stripped_from_log_lines():
-    inspector = ReleaseInspector(ColouredLogs(), None, "ns", "rel")  # type: ignore[arg-type]
+    inspector = ReleaseInspector(ColouredLogs(), "ns", "rel")  # type: ignore[arg-type]
     pod = SimpleNamespace(metadata=SimpleNamespace(name="p"))
     expected = ["(AReaL) INFO: started", "ERROR: boom"]
     assert inspector.log_tail(pod) == expected  # type: ignore[arg-type]

@@ -1,0 +1,53 @@
+"""What a KubernetesScheduler talks to, built by one factory: the release (helm), the pods (one watch per wait),
+the cluster reads, the StatefulSets and the workers' guard API. Tests pass in-memory ones instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubernetes import client, config as kube_config
+
+from .config import KubernetesSchedulerConfig
+from .guard_client import GuardClient, Liveness
+from .inspector import ReleaseInspector
+from .podwatch import PodWatch
+from .release import Releases
+from .revisions import StatefulSets
+
+
+@dataclass
+class Backend:
+    releases: Releases
+    pods: PodWatch
+    inspector: ReleaseInspector
+    statefulsets: StatefulSets
+    guard: GuardClient
+
+
+Connect = Callable[[KubernetesSchedulerConfig, str, Liveness], Backend]
+"""(config, release name, liveness check of a worker) -> the Backend; `liveness` is what the guard client calls
+before retrying an RPC (it raises WorkerFailedError for a dead pod)."""
+
+
+def kube_client(config: KubernetesSchedulerConfig) -> client.ApiClient:
+    if config.kubeconfig or config.context:
+        return kube_config.new_client_from_config(config_file=config.kubeconfig, context=config.context)
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    return client.ApiClient()
+
+
+def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness) -> Backend:
+    api_client = kube_client(config)
+    core = client.CoreV1Api(api_client)
+    return Backend(
+        releases=Releases(config),
+        pods=PodWatch(core, config.namespace),
+        inspector=ReleaseInspector(core, config.namespace, release),
+        statefulsets=client.AppsV1Api(api_client),
+        # A pod check costs an API request: made before retries and after connection errors, not per call.
+        guard=GuardClient(liveness=liveness, check_first_attempt=False),
+    )

@@ -1,0 +1,271 @@
+"""The release's revisions and the rollback policy.
+
+Every change is one helm revision; after it the model is read back from the release (`helm get values` and the
+chart's topology ConfigMap), exactly as a scheduler adopting the release reads it. The last revision whose
+workers were all ready is recorded on the topology ConfigMap (so a restarted controller rolls back to the same
+place); what is pending is derived by comparing the current revision's values with that one's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from kubernetes import client
+
+from . import capacity, name_records, naming
+from .config import KubernetesSchedulerConfig
+from .errors import SchedulerError, WorkerCreationError
+from .inspector import ReleaseInspector
+from .loop_thread import LoopThread
+from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
+from .release import HelmError, Releases, helm_error_text
+from .release_model import ReleaseModel
+
+logger = logging.getLogger(__name__)
+
+
+class StatefulSets(Protocol):
+    """The StatefulSet reads and writes a rollback needs (the kubernetes client's AppsV1Api)."""
+
+    def list_namespaced_stateful_set(self, namespace: str, **kwargs: Any) -> Any: ...
+
+    def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
+
+    def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+
+
+class ReleaseDriver:
+    """Owns the release of one trial: its current model, its last all-ready revision, and every helm change."""
+
+    def __init__(self, name: str, config: KubernetesSchedulerConfig, releases: Releases, inspector: ReleaseInspector,
+                 pods: PodWatch, statefulsets: StatefulSets, loop: LoopThread) -> None:
+        self.name, self.config, self.namespace = name, config, config.namespace
+        self.releases, self.inspector, self.pods, self.statefulsets, self.loop = (
+            releases, inspector, pods, statefulsets, loop)
+        self.model = ReleaseModel()
+        self.good_revision: int | None = None
+        self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
+        self._epochs: dict[str, int] = {}  # workload -> the revision since which its pods are unchanged
+
+    # --- reading the release ---------------------------------------------------------------------
+
+    def helm(self, coroutine: Coroutine[Any, Any, Any], key: str | None = None) -> Any:
+        """Runs a release operation; helm's failure becomes AReaL's error with helm's own message."""
+        try:
+            return self.loop.run(coroutine)
+        except HelmError as error:
+            text = helm_error_text(error)
+            if key is not None:
+                raise WorkerCreationError(key, "helm failed", text) from error
+            raise SchedulerError(f"helm failed for release {self.name} in namespace {self.namespace}: {text}") \
+                from error
+
+    def adopt(self) -> ReleaseModel:
+        """A controller that restarts finds its release as it left it (a pending operation is recovered); the
+        last all-ready revision is the recorded one, else the adopted revision when it is deployed."""
+        revision = self.helm(self.releases.recover(self.name))
+        if revision is None:
+            if self.config.ownership == "external":
+                raise SchedulerError(f"release {self.name!r} not found in namespace {self.namespace!r}: "
+                                     f"install it first (helm install {self.name} ...) or fix release_name")
+            return self.model
+        self.reload()
+        logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
+        recorded = self.inspector.ready_revision()
+        deployed = revision.status.value == "deployed"
+        self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
+        return self.model
+
+    def reload(self) -> ReleaseModel:
+        """The model of the release's current revision, read as an adopter reads it."""
+        snapshot = self.helm(self.releases.snapshot(self.name))
+        previous = self.model
+        if snapshot is None:
+            self.model = ReleaseModel()
+        else:
+            revision, values = snapshot
+            self.model = ReleaseModel(values=values, topology=self.inspector.topology(), revision=revision)
+        epochs: dict[str, int] = {}
+        for workload in self.model.workloads():
+            unchanged = workload in self._epochs and self.model.fingerprint(workload) == previous.fingerprint(workload)
+            epochs[workload] = self._epochs[workload] if unchanged else (self.model.revision or 0)
+        self._epochs = epochs
+        return self.model
+
+    def epoch(self, workload: str) -> int | None:
+        """The revision since which `workload`'s pods are what they are: facts learnt about its workers (their
+        addresses, the pods AReaL holds) stay true while it stays the same."""
+        return self._epochs.get(workload)
+
+    def pending(self) -> set[str]:
+        """Workloads whose pods changed since the last revision whose workers were all ready."""
+        if not self.model.installed:
+            return set()
+        return self.model.changed_since(self._good_model())
+
+    def _good_model(self) -> ReleaseModel | None:
+        good = self.good_revision
+        if good is None:
+            return None
+        if good == self.model.revision:
+            return self.model
+        if good not in self._good_values:
+            values = self.helm(self.releases.values(self.name, good))
+            if values is None:  # pruned from the history (history_max): every workload counts as changed
+                return None
+            self._good_values[good] = values
+        return ReleaseModel(values=self._good_values[good], revision=good)
+
+    # --- changing the release --------------------------------------------------------------------
+
+    def apply(self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()) \
+            -> ReleaseModel:
+        """One helm revision with `values`; on failure the release is left at its previous revision. The pods of
+        `workloads` (roles or pod-mode forks created or changed) are checked against the nodes first, and a first
+        install clears the trial's stale name_resolve records (as AReaL's schedulers do at start)."""
+        before = self.helm(self.releases.current(self.name))
+        if workloads or before is None:
+            manifests = self.helm(self.releases.render(self.name, values), key)
+            self._check_capacity(manifests, workloads, key)
+            if before is None:
+                self._clear_name_records(manifests)
+        try:
+            self.loop.run(self.releases.apply(self.name, values, description))
+        except HelmError as error:
+            self._restore(before)
+            raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
+        return self.reload()
+
+    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
+        if self.config.capacity_check == "off" or not workloads:
+            return
+        problems = capacity.preflight(manifests, workloads, self.inspector.nodes())
+        if problems and self.config.capacity_check == "reject":
+            raise WorkerCreationError(key, "No node can hold a worker", "\n".join(problems) +
+                                      "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
+        for problem in problems:
+            logger.warning("capacity check: %s", problem)
+
+    def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
+        topology_maps = [m for m in manifests if m.get("kind") == "ConfigMap"
+                         and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"]
+        if not topology_maps:
+            return
+        topology = json.loads(topology_maps[0]["data"]["topology.json"])
+        cleared = name_records.clear_trial(topology.get("worker_flags", []), topology["experiment"],
+                                           topology["trial"], name_records.pod_users(manifests))
+        if cleared:
+            logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
+
+    def _restore(self, before: Any) -> None:
+        """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
+        current = self.helm(self.releases.current(self.name))
+        if current is None or (before is not None and current.revision == before.revision):
+            return
+        if before is None:
+            self.helm(self.releases.uninstall(self.name))
+        else:
+            self.helm(self.releases.rollback(self.name, before.revision))
+
+    def uninstall(self) -> None:
+        self.helm(self.releases.uninstall(self.name))
+        self.wait_gone(naming.release_selector(self.name))
+        self.reload()
+        self.good_revision = None
+
+    def scale_down_to_rank_zero(self, role: str) -> None:
+        """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
+        selector = naming.role_selector(self.name, role)
+        for statefulset in self.statefulsets.list_namespaced_stateful_set(self.namespace,
+                                                                          label_selector=selector).items:
+            if (statefulset.spec.replicas or 0) > 1:
+                self.statefulsets.patch_namespaced_stateful_set_scale(statefulset.metadata.name, self.namespace,
+                                                                      {"spec": {"replicas": 1}})
+        self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
+
+    def wait_gone(self, selector: str) -> None:
+        try:
+            self.pods.wait(selector, none_left, self.config.helm_timeout)
+        except WaitTimedOut as timed_out:
+            names = ", ".join(p.metadata.name for p in timed_out.pods.values())
+            logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
+
+    # --- the last all-ready revision and the rollback to it ------------------------------------
+
+    def confirm_ready(self, workload: str) -> None:
+        """`workload`'s workers all answered: the revision is good once every other pending workload's pods are
+        Ready too (one pod listing, only when there are others)."""
+        if self.config.ownership != "managed":
+            return
+        others = self.pending() - {workload}
+        if others:
+            pods, _ = self.pods.list(naming.release_selector(self.name))
+            for other in others:
+                mine = {p.metadata.name: p for p in pods
+                        if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
+                if not all_ready(self.model.replicas(other))(mine):
+                    return
+        self.mark_good()
+
+    def settle(self) -> None:
+        """After a change that only removed or mapped workloads: as good as its predecessor, if nothing waits."""
+        if self.config.ownership == "managed" and not self.pending():
+            self.mark_good()
+
+    def mark_good(self) -> None:
+        revision = self.model.revision
+        if revision is None or revision == self.good_revision:
+            return
+        self.good_revision = revision
+        self.inspector.record_ready_revision(revision)
+
+    def roll_back(self, error: BaseException) -> None:
+        """After a change whose workers failed: back to the last revision whose workers were all ready, with the
+        pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken)."""
+        target = self.good_revision
+        if target is None:
+            self.uninstall()
+            note = f"uninstalled release {self.name}: no revision ever had all workers ready"
+        else:
+            before = self.model.workloads()
+            self.helm(self.releases.rollback(self.name, target))
+            self.reload()
+            for workload in before - set(self.model.roles) - set(self.model.forks) - set(self.model.colocations):
+                self.wait_gone(naming.role_selector(self.name, workload))
+            replaced = self.replace_stuck_pods()
+            self.mark_good()
+            note = f"rolled back release {self.name} to revision {target}" + (
+                f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
+        logger.warning("%s after: %s", note, error)
+        error.add_note(note)
+
+    def replace_stuck_pods(self) -> list[str]:
+        """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
+        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
+        replaced = []
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(
+            self.namespace, label_selector=naming.release_selector(self.name)).items
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            pods, _ = self.pods.list(selector)
+            for pod in pods:
+                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+                if revision != statefulset.status.update_revision and not is_ready(pod):
+                    self.pods.delete(pod.metadata.name)
+                    replaced.append(pod.metadata.name)
+        return replaced
+
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
+        deadline = time.monotonic() + timeout
+        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            statefulset = self.statefulsets.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        return statefulset

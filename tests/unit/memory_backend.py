@@ -1,0 +1,259 @@
+"""An in-memory cluster for the scheduler's state machine: releases with revisions, pods that follow the values of
+the current revision like StatefulSets, the chart's topology, and a guard that answers. No helm, no apiserver.
+
+A role's image decides how its pods behave: an image containing "broken" crashes (a fatal diagnosis), one
+containing "slow" never becomes Ready (a time-out); anything else is Ready at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes import client
+
+from areal_workers import naming
+from areal_workers.backend import Backend
+from areal_workers.errors import WorkerFailedError
+from areal_workers.podwatch import WaitTimedOut, pod_index
+
+GUARD_PORT = 8000
+
+
+@dataclass
+class Revision:
+    revision: int
+    values: dict[str, Any]
+    description: str
+    status: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(value="deployed"))
+
+
+class MemoryCluster:
+    """One namespace: the release's revisions and the pods of its current revision."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+        self.revisions: list[Revision] = []
+        self.installed = False
+        self.pods: dict[str, client.V1Pod] = {}
+        self.ready_revision: int | None = None
+        self.waits: list[str] = []  # selectors waited on
+        self.applied: list[dict[str, Any]] = []
+        self._uids = itertools.count(1)
+
+    # --- the release ----------------------------------------------------------------------------
+
+    def current(self) -> Revision | None:
+        return self.revisions[-1] if self.installed else None
+
+    def write(self, values: dict[str, Any], description: str) -> Revision:
+        number = self.revisions[-1].revision + 1 if self.revisions else 1
+        for earlier in self.revisions:
+            earlier.status = SimpleNamespace(value="superseded")
+        revision = Revision(number, copy.deepcopy(values), description)
+        self.revisions.append(revision)
+        self.installed = True
+        self._reconcile()
+        return revision
+
+    def uninstall(self) -> None:
+        self.installed, self.revisions, self.ready_revision = False, [], None
+        self.pods.clear()
+
+    def topology(self) -> dict[str, Any]:
+        current = self.current()
+        if current is None:
+            return {}
+        values = current.values
+        roles = {name: {"replicas": int(entry["replicas"]), "guard_port": GUARD_PORT,
+                        "extra_ports": [GUARD_PORT + 1 + i for i in range(int(entry.get("extraPorts", 0)))]}
+                 for name, entry in (values.get("roles") or {}).items()}
+        forks = {}
+        for name, fork in (values.get("forks") or {}).items():
+            entry = {"target": fork["target"], "mode": fork.get("mode", "process"),
+                     "replicas": roles[fork["target"]]["replicas"], "ports": fork.get("ports", [])}
+            if entry["mode"] == "pod":
+                entry.update(guard_port=GUARD_PORT, extra_ports=[])
+            forks[name] = entry
+        return {"roles": roles, "forks": forks, "colocations": dict(values.get("colocations") or {}),
+                "worker_flags": ["--name_resolve.type", "nfs"], "experiment": values.get("experiment"),
+                "trial": values.get("trial")}
+
+    # --- the pods -------------------------------------------------------------------------------
+
+    def _workloads(self) -> dict[str, tuple[int, str]]:
+        """workload -> (replicas, the spec its pods run), from the current revision's values."""
+        current = self.current()
+        values = current.values if current else {}
+        roles = values.get("roles") or {}
+        specs = {name: repr({k: v for k, v in entry.items() if k != "replicas"}) for name, entry in roles.items()}
+        workloads = {name: (int(entry["replicas"]), specs[name]) for name, entry in roles.items()}
+        for name, fork in (values.get("forks") or {}).items():
+            if fork.get("mode") == "pod":
+                workloads[name] = (int(roles[fork["target"]]["replicas"]), repr((fork, specs[fork["target"]])))
+        return workloads
+
+    def _reconcile(self) -> None:
+        """What the StatefulSet controllers do: pods for every index, replaced when their spec changed."""
+        wanted = {f"{self.release}-{name}-{i}": (name, i, spec)
+                  for name, (replicas, spec) in self._workloads().items() for i in range(replicas)}
+        for pod_name in list(self.pods):
+            pod = self.pods[pod_name]
+            if pod_name not in wanted or pod.metadata.annotations["spec"] != wanted[pod_name][2]:
+                del self.pods[pod_name]
+        for pod_name, (workload, index, spec) in wanted.items():
+            if pod_name not in self.pods:
+                self.pods[pod_name] = self._pod(pod_name, workload, index, spec)
+
+    def _pod(self, name: str, workload: str, index: int, spec: str) -> client.V1Pod:
+        uid = next(self._uids)
+        ready = "slow" not in spec and "broken" not in spec
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=name, uid=f"uid-{uid}", annotations={"spec": spec},
+                labels={naming.LABEL_INSTANCE: self.release, naming.LABEL_ROLE: workload,
+                        naming.LABEL_POD_INDEX: str(index)}),
+            status=client.V1PodStatus(
+                phase="Running", pod_ip=f"10.0.{uid // 250}.{uid % 250}",
+                conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")]))
+
+    def select(self, selector: str) -> list[client.V1Pod]:
+        wanted = dict(term.split("=", 1) for term in selector.split(","))
+        return [pod for pod in self.pods.values()
+                if all(pod.metadata.labels.get(key) == value for key, value in wanted.items())]
+
+
+class MemoryReleases:
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+
+    async def current(self, name: str) -> Revision | None:
+        return self.cluster.current()
+
+    async def recover(self, name: str) -> Revision | None:
+        return self.cluster.current()
+
+    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
+        current = self.cluster.current()
+        return None if current is None else (current.revision, copy.deepcopy(current.values))
+
+    async def values(self, name: str, revision: int) -> dict[str, Any] | None:
+        found = [r for r in self.cluster.revisions if r.revision == revision]
+        return copy.deepcopy(found[0].values) if found else None
+
+    async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+        return []
+
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> Revision:
+        self.cluster.applied.append(copy.deepcopy(values))
+        return self.cluster.write(values, description)
+
+    async def rollback(self, name: str, revision: int) -> Revision:
+        target = next(r for r in self.cluster.revisions if r.revision == revision)
+        return self.cluster.write(target.values, f"Rollback to {revision}")
+
+    async def uninstall(self, name: str) -> bool:
+        existed = self.cluster.installed
+        self.cluster.uninstall()
+        return existed
+
+    async def history(self, name: str) -> list[Revision]:
+        return list(self.cluster.revisions) if self.cluster.installed else []
+
+
+class MemoryPods:
+    """PodWatch over the memory cluster: a wait sees the pods as they are (nothing changes while it waits)."""
+
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+
+    def list(self, selector: str) -> tuple[list[client.V1Pod], str]:
+        return self.cluster.select(selector), "1"
+
+    def delete(self, name: str) -> None:
+        self.cluster.pods.pop(name, None)
+
+    def wait(self, selector: str, done: Any, timeout: float, on_pod: Any = None) -> dict[str, client.V1Pod]:
+        self.cluster.waits.append(selector)
+        pods = {pod.metadata.name: pod for pod in self.cluster.select(selector)}
+        for pod in pods.values():
+            if on_pod:
+                on_pod(pod)
+        if done(pods):
+            return pods
+        raise WaitTimedOut({pod_index(pod): pod for pod in pods.values()})
+
+
+class MemoryInspector:
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+
+    def topology(self) -> dict[str, Any]:
+        return self.cluster.topology()
+
+    def nodes(self) -> list[client.V1Node]:
+        return []
+
+    def failure(self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None,
+                nodes: list[client.V1Node]) -> WorkerFailedError | None:
+        if "broken" in pod.metadata.annotations["spec"]:
+            return WorkerFailedError(naming.worker_id(role, pod_index(pod)), 1, f"{pod.metadata.name} crashed")
+        if ready_pod is not None and ready_pod.metadata.uid != pod.metadata.uid:
+            return WorkerFailedError(naming.worker_id(role, pod_index(pod)), -1, f"{pod.metadata.name} replaced")
+        return None
+
+    def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
+        return f"{role}: not ready"
+
+    def ready_revision(self) -> int | None:
+        return self.cluster.ready_revision
+
+    def record_ready_revision(self, revision: int) -> None:
+        self.cluster.ready_revision = revision
+
+    def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
+        return []
+
+
+class MemoryStatefulSets:
+    def list_namespaced_stateful_set(self, namespace: str, **kwargs: Any) -> Any:
+        return SimpleNamespace(items=[])
+
+    def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        raise AssertionError("no StatefulSets here")
+
+    def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no StatefulSets here")
+
+
+class MemoryGuard:
+    """Answers every worker; records what the scheduler sent."""
+
+    def __init__(self) -> None:
+        self.destroyed: list[str] = []
+        self.configured: list[str] = []
+
+    async def destroy_engines(self, workers: list[Any], timeout: float) -> dict[str, str]:
+        self.destroyed.extend(worker.id for worker in workers)
+        return {}
+
+    def configure(self, worker: Any, payload: Any, timeout: float = 300.0) -> None:
+        self.configured.append(worker.id)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+def memory_connect(cluster: MemoryCluster, guard: MemoryGuard | None = None) -> Any:
+    """A `connect` for KubernetesScheduler that wires it to `cluster`."""
+    def connect(config: Any, release: str, liveness: Any) -> Backend:
+        return Backend(releases=MemoryReleases(cluster), pods=MemoryPods(cluster),  # type: ignore[arg-type]
+                       inspector=MemoryInspector(cluster), statefulsets=MemoryStatefulSets(),  # type: ignore[arg-type]
+                       guard=guard or MemoryGuard())  # type: ignore[arg-type]
+    return connect

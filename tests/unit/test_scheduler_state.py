@@ -1,0 +1,224 @@
+"""The scheduler's state machine on an in-memory cluster (memory_backend): create, scale, update, colocate, fork,
+delete, rollback and adoption, in milliseconds. The same behaviours run against real helm and a real apiserver in
+tests/integration; these pin the bookkeeping (revisions, the last all-ready revision, what is pending, what
+AReaL holds) where each step can be inspected."""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
+from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy
+from areal_workers.errors import WorkerCreationError, WorkerFailedError, WorkerNotFoundError, WorkerTimeoutError
+from memory_backend import GUARD_PORT, MemoryCluster, MemoryGuard, memory_connect
+
+pytestmark = pytest.mark.unit
+
+RELEASE = "trial-release"
+
+
+def job(role: str, replicas: int, image: str = "example.com/areal:1", port_count: int = 2, **strategy) -> Job:
+    task = SchedulingSpec(cpu=1, mem=1, gpu=0, port_count=port_count, image=image,
+                          cmd="python -m areal.infra.rpc.rpc_server")
+    return Job(role=role, replicas=replicas, tasks=[task],
+               scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy())
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster(RELEASE)
+
+
+@pytest.fixture
+def make_scheduler(cluster):
+    made: list[KubernetesScheduler] = []
+
+    def make(guard: MemoryGuard | None = None, **settings) -> KubernetesScheduler:
+        config = KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE, **settings)
+        scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="trial",
+                                        connect=memory_connect(cluster, guard))
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.close()
+
+
+def descriptions(cluster: MemoryCluster) -> list[str]:
+    return [revision.description for revision in cluster.revisions]
+
+
+def test_a_revision_is_recorded_as_good_once_every_changed_role_is_ready(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.create_workers(job("rollout", 2))
+    assert cluster.ready_revision is None
+    scheduler.get_workers("actor")
+    assert cluster.ready_revision is None or cluster.ready_revision == 2  # rollout's pods are Ready here too
+    scheduler.get_workers("rollout")
+    assert cluster.ready_revision == 2
+    assert scheduler.driver.pending() == set()
+    assert descriptions(cluster) == ["create actor: 2 worker(s)", "create rollout: 2 worker(s)"]
+
+
+def test_a_role_waiting_on_others_not_ready_keeps_the_revision_pending(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.create_workers(job("slowpoke", 1, image="example.com/slow:1"))
+    scheduler.get_workers("actor")
+    assert cluster.ready_revision is None
+    assert scheduler.driver.pending() == {"actor", "slowpoke"}
+
+
+def test_a_fatal_failure_rolls_back_to_the_last_good_revision_and_leaves_the_others_alone(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    actor = scheduler.get_workers("actor")
+    scheduler.create_workers(job("critic", 1, image="example.com/broken:1"))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("critic")
+    assert "rolled back release trial-release to revision 1" in "\n".join(failed.value.__notes__)
+    assert cluster.revisions[-1].description == "Rollback to 1"
+    assert set(scheduler.driver.model.roles) == {"actor"}
+    assert scheduler.get_workers("actor") == actor
+    assert cluster.ready_revision == cluster.revisions[-1].revision
+
+
+def test_a_first_role_that_never_worked_is_uninstalled(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1, image="example.com/broken:1"))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("actor")
+    assert "no revision ever had all workers ready" in "\n".join(failed.value.__notes__)
+    assert not cluster.installed and not scheduler.driver.model.installed
+    scheduler.create_workers(job("actor", 1))  # a clean start
+    assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0"]
+
+
+def test_a_time_out_changes_nothing(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    scheduler.update_workers(job("actor", 1, image="example.com/slow:2"))
+    revisions = len(cluster.revisions)
+    with pytest.raises(WorkerTimeoutError):
+        scheduler.get_workers("actor", timeout=1)
+    assert len(cluster.revisions) == revisions
+    assert scheduler.driver.pending() == {"actor"}
+    assert cluster.ready_revision == 1
+
+
+def test_a_failed_update_is_rolled_back_and_the_rolled_back_pods_are_not_mistaken_for_the_held_ones(
+        make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    before = scheduler.get_workers("actor")
+    scheduler.update_workers(job("actor", 2, image="example.com/broken:2"))
+    with pytest.raises(WorkerFailedError):
+        scheduler.get_workers("actor")
+    after = scheduler.get_workers("actor")  # new pods of the old spec: a new epoch, not a "replaced" failure
+    assert [w.id for w in after] == ["actor/0", "actor/1"]
+    assert {w.ip for w in after}.isdisjoint({w.ip for w in before})
+
+
+def test_a_creator_and_an_adopter_see_the_same_release(make_scheduler, cluster):
+    creator = make_scheduler()
+    creator.create_workers(job("actor", 2, port_count=3))
+    creator.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
+    created = creator.get_workers("actor")
+    adopter = make_scheduler()
+    assert adopter.driver.model == creator.driver.model
+    assert adopter.get_workers("actor") == created
+    assert created[0].worker_ports == [str(GUARD_PORT), str(GUARD_PORT + 1), str(GUARD_PORT + 2)]
+    assert adopter.get_workers("ref") == created
+    assert adopter.driver.good_revision == creator.driver.good_revision
+
+
+def test_scaling_one_role_keeps_what_is_known_about_the_others(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.create_workers(job("rollout", 2))
+    scheduler.get_workers("actor")
+    scheduler.get_workers("rollout")
+    waits = len(cluster.waits)
+    assert scheduler.scale_workers("rollout", 3) == ["rollout/0", "rollout/1", "rollout/2"]
+    assert scheduler._worker("actor/0").id == "actor/0"  # engine calls still know actor's workers: no wait
+    assert len(cluster.waits) == waits
+    assert scheduler._worker("rollout/2").id == "rollout/2"  # rollout changed: waited for again
+    assert len(cluster.waits) == waits + 1
+
+
+def test_a_role_with_colocated_dependents_keeps_its_replica_count(make_scheduler):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
+    with pytest.raises(WorkerCreationError, match="Replica count mismatch"):
+        scheduler.scale_workers("actor", 3)
+    with pytest.raises(WorkerCreationError, match="Replica count mismatch"):
+        scheduler.update_workers(job("actor", 4))
+    with pytest.raises(WorkerCreationError, match="Replica count mismatch"):
+        scheduler.create_workers(job("critic", 3, type="colocation", target="actor", fork=False))
+    scheduler.update_workers(job("actor", 2, image="example.com/areal:2"))  # the same count is fine
+
+
+def test_deleting_a_role_deletes_its_dependents_first(make_scheduler, cluster):
+    guard = MemoryGuard()
+    scheduler = make_scheduler(guard=guard, fork_mode="pod")
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
+    assert scheduler.fork_workers("proxy", "actor") == ["proxy/0", "proxy/1"]
+    scheduler.delete_workers("actor")
+    assert descriptions(cluster)[-3:] == ["remove colocation ref", "delete fork proxy", "delete actor"]
+    assert guard.destroyed == ["proxy/0", "proxy/1", "actor/0", "actor/1"]
+    assert not cluster.pods and scheduler.driver.model.workloads() == set()
+    with pytest.raises(WorkerNotFoundError):
+        scheduler.get_workers("ref")
+
+
+def test_a_pod_mode_fork_that_fails_is_undone(make_scheduler, cluster):
+    scheduler = make_scheduler(fork_mode="pod")
+    scheduler.create_workers(job("actor", 1))
+    actor = scheduler.get_workers("actor")
+    with pytest.raises(WorkerCreationError, match="Failed to fork proxy from actor"):
+        scheduler.fork_workers("proxy", "actor", command="broken_module")
+    assert "proxy" not in scheduler.driver.model.forks
+    assert scheduler.get_workers("actor") == actor
+    assert cluster.revisions[-1].description == "Rollback to 1"
+
+
+def test_delete_all_uninstalls_and_forgets_the_good_revision(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    scheduler.delete_workers()
+    assert not cluster.installed and scheduler.driver.good_revision is None
+    scheduler.create_workers(job("actor", 1, image="example.com/broken:1"))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("actor")
+    assert "no revision ever had all workers ready" in "\n".join(failed.value.__notes__)
+
+
+def test_a_restarted_controller_rolls_back_to_the_recorded_revision(make_scheduler, cluster):
+    first = make_scheduler()
+    first.create_workers(job("actor", 1))
+    first.get_workers("actor")
+    first.create_workers(job("critic", 1, image="example.com/broken:1"))
+    restarted = make_scheduler()  # the first one died before waiting for critic
+    assert restarted.driver.good_revision == 1 and restarted.driver.pending() == {"critic"}
+    with pytest.raises(WorkerFailedError):
+        restarted.get_workers("critic")
+    assert set(restarted.driver.model.roles) == {"actor"}
+
+
+def test_an_external_release_is_only_discovered(make_scheduler, cluster):
+    make_scheduler().create_workers(job("actor", 1))
+    external = make_scheduler(ownership="external")
+    assert [w.id for w in external.get_workers("actor")] == ["actor/0"]
+    for change in (lambda: external.create_workers(job("critic", 1)),
+                   lambda: external.scale_workers("actor", 2),
+                   lambda: external.delete_workers("actor")):
+        with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
+            change()
+    assert descriptions(cluster) == ["create actor: 1 worker(s)"]
