@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client, config
 
 from localcluster import REPO_ROOT, LocalCluster, Ports
-from podrunner import _proc_stat
+from podrunner_processes import proc_stat
 
 LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
                                 reason="the local cluster's podrunner runs processes on this machine")
@@ -72,7 +72,7 @@ def serves(ip: str, port: int = PORT) -> bool:
 
 
 def alive(pid: int) -> bool:
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     return stat is not None and stat[0] != "Z"
 
 
