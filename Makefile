@@ -12,7 +12,7 @@ WORKERS ?=
 CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration clean
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration chart-docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -80,6 +80,9 @@ test-chart: tools ## chart tests only (helm, no cluster)
 
 test-integration: tools ## integration tests (starts or reuses the local cluster; leaves it running)
 	$(PYTEST) -m integration $(PYTEST_ARGS)
+
+chart-docs: venv ## regenerate the values tables (chart README, docs/*/chart-values.md) from values.yaml and its schema
+	$(PY) tools/chart_docs.py
 
 clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
 	rm -rf .tools $(VENV)

@@ -164,9 +164,24 @@ install_kubeconform() {
 
 install_helm_unittest() {
   step "helm-unittest $HELM_UNITTEST_VERSION"
+  local key=helm-unittest-$HELM_UNITTEST_VERSION
   # The checksum database has no entry for this module (its lookup answers 404); the proxy still serves it.
-  GONOSUMDB=github.com/helm-unittest go_build "helm-unittest-$HELM_UNITTEST_VERSION" helm-unittest \
+  GONOSUMDB=github.com/helm-unittest go_build "$key" helm-unittest \
     "github.com/helm-unittest/helm-unittest@$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest
+  # `helm unittest` (helm 3 and 4) with HELM_PLUGINS=.tools/helm-plugins: a local plugin whose command is the
+  # binary built above, so neither `helm plugin install` nor the network is involved (tests/chart/test_unittest.py).
+  local plugin=$root/.tools/helm-plugins/unittest
+  mkdir -p "$plugin"
+  ln -sfn "$cache/$key/helm-unittest" "$plugin/helm-unittest"
+  cat >"$plugin/plugin.yaml" <<EOF
+name: unittest
+version: "${HELM_UNITTEST_VERSION#v}"
+usage: "unit tests for helm charts in YAML (charts/areal-workers/tests)"
+description: "helm-unittest $HELM_UNITTEST_VERSION, built by tools/install.sh"
+ignoreFlags: false
+platformCommand:
+  - command: "\$HELM_PLUGIN_DIR/helm-unittest"
+EOF
 }
 
 all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes)

@@ -13,7 +13,6 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_ROLE = "areal.io/role"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
-TOPOLOGY_SUFFIX = "-topology"
 
 
 def release_name(experiment: str, trial: str) -> str:

@@ -42,15 +42,20 @@ class {name}:
 '''
 
 
-def make_fake_areal(root: Path) -> Path:
-    """A package named `areal` with PPOTrainer and SFTTrainer only (no rw/dpo trainers, no areal.api, no
-    areal.infra), written under root and only ever imported in subprocesses."""
+# AReaL 1.0.4's trainers: areal/trainer/<module>.py defines <class>.
+AREAL_TRAINERS = {"rl_trainer": "PPOTrainer", "sft_trainer": "SFTTrainer", "rw_trainer": "RWTrainer",
+                  "dpo_trainer": "DPOTrainer"}
+
+
+def make_fake_areal(root: Path, modules: tuple[str, ...] = ("rl_trainer", "sft_trainer")) -> Path:
+    """A package named `areal` with the trainers of `modules` only (by default PPOTrainer and SFTTrainer: no
+    rw/dpo trainers, no areal.api, no areal.infra), written under root and only ever imported in subprocesses."""
     trainer = root / "areal" / "trainer"
     trainer.mkdir(parents=True)
     (root / "areal" / "__init__.py").write_text("")
     (trainer / "__init__.py").write_text("")
-    (trainer / "rl_trainer.py").write_text(TRAINER_MODULE.format(name="PPOTrainer"))
-    (trainer / "sft_trainer.py").write_text(TRAINER_MODULE.format(name="SFTTrainer"))
+    for module in modules:
+        (trainer / f"{module}.py").write_text(TRAINER_MODULE.format(name=AREAL_TRAINERS[module]))
     return root
 
 
@@ -219,12 +224,43 @@ def test_register_without_areal_patches_nothing():
     assert trainer_hook.register_with_areal() == []
 
 
-def test_trainer_hook_targets():
-    assert trainer_hook.SCHEDULER_TYPES == ("kubernetes", "k8s")
-    assert [cls for _, cls in trainer_hook.TRAINERS] == ["PPOTrainer", "SFTTrainer", "RWTrainer", "DPOTrainer"]
-    assert [module for module, _ in trainer_hook.TRAINERS] == [
-        "areal.trainer.rl_trainer", "areal.trainer.sft_trainer", "areal.trainer.rw_trainer",
-        "areal.trainer.dpo_trainer"]
+EVERY_TRAINER_SCRIPT = """
+import importlib, json, sys, types
+
+import areal_workers.scheduler as scheduler_module
+
+
+class RecordingScheduler:
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+scheduler_module.KubernetesScheduler = RecordingScheduler
+sys.path.insert(0, sys.argv[1])
+importlib.invalidate_caches()
+
+from areal_workers.trainer_hook import register_with_areal
+
+patched = register_with_areal()
+config = types.SimpleNamespace(scheduler=types.SimpleNamespace(type="kubernetes"))
+built = {}
+for module, name in json.loads(sys.argv[2]).items():
+    trainer = getattr(importlib.import_module(f"areal.trainer.{module}"), name)
+    built[name] = type(trainer(config)._init_scheduler()).__name__
+print(json.dumps({"patched": patched, "built": built}))
+"""
+
+
+def test_register_patches_all_four_of_areals_trainers(tmp_path):
+    """With every trainer module of AReaL importable (PPO, SFT, RW, DPO), each one builds our scheduler."""
+    fake_areal = make_fake_areal(tmp_path / "fake", tuple(AREAL_TRAINERS))
+    process = subprocess.run([sys.executable, "-c", EVERY_TRAINER_SCRIPT, str(fake_areal), json.dumps(AREAL_TRAINERS)],
+                             env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                                  "PYTHONPATH": str(ADAPTER)},
+                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    result = json_result(process)
+    assert result["patched"] == ["PPOTrainer", "SFTTrainer", "RWTrainer", "DPOTrainer"]
+    assert result["built"] == {name: "RecordingScheduler" for name in AREAL_TRAINERS.values()}
 
 
 # --- the fallback exceptions: AReaL's exact messages and attributes -------------------------------
@@ -303,11 +339,6 @@ def test_exception_hierarchy_is_areals():
         assert cls.__bases__ == (SchedulerError,), cls
     assert SchedulerError.__bases__ == (Exception,)
     assert not issubclass(EngineImportError, EngineCreationError)
-
-
-def test_bare_scheduler_error_with_two_arguments():
-    error = SchedulerError("actor/0", "Failed to set env on worker (status=500): x")
-    assert error.args == ("actor/0", "Failed to set env on worker (status=500): x")
 
 
 def test_exceptions_keep_their_constructor_arguments_by_keyword():
