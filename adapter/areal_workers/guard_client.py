@@ -1,8 +1,7 @@
-"""The controller side of the workers' guard HTTP API (AReaL's ``areal.infra.rpc.rpc_server``).
+"""The controller side of the workers' guard HTTP API (AReaL's ``areal.infra.rpc.rpc_server``): the calls.
 
-HTTP outcomes map to AReaL's scheduler exceptions exactly as AReaL's LocalScheduler maps them in
-``create_engine``, ``set_worker_env`` and ``call_engine`` / ``async_call_engine`` (status codes,
-retries, backoff, time-outs).  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
+Each call sends its request with AReaL's retries, backoff and time-outs, and leaves the meaning of the reply, as
+AReaL's exception or result, to ``guard_replies``.  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
 ``wait_healthy``) are the steps of ``fork_workers``; the scheduler maps their errors.
 
 Connections are pooled: one ``requests.Session`` for the synchronous calls and one
@@ -18,7 +17,6 @@ Request values are sent as plain JSON (``json.dumps``): serializing AReaL's type
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -29,15 +27,11 @@ import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
-from .errors import (
-    EngineCallError,
-    EngineCreationError,
-    EngineImportError,
-    PortAllocationError,
-    RPCConnectionError,
-    SchedulerError,
-    WorkerConfigurationError,
-)
+from .errors import EngineCreationError, SchedulerError, WorkerConfigurationError
+from .guard_replies import (ForkError, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome,
+                            call_payload, calls_exhausted, check_configured, check_env_set, connection_error,
+                            created_engine_result, encode, error_message, forked, guard_url, hostport, json_object,
+                            timeout_text)
 
 if TYPE_CHECKING:
     from .areal_types import Worker
@@ -51,140 +45,13 @@ POOL_SIZE = 256  # connections kept per worker host, and worker hosts kept, by t
 READ_BUFSIZE = 10 * 1024 * 1024  # AReaL's value: replies can carry large serialized tensors
 HEALTH_PROBE_TIMEOUT = 2.0  # AReaL's per-probe time-out
 FORK_REQUEST_TIMEOUT = 30.0
-ERROR_TEXT_LIMIT = 2000
 JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-class ForkError(SchedulerError):
-    """POST /fork was refused, or answered without ``"status": "success"``."""
-
-    def __init__(self, worker_id: str, status: int, text: str) -> None:
-        self.worker_id, self.status, self.text = worker_id, status, text
-        super().__init__(f"Fork on worker '{worker_id}' failed: HTTP {status}: {text}")
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-
-
-@dataclass(frozen=True)
-class _Retryable:
-    """A failed call attempt of the kind AReaL retries."""
-
-    reason: str
-    error: BaseException | None = None
 
 
 @dataclass(frozen=True)
 class _LoopSession:
     session: aiohttp.ClientSession
     closer: asyncio.Task[None]
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def _hostport(host: str, port: int | str) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _guard_port(worker: Worker) -> int:
-    if not worker.worker_ports:
-        raise ValueError(f"Worker '{worker.id}' has no guard port (worker_ports is empty)")
-    return int(worker.worker_ports[0])
-
-
-def guard_url(worker: Worker) -> str:
-    """http://ip:worker_ports[0], the worker's guard."""
-    return f"http://{_hostport(worker.ip, _guard_port(worker))}"
-
-
-def _encode(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload).encode()
-
-
-def _decode_object(body: bytes) -> dict[str, Any]:
-    """Raises ValueError (JSONDecodeError, UnicodeDecodeError included) unless body is a JSON object."""
-    decoded = json.loads(body)
-    if not isinstance(decoded, dict):
-        raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
-    return decoded
-
-
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    try:
-        return _decode_object(body)
-    except ValueError:
-        return None
-
-
-def _text(body: bytes) -> str:
-    return body.decode(errors="replace").strip()[:ERROR_TEXT_LIMIT]
-
-
-def _error_message(body: bytes) -> str:
-    """The guard's "error" field; the raw text for replies from something else (e.g. a proxy)."""
-    decoded = _json_object(body)
-    if decoded is not None:
-        return str(decoded.get("error", "Unknown error"))
-    return _text(body) or "Unknown error"
-
-
-def _timeout_text(error: BaseException, timeout: float) -> str:
-    # aiohttp's total time-out is a bare asyncio.TimeoutError with an empty message.
-    return str(error) or f"no reply within {timeout}s"
-
-
-def _backoff(retry_delay: float, attempt: int) -> float:
-    return retry_delay * 2.0 ** (attempt - 1)
-
-
-def _connection_error(worker: Worker, reason: str) -> RPCConnectionError:
-    return RPCConnectionError(worker.id, worker.ip, _guard_port(worker), reason)
-
-
-def _created_engine_result(worker: Worker, engine: str, reply: _Reply) -> Any:
-    """AReaL's create_engine mapping: the raw "result" on 200, else the matching exception."""
-    if reply.status == 200:
-        try:
-            return _decode_object(reply.body).get("result")
-        except ValueError as error:
-            raise EngineCreationError(worker.id, f"Unexpected error: invalid reply body: {error}") from error
-    error_message = _error_message(reply.body)
-    if reply.status == 400:
-        if "Failed to import" in error_message:
-            raise EngineImportError(engine, error_message)
-        raise EngineCreationError(worker.id, error_message, 400)
-    if reply.status == 500:
-        raise EngineCreationError(worker.id, error_message, 500)
-    raise EngineCreationError(worker.id, f"Unexpected status code: {reply.status}", reply.status)
-
-
-def _call_outcome(worker: Worker, method: str, attempt: int, reply: _Reply) -> Any:
-    """The call's result or a _Retryable; raises EngineCallError on 400 and 500, never retried by AReaL."""
-    if reply.status == 200:
-        try:
-            return _decode_object(reply.body)["result"]
-        except (ValueError, KeyError) as error:
-            return _Retryable(f"Unexpected error: invalid reply body: {error!r}", error)
-    if reply.status in (400, 500):
-        raise EngineCallError(worker.id, method, _error_message(reply.body), attempt)
-    return _Retryable(f"HTTP {reply.status}: {_error_message(reply.body)}")
-
-
-def _call_payload(
-    method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any], rpc_meta: dict[str, Any] | None
-) -> bytes:
-    return _encode(
-        {"method": method, "engine_name": engine_name, "args": args, "kwargs": kwargs, "rpc_meta": rpc_meta}
-    )
-
-
-def _calls_exhausted(worker: Worker, method: str, max_retries: int, last: _Retryable | None) -> EngineCallError:
-    reason = last.reason if last is not None else "Max retries exceeded"
-    return EngineCallError(worker.id, method, reason, attempt=max_retries)
 
 
 def _pooled_http_session() -> requests.Session:
@@ -233,31 +100,24 @@ class GuardClient:
 
     # ----------------------------------------------------------------------- engines
 
-    async def create_engine(
-        self,
-        worker: Worker,
-        engine: str,
-        engine_name: str,
-        init_args: list[Any],
-        init_kwargs: dict[str, Any],
-        timeout: float = 300.0,
-    ) -> Any:
+    async def create_engine(self, worker: Worker, engine: str, engine_name: str, init_args: list[Any],
+                            init_kwargs: dict[str, Any], timeout: float = 300.0) -> Any:
         """POST /create_engine once; returns the reply's raw "result" (AReaL does not deserialize it)."""
         if not isinstance(engine, str):
             raise EngineCreationError(worker.id, f"Engine must be a string import path, got {type(engine)}")
-        payload = _encode(
+        payload = encode(
             {"engine": engine, "engine_name": engine_name, "init_args": init_args, "init_kwargs": init_kwargs}
         )
         try:
             reply = await self._post(worker, "/create_engine", payload, timeout)
         except aiohttp.ClientConnectionError as error:
             await self._acheck_liveness(worker)
-            raise _connection_error(worker, str(error)) from error
+            raise connection_error(worker, str(error)) from error
         except asyncio.TimeoutError as error:
-            raise EngineCreationError(worker.id, f"Request timed out: {_timeout_text(error, timeout)}") from error
+            raise EngineCreationError(worker.id, f"Request timed out: {timeout_text(error, timeout)}") from error
         except aiohttp.ClientError as error:
             raise EngineCreationError(worker.id, f"Unexpected error: {error}") from error
-        return _created_engine_result(worker, engine, reply)
+        return created_engine_result(worker, engine, reply)
 
     async def set_env(self, worker: Worker, env: dict[str, str], timeout: float = 30.0) -> None:
         """POST /set_env on the guard; the worker's liveness is checked first, even for an empty env."""
@@ -265,72 +125,49 @@ class GuardClient:
         if not env:
             return
         try:
-            reply = await self._post(worker, "/set_env", _encode({"env": env}), timeout)
+            reply = await self._post(worker, "/set_env", encode({"env": env}), timeout)
         except aiohttp.ClientConnectionError as error:
             await self._acheck_liveness(worker)
-            raise _connection_error(worker, str(error)) from error
+            raise connection_error(worker, str(error)) from error
         except asyncio.TimeoutError as error:
-            raise SchedulerError(worker.id, f"set_env timed out: {_timeout_text(error, timeout)}") from error
+            raise SchedulerError(worker.id, f"set_env timed out: {timeout_text(error, timeout)}") from error
         except aiohttp.ClientError as error:
             raise SchedulerError(worker.id, f"set_env failed: {error}") from error
-        if reply.status != 200:
-            raise SchedulerError(
-                worker.id, f"Failed to set env on worker (status={reply.status}): {_error_message(reply.body)}"
-            )
+        check_env_set(worker, reply)
 
-    def call(
-        self,
-        worker: Worker,
-        method: str,
-        engine_name: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float = 7200.0,
-        max_retries: int = 3,
-        retry_delay: float = 1.0,
-    ) -> Any:
+    def call(self, worker: Worker, method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any],
+             rpc_meta: dict[str, Any] | None, *, http_timeout: float = 7200.0, max_retries: int = 3,
+             retry_delay: float = 1.0) -> Any:
         """POST /call with AReaL's retries; blocking, never touches an event loop."""
-        payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
-        last: _Retryable | None = None
+        payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
+        last: Retryable | None = None
         for attempt in range(1, max_retries + 1):
             if attempt > 1 or self._check_first_attempt:
                 self._check_liveness(worker)
             outcome = self._call_attempt(worker, method, payload, attempt, http_timeout)
-            if not isinstance(outcome, _Retryable):
+            if not isinstance(outcome, Retryable):
                 return outcome
             last = outcome
             if attempt < max_retries:
-                self._retry_sleep(_backoff(retry_delay, attempt))
-        raise _calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+                self._retry_sleep(backoff(retry_delay, attempt))
+        raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
 
-    async def async_call(
-        self,
-        worker: Worker,
-        method: str,
-        engine_name: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float = 7200.0,
-        max_retries: int = 3,
-        retry_delay: float = 1.0,
-    ) -> Any:
+    async def async_call(self, worker: Worker, method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any],
+                         rpc_meta: dict[str, Any] | None, *, http_timeout: float = 7200.0, max_retries: int = 3,
+                         retry_delay: float = 1.0) -> Any:
         """The asynchronous ``call``."""
-        payload = _call_payload(method, engine_name, args, kwargs, rpc_meta)
-        last: _Retryable | None = None
+        payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
+        last: Retryable | None = None
         for attempt in range(1, max_retries + 1):
             if attempt > 1 or self._check_first_attempt:
                 await self._acheck_liveness(worker)
             outcome = await self._async_call_attempt(worker, method, payload, attempt, http_timeout)
-            if not isinstance(outcome, _Retryable):
+            if not isinstance(outcome, Retryable):
                 return outcome
             last = outcome
             if attempt < max_retries:
-                await self._async_retry_sleep(_backoff(retry_delay, attempt))
-        raise _calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+                await self._async_retry_sleep(backoff(retry_delay, attempt))
+        raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
 
     def _call_attempt(self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float) -> Any:
         try:
@@ -343,12 +180,12 @@ class GuardClient:
         # ConnectTimeout is both; an unreachable pod is a connection problem.
         except requests.ConnectionError as error:
             self._check_liveness(worker)
-            return _Retryable(f"Connection error: {error}", error)
+            return Retryable(f"Connection error: {error}", error)
         except requests.Timeout as error:
-            return _Retryable(f"Timeout: {error}", error)
+            return Retryable(f"Timeout: {error}", error)
         except requests.RequestException as error:
-            return _Retryable(f"Unexpected error: {error}", error)
-        return _call_outcome(worker, method, attempt, _Reply(response.status_code, response.content))
+            return Retryable(f"Unexpected error: {error}", error)
+        return call_outcome(worker, method, attempt, Reply(response.status_code, response.content))
 
     async def _async_call_attempt(
         self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float
@@ -358,25 +195,25 @@ class GuardClient:
         # aiohttp's connect time-out is both; an unreachable pod is a connection problem.
         except aiohttp.ClientConnectionError as error:
             await self._acheck_liveness(worker)
-            return _Retryable(f"Connection error: {error}", error)
+            return Retryable(f"Connection error: {error}", error)
         except asyncio.TimeoutError as error:
-            return _Retryable(f"Timeout: {_timeout_text(error, timeout)}", error)
+            return Retryable(f"Timeout: {timeout_text(error, timeout)}", error)
         except aiohttp.ClientError as error:
-            return _Retryable(f"Unexpected error: {error}", error)
-        return _call_outcome(worker, method, attempt, reply)
+            return Retryable(f"Unexpected error: {error}", error)
+        return call_outcome(worker, method, attempt, reply)
 
     async def destroy_engines(self, workers: list[Worker], timeout: float) -> dict[str, str]:
         """POST /call {"method": "destroy"} to each worker's own engine, all at once, within `timeout` seconds
         in total (AReaL's Slurm scheduler does this before it ends workers, so every rank reaches the engines'
         teardown barrier together). Never raises: returns, per worker id, what did not succeed."""
-        payloads = {w.id: _call_payload("destroy", w.id, [], {}, None) for w in workers}
+        payloads = {w.id: call_payload("destroy", w.id, [], {}, None) for w in workers}
 
         async def destroy(worker: Worker) -> str | None:
             try:
                 reply = await self._post(worker, "/call", payloads[worker.id], timeout)
             except (aiohttp.ClientError, asyncio.TimeoutError) as error:
                 return f"{type(error).__name__}: {error}"
-            return None if reply.status == 200 else f"HTTP {reply.status}: {_error_message(reply.body)}"
+            return None if reply.status == 200 else f"HTTP {reply.status}: {error_message(reply.body)}"
 
         if not workers:
             return {}
@@ -396,14 +233,7 @@ class GuardClient:
         """POST /alloc_ports: (host, ports) free on the worker's host.  Transport failures raise
         RPCConnectionError, refusals PortAllocationError."""
         reply = await self._fork_request(worker, "/alloc_ports", {"count": count}, timeout)
-        refused = PortAllocationError(f"worker '{worker.id}': HTTP {reply.status}: {_text(reply.body)}")
-        body = _json_object(reply.body)
-        if reply.status != 200 or body is None:
-            raise refused
-        try:
-            return str(body["host"]), [int(port) for port in body["ports"]]
-        except (KeyError, TypeError, ValueError) as error:
-            raise refused from error
+        return allocated_ports(worker, reply)
 
     async def fork(
         self,
@@ -422,10 +252,7 @@ class GuardClient:
         if env is not None:
             payload["env"] = env
         reply = await self._fork_request(worker, "/fork", payload, timeout)
-        body = _json_object(reply.body)
-        if reply.status != 200 or body is None or body.get("status") != "success":
-            raise ForkError(worker.id, reply.status, _text(reply.body))
-        return body
+        return forked(worker, reply)
 
     async def kill_forked(
         self, worker: Worker, role: str, worker_index: int, *, timeout: float = FORK_REQUEST_TIMEOUT
@@ -439,7 +266,7 @@ class GuardClient:
     async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
         """Polls GET http://host:port/health until it answers 200; raises TimeoutError with the last
         failure after ``timeout`` seconds."""
-        url = f"http://{_hostport(host, port)}/health"
+        url = f"http://{hostport(host, port)}/health"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         last_error = "no probe completed"
@@ -454,25 +281,21 @@ class GuardClient:
             else:
                 if reply.status == 200:
                     return
-                last_error = f"HTTP {reply.status}: {_text(reply.body)}"
+                last_error = f"HTTP {reply.status}: {body_text(reply.body)}"
             await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
         raise TimeoutError(f"{url} not healthy within {timeout}s; last error: {last_error}")
 
     def configure(self, worker: Worker, payload: Any, timeout: float = 300.0) -> None:
         """POST /configure with the serialized {config, role, rank}, mapped as AReaL's _configure_worker does."""
         try:
-            response = self._http.post(guard_url(worker) + "/configure", data=_encode(payload), headers=JSON_HEADERS,
+            response = self._http.post(guard_url(worker) + "/configure", data=encode(payload), headers=JSON_HEADERS,
                                        timeout=self._requests_timeout(timeout))
         except requests.ConnectionError as error:
             self._check_liveness(worker)
-            raise _connection_error(worker, str(error)) from error
+            raise connection_error(worker, str(error)) from error
         except requests.Timeout as error:
             raise WorkerConfigurationError(worker.id, f"Request timed out: {error}") from error
-        if response.status_code in (400, 500):
-            raise WorkerConfigurationError(worker.id, _error_message(response.content), str(response.status_code))
-        if response.status_code != 200:
-            raise WorkerConfigurationError(worker.id, f"Unexpected status code: {response.status_code}",
-                                           str(response.status_code))
+        check_configured(worker, Reply(response.status_code, response.content))
 
     def health(self, worker: Worker, timeout: float = HEALTH_PROBE_TIMEOUT) -> dict[str, Any] | None:
         """GET /health: the reply when it is 200 with a JSON object, else None."""
@@ -482,15 +305,15 @@ class GuardClient:
             return None
         if response.status_code != 200:
             return None
-        return _json_object(response.content)
+        return json_object(response.content)
 
-    async def _fork_request(self, worker: Worker, path: str, payload: dict[str, Any], timeout: float) -> _Reply:
+    async def _fork_request(self, worker: Worker, path: str, payload: dict[str, Any], timeout: float) -> Reply:
         try:
-            return await self._post(worker, path, _encode(payload), timeout)
+            return await self._post(worker, path, encode(payload), timeout)
         except aiohttp.ClientError as error:
-            raise _connection_error(worker, f"{path}: {error}") from error
+            raise connection_error(worker, f"{path}: {error}") from error
         except asyncio.TimeoutError as error:
-            raise _connection_error(worker, f"{path}: {_timeout_text(error, timeout)}") from error
+            raise connection_error(worker, f"{path}: {timeout_text(error, timeout)}") from error
 
     # ----------------------------------------------------------------------- liveness and transport
 
@@ -506,16 +329,16 @@ class GuardClient:
     def _requests_timeout(self, timeout: float) -> tuple[float, float]:
         return min(self._connect_timeout, timeout), timeout
 
-    async def _post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> _Reply:
+    async def _post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply:
         return await self._request("POST", guard_url(worker) + path, payload, timeout)
 
-    async def _request(self, method: str, url: str, payload: bytes | None, timeout: float) -> _Reply:
+    async def _request(self, method: str, url: str, payload: bytes | None, timeout: float) -> Reply:
         client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(self._connect_timeout, timeout))
         headers = JSON_HEADERS if payload is not None else None
         async with self._session().request(
             method, url, data=payload, headers=headers, timeout=client_timeout
         ) as response:
-            return _Reply(response.status, await response.read())
+            return Reply(response.status, await response.read())
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()  # raises outside a running loop, where no session may be made

@@ -36,14 +36,8 @@ from areal_workers.errors import (  # noqa: E402
     SchedulerError,
     WorkerFailedError,
 )
-from areal_workers.guard_client import (  # noqa: E402
-    ForkError,
-    GuardClient,
-    _call_outcome,
-    _created_engine_result,
-    _Reply,
-    _Retryable,
-)
+from areal_workers.guard_client import ForkError, GuardClient  # noqa: E402
+from areal_workers.guard_replies import Reply, Retryable, call_outcome, created_engine_result  # noqa: E402
 from areal_workers.areal_types import Worker  # noqa: E402
 
 MODES = ["sync", "async"]
@@ -536,17 +530,17 @@ def test_mappings_the_reference_guard_cannot_produce() -> None:
     worker = Worker(id="actor/0", ip="127.0.0.1", worker_ports=["1"])
 
     with pytest.raises(EngineCreationError) as raised:
-        _created_engine_result(worker, COUNTER, _Reply(418, b"teapot"))
+        created_engine_result(worker, COUNTER, Reply(418, b"teapot"))
     assert (raised.value.reason, raised.value.status_code) == ("Unexpected status code: 418", 418)
 
-    unavailable = _call_outcome(worker, "m", 1, _Reply(503, b'{"error": "busy"}'))
-    assert isinstance(unavailable, _Retryable) and unavailable.reason == "HTTP 503: busy"
-    proxy_page = _call_outcome(worker, "m", 1, _Reply(502, b"<html>Bad Gateway</html>"))
-    assert isinstance(proxy_page, _Retryable) and proxy_page.reason == "HTTP 502: <html>Bad Gateway</html>"
-    undecodable = _call_outcome(worker, "m", 1, _Reply(200, b"not json"))
-    assert isinstance(undecodable, _Retryable)
+    unavailable = call_outcome(worker, "m", 1, Reply(503, b'{"error": "busy"}'))
+    assert isinstance(unavailable, Retryable) and unavailable.reason == "HTTP 503: busy"
+    proxy_page = call_outcome(worker, "m", 1, Reply(502, b"<html>Bad Gateway</html>"))
+    assert isinstance(proxy_page, Retryable) and proxy_page.reason == "HTTP 502: <html>Bad Gateway</html>"
+    undecodable = call_outcome(worker, "m", 1, Reply(200, b"not json"))
+    assert isinstance(undecodable, Retryable)
     assert undecodable.reason.startswith("Unexpected error: invalid reply body")
-    assert _call_outcome(worker, "m", 1, _Reply(200, b'{"status": "success", "result": [1, 2]}')) == [1, 2]
+    assert call_outcome(worker, "m", 1, Reply(200, b'{"status": "success", "result": [1, 2]}')) == [1, 2]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -1,0 +1,139 @@
+"""Where the bandit demo runs and what it asks of the scheduler: the cluster (the project's local one or another),
+how its worker pods get their processes, the scheduler's settings and the spec of one worker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from areal_workers import KubernetesSchedulerConfig, SchedulingSpec
+
+import demo_cluster as cluster
+from bandit_config import ClusterConfig
+from demo_checks import DemoFailure
+
+EXAMPLES = Path(__file__).resolve().parent
+REPO_ROOT = EXAMPLES.parent
+LOCAL_KUBECONFIG = REPO_ROOT / ".tools" / "kubeconfig"
+CLUSTER_DIR_VARIABLE = "AREAL_WORKERS_CLUSTER_DIR"
+LOCAL_FILEROOT = Path(tempfile.gettempdir()) / "areal-bandit-demo"
+LOCAL_HELM = REPO_ROOT / ".tools" / "bin" / "helm"
+LOCAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
+WORKER_COMMAND = "python -m areal.infra.rpc.rpc_server"
+REPLICAS = 2
+
+
+def local_kubeconfig() -> Path:
+    """The local cluster's admin kubeconfig: .tools/kubeconfig, or the one in $AREAL_WORKERS_CLUSTER_DIR when that
+    names the state of another local cluster (see tools/localcluster.py)."""
+    state = os.environ.get(CLUSTER_DIR_VARIABLE)
+    return Path(state) / "kubeconfig" if state else LOCAL_KUBECONFIG
+
+
+@dataclass
+class Target:
+    """Where the demo runs: the cluster, and how its worker pods get their processes."""
+
+    api: client.ApiClient
+    server: str
+    local: bool  # the project's local cluster: KWOK nodes, pods run as processes on this machine
+    nodes: int
+    fileroot: str  # AReaL's fileroot of the workers
+    made_fileroot: bool = False
+
+
+def connect(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        return kube_config.new_client_from_config(config_file=kubeconfig)
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    return client.ApiClient()
+
+
+def find_target(args: argparse.Namespace) -> Target:
+    api = connect(args.kubeconfig)
+    core = client.CoreV1Api(api)
+    local = cluster.is_local_cluster(core)
+    if local and not LOCAL_WORKER_PYTHON.exists():
+        raise DemoFailure(f"the local cluster runs AReaL's worker server from {LOCAL_WORKER_PYTHON}: "
+                          f"run `make areal-worker` (or `make demo`, which does)")
+    if args.run_pods and not local:
+        raise DemoFailure("--run-pods runs pods of the local cluster only (its nodes are KWOK's fake nodes)")
+    if local and not args.run_pods:
+        check_local_runner(args.kubeconfig)
+    try:
+        nodes = len(core.list_node().items)
+    except ApiException:
+        nodes = 0
+    # On the local cluster the workers are processes of this machine: their files go to a directory of the run.
+    fileroot = str(LOCAL_FILEROOT / f"{args.namespace}-{args.trial}") if local else ClusterConfig().fileroot
+    return Target(api=api, server=api.configuration.host, local=local, nodes=nodes, fileroot=fileroot,
+                  made_fileroot=local)
+
+
+def check_local_runner(kubeconfig: str | None) -> None:
+    """On this checkout's local cluster, its podrunner must run the pods with AReaL's server (not the reference
+    guard, which cannot load TrainEngine subclasses)."""
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    from localcluster import LocalCluster
+
+    local = LocalCluster()
+    if kubeconfig is None or Path(kubeconfig).resolve() != local.kubeconfig.resolve():
+        return  # another local cluster: its runner is its owner's business
+    workers = local.podrunner_workers()
+    if workers != "areal":
+        now = "is not running" if workers is None else f"runs the {workers} worker server"
+        raise DemoFailure(f"the local cluster's podrunner {now}; the demo's workers need AReaL's: run "
+                          f"`python tools/localcluster.py up --workers areal` (what `make demo` does), or pass "
+                          f"--run-pods")
+
+
+def scheduler_config(args: argparse.Namespace, target: Target) -> KubernetesSchedulerConfig:
+    settings: dict[str, Any] = dict(namespace=args.namespace, kubeconfig=args.kubeconfig, helm_executable=args.helm,
+                                    image=args.image, ready_timeout=args.timeout, helm_timeout=args.timeout,
+                                    fork_ready_timeout=args.timeout)
+    if target.local:
+        # The pods' `python` is this machine's AReaL environment (the cluster's pod runner maps it), and forks
+        # started by a worker must find it by path.
+        settings.update(python_executable=str(LOCAL_WORKER_PYTHON), termination_grace_seconds=5)
+    return KubernetesSchedulerConfig(**settings)
+
+
+def worker_spec(image: str | None = None) -> SchedulingSpec:
+    """One worker: AReaL's rpc_server on 1 CPU (the guard's port and one more, as AReaL asks for)."""
+    spec = SchedulingSpec(cpu=1, gpu=0, mem=2, port_count=2, cmd=WORKER_COMMAND)
+    if image is not None:
+        spec.image = image
+    return spec
+
+
+@contextmanager
+def pod_runner(args: argparse.Namespace, target: Target) -> Iterator[None]:
+    """--run-pods: tools/podrunner.py inside this program, running the namespace's pods with AReaL's server."""
+    if not args.run_pods:
+        yield
+        return
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    from podrunner import PodRunner
+
+    logs = Path(tempfile.mkdtemp(prefix="areal-bandit-demo-pods-"))
+    runner = PodRunner(args.kubeconfig, args.namespace, logs, module_map={}, python=str(LOCAL_WORKER_PYTHON),
+                       pythonpath=(str(EXAMPLES),)).start()
+    try:
+        yield
+    finally:
+        runner.stop()
+        shutil.rmtree(logs, ignore_errors=True)

@@ -1,0 +1,274 @@
+"""The steps of the bandit demo around its training: the header, the workers (created, forked, shown), a bad
+update diagnosed and rolled back, the release's history, and the cleanup or what to look at with --keep."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from areal_workers import Job, KubernetesScheduler, SchedulingStrategy, Worker, WorkerFailedError
+
+import demo_cluster as cluster
+from bandit_config import BanditExperimentConfig
+from bandit_training import BanditTraining
+from demo_checks import DemoFailure, expect
+from demo_setup import LOCAL_HELM, REPLICAS, Target, worker_spec
+from demo_terminal import Terminal
+
+# `.invalid` is reserved (RFC 2606): no registry can ever serve this image, on any cluster.
+MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
+
+
+@dataclass
+class BanditDemo:
+    args: argparse.Namespace
+    out: Terminal
+    target: Target
+    scheduler: KubernetesScheduler
+    exp: BanditExperimentConfig
+    arm_probs: np.ndarray
+    workers: dict[str, list[Worker]] = field(default_factory=dict)
+    made_namespace: bool = False
+    made_release: bool = False  # this run installed the release (a cleanup after a failure may remove it)
+    training: BanditTraining = field(init=False)
+
+    def __post_init__(self) -> None:
+        # The training reads the workers this demo's steps create, from the same dict.
+        self.training = BanditTraining(self.scheduler, self.out, self.exp, self.arm_probs, self.workers)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.target.api)
+
+    @property
+    def release(self) -> str:
+        return self.scheduler.release
+
+    def revision(self) -> int:
+        return self.scheduler.history()[-1]["revision"]
+
+    def pods(self) -> list[client.V1Pod]:
+        return cluster.release_pods(self.core, self.args.namespace, self.release)
+
+    def progress_of(self, role: str) -> Callable[[], str]:
+        return lambda: cluster.progress(self.core, self.args.namespace, self.release, role, REPLICAS)
+
+    # --- 0. header ---------------------------------------------------------------------------------------
+
+    def header(self) -> None:
+        self.out.title("areal-workers demo: KubernetesScheduler runs a small RL experiment, as an AReaL trainer would")
+        if self.target.local:
+            where = (f"the local cluster ({self.target.nodes} KWOK nodes); each worker pod's command, AReaL's "
+                     f"rpc_server, runs as a process on this machine")
+        else:
+            where = f"{self.target.nodes or 'unknown number of'} nodes"
+        self.out.field("cluster", f"{self.target.server} · {where}")
+        self.out.field("namespace", f"{self.args.namespace} · release {self.release} "
+                                    f"(experiment {self.exp.experiment_name}, trial {self.exp.trial_name})")
+        best = int(np.argmax(self.arm_probs))
+        self.out.field("task", f"REINFORCE on a bandit with {len(self.arm_probs)} arms paying "
+                               f"{' '.join(f'{p:.2f}' for p in self.arm_probs)} (best: arm {best})")
+
+    def check_fresh(self) -> None:
+        """A release left by an earlier run (`--keep`) would be adopted, and its roles exist already."""
+        if self.scheduler.history():
+            kubeconfig = f" --kubeconfig {shown_path(self.args.kubeconfig)}" if self.args.kubeconfig else ""
+            helm = f"{shown_path(self.args.helm)}{kubeconfig} -n {self.args.namespace} uninstall {self.release} --wait"
+            raise DemoFailure(f"release {self.release} already exists in namespace {self.args.namespace} (left by "
+                              f"--keep?): remove it with `{helm}`, or choose another --namespace or --trial")
+
+    def ensure_namespace(self) -> None:
+        try:
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.args.namespace)))
+            self.made_namespace = True
+        except ApiException as error:
+            if error.status != 409:  # 409: it exists
+                raise
+
+    # --- 1. workers --------------------------------------------------------------------------------------
+
+    def create_workers(self) -> None:
+        self.out.step("Create the workers", "create_workers(Job(role, replicas=2)) installs or upgrades the "
+                                            "release, waits until every worker answers, and sends /configure")
+        for role in ("actor", "rollout"):
+            started = time.monotonic()
+            self.made_release = True
+            with self.out.waiting(f"{role}: create_workers", self.progress_of(role)):
+                ids = self.scheduler.create_workers(Job(role=role, replicas=REPLICAS, tasks=[worker_spec()]))
+            expect(ids == [f"{role}/{i}" for i in range(REPLICAS)], f"create_workers({role}) returned {ids}")
+            self.workers[role] = self.scheduler.get_workers(role)
+            self.out.ok(f"{role:<8} {' '.join(ids)} ready and configured · helm revision {self.revision()}",
+                        time.monotonic() - started)
+
+    def fork_reference(self) -> None:
+        self.out.step("Fork a role into the actor's pods", "create_workers(Job('ref', 2, colocation with actor, "
+                                                          "fork=True)): each actor server forks an rpc_server")
+        started = time.monotonic()
+        strategy = SchedulingStrategy(type="colocation", target="actor", fork=True)
+        with self.out.waiting("ref: forking 2 rpc_server processes"):
+            ids = self.scheduler.create_workers(Job(role="ref", replicas=REPLICAS, tasks=[worker_spec()],
+                                                    scheduling_strategy=strategy))
+        expect(ids == [f"ref/{i}" for i in range(REPLICAS)], f"fork of ref returned {ids}")
+        self.workers["ref"] = self.scheduler.get_workers("ref")
+        for ref, actor in zip(self.workers["ref"], self.workers["actor"]):
+            expect(ref.ip == actor.ip and ref.worker_ports[0] != actor.worker_ports[0],
+                   f"{ref.id} should run in {actor.id}'s pod on ports of its own: {ref} vs {actor}")
+        ports = ", ".join(f"{w.id} on {w.ip}:{w.worker_ports[0]}" for w in self.workers["ref"])
+        self.out.ok(f"ref      {ports} · helm revision {self.revision()} records the ports",
+                    time.monotonic() - started)
+
+    def show_workers(self, title: str) -> None:
+        self.out.step(title, f"pods of the release (label app.kubernetes.io/instance={self.release})")
+        pods = self.pods()
+        rows = cluster.worker_rows(self.workers, pods, forks={"ref": "actor"})
+        self.out.table(cluster.TABLE_HEADER, rows)
+        expect(len(pods) == 2 * REPLICAS and all(cluster.is_ready(p) for p in pods),
+               f"expected {2 * REPLICAS} Ready pods, found {[(p.metadata.name, cluster.is_ready(p)) for p in pods]}")
+
+    # --- 2. a failure ------------------------------------------------------------------------------------
+
+    def bad_update(self) -> None:
+        self.out.step("A bad update, diagnosed and rolled back",
+                      f"update_workers(Job('rollout', 2, image={MISSING_IMAGE}))")
+        if self.target.local:
+            self.out.note("(simulated: the local cluster pulls no images; its fake kubelet, KWOK, fails pulls from "
+                          "registry.invalid as a kubelet reports them: ErrImagePull, then ImagePullBackOff)")
+        good, before = self.revision(), cluster.uids(self.pods())
+        self.scheduler.update_workers(Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(MISSING_IMAGE)]))
+        self.out.ok(f"helm revision {self.revision()}: the StatefulSet replaces its pods from the highest ordinal")
+        error = self.wait_for_failure()
+        self.check_rollback(good, before, error)
+
+    def wait_for_failure(self) -> WorkerFailedError:
+        started = time.monotonic()
+        try:
+            with self.out.waiting("rollout: get_workers", self.progress_of("rollout")):
+                workers = self.scheduler.get_workers("rollout", timeout=self.args.timeout)
+        except WorkerFailedError as error:
+            self.out.ok(f"get_workers('rollout') raised {type(error).__name__}; its text, with the scheduler's "
+                        f"diagnosis and what it did about it:", time.monotonic() - started)
+            self.out.quote(failure_lines(error), limit=30)
+            return error
+        hint = (" (a local cluster started before its KWOK stages simulated image pulls: `make cluster-down`, then "
+                "`make demo`)" if self.target.local else "")
+        raise DemoFailure(f"get_workers succeeded on an image that does not exist: {workers}{hint}")
+
+    def check_rollback(self, good: int, before: dict[str, str], error: WorkerFailedError) -> None:
+        text = "\n".join([str(error), *getattr(error, "__notes__", [])])
+        expect(MISSING_IMAGE in text and ("ImagePullBackOff" in text or "ErrImagePull" in text),
+               "the diagnosis names neither the image nor the pull failure")
+        latest = self.scheduler.history()[-1]
+        expect(latest["description"] == f"Rollback to {good}",
+               f"the release's last revision is {latest}, not a rollback to revision {good}")
+        started = time.monotonic()
+        with self.out.waiting("rollout: get_workers after the rollback", self.progress_of("rollout")):
+            self.workers["rollout"] = self.scheduler.get_workers("rollout")
+        after = cluster.uids(self.pods())
+        kept = sorted(name for name, uid in before.items() if after.get(name) == uid)
+        replaced = sorted(name for name in before if name not in kept)
+        expect(all("-actor-" not in name for name in replaced), f"the failed update of rollout touched {replaced}")
+        images = {c.image for p in self.pods() for c in p.spec.containers}
+        expect(MISSING_IMAGE not in images, f"pods still use {MISSING_IMAGE} after the rollback")
+        self.out.ok(f"revision {latest['revision']} ({latest['description']}): the release is back at revision "
+                    f"{good}'s values", time.monotonic() - started)
+        self.out.ok(f"untouched, same pod UIDs: {', '.join(short(n, self.release) for n in kept)}")
+        if replaced:
+            self.out.ok(f"replaced by the update and back on the good image: "
+                        f"{', '.join(short(n, self.release) for n in replaced)}")
+        self.training.resume(replaced)
+
+    # --- 3. history, cleanup -----------------------------------------------------------------------------
+
+    def show_history(self) -> None:
+        self.out.step(f"helm history {self.release}", "one revision per scheduler change (scheduler.history())")
+        self.out.table(("REVISION", "STATUS", "DESCRIPTION"),
+                       [(r["revision"], r["status"], r["description"]) for r in self.scheduler.history()])
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [(w.ip, int(port)) for role in self.workers.values() for w in role for port in w.worker_ports[:1]]
+
+    def clean_up(self) -> None:
+        self.out.step("Clean up", "delete_workers(): engines destroyed, forks stopped, release uninstalled")
+        started, addresses = time.monotonic(), self.addresses()
+        with self.out.waiting("delete_workers"):
+            self.scheduler.delete_workers()
+        expect(self.scheduler.history() == [], f"release {self.release} is still installed")
+        expect(self.pods() == [], f"pods left: {[p.metadata.name for p in self.pods()]}")
+        with self.out.waiting("waiting for the worker processes to exit"):
+            alive = cluster.wait_until_silent(addresses, timeout=60.0)
+        expect(not alive, f"worker servers still answer after the release is gone: {alive}")
+        self.out.ok(f"release uninstalled, no pods left, nothing answers on the {len(addresses)} worker addresses",
+                    time.monotonic() - started)
+
+    def remove_scaffolding(self) -> None:
+        """What the demo itself made: the namespace (when it created it) and the local workers' fileroot."""
+        if self.made_namespace:
+            self.core.delete_namespace(self.args.namespace)
+        if self.target.made_fileroot and self.made_release:
+            shutil.rmtree(self.target.fileroot, ignore_errors=True)
+
+    def explain_keep(self) -> None:
+        namespace = f"-n {self.args.namespace}"
+        kubeconfig = f" --kubeconfig {shown_path(self.args.kubeconfig)}" if self.args.kubeconfig else ""
+        kubectl = f"{shown_path(str(LOCAL_HELM.with_name('kubectl')))}" if self.target.local else "kubectl"
+        helm = shown_path(self.args.helm)
+        self.out.step("Left running (--keep)")
+        self.out.say(f"   look:      {kubectl}{kubeconfig} {namespace} get pods -o wide")
+        self.out.say(f"              {kubectl}{kubeconfig} {namespace} logs {self.release}-areal-workers-actor-0")
+        self.out.say(f"              {helm}{kubeconfig} {namespace} history {self.release}")
+        self.out.say(f"   tear down: {helm}{kubeconfig} {namespace} uninstall {self.release} --wait")
+        if self.made_namespace:
+            self.out.say(f"              {kubectl}{kubeconfig} delete namespace {self.args.namespace}")
+        if self.target.local:
+            self.out.say(f"              rm -rf {self.target.fileroot}   (the workers' files)")
+            self.out.say("              or stop the whole local cluster: make cluster-down")
+            if self.args.run_pods:
+                self.out.say("   (--run-pods: the worker processes stopped with this program)")
+
+
+def shown_path(path: str) -> str:
+    """A path as short as it can be shown: relative to the working directory when below it."""
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def short(pod_name: str, release: str) -> str:
+    """`actor-0` for the pod `<release>-areal-workers-actor-0`."""
+    return pod_name.removeprefix(f"{release}-areal-workers-")
+
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def failure_lines(error: BaseException) -> list[str]:
+    """The exception's text and notes, for a reader: without AReaL's "Stderr output:" heading, colour codes, or
+    the worker's log tail (a pull failure happens before the container runs: its log says nothing)."""
+    lines = [ANSI_ESCAPE.sub("", line) for line in str(error).splitlines() if line.strip()]
+    notes = [line for note in getattr(error, "__notes__", []) for line in note.splitlines() if line.strip()]
+    lines += [line for line in notes if line not in lines]
+    shown: list[str] = []
+    skipping = 0
+    for line in lines:
+        if line.strip() == "Stderr output:":
+            continue
+        if line.lstrip().startswith("log tail"):
+            skipping = len(line) - len(line.lstrip())
+            shown.append(f"{' ' * skipping}{line.strip()} (omitted)")
+            continue
+        if skipping and len(line) - len(line.lstrip()) > skipping:
+            continue
+        skipping = 0
+        shown.append(line)
+    return shown
