@@ -50,13 +50,13 @@ def descriptions(cluster: MemoryCluster) -> list[str]:
 
 
 def test_a_revision_is_recorded_as_good_once_every_changed_role_is_ready(make_scheduler, cluster):
+    """rollout's pods are Ready as soon as they exist here: the cluster, not a get_workers call, says so."""
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     scheduler.create_workers(job("rollout", 2))
     assert cluster.ready_revision is None
+    assert scheduler.driver.pending() == {"actor", "rollout"}
     scheduler.get_workers("actor")
-    assert cluster.ready_revision is None or cluster.ready_revision == 2  # rollout's pods are Ready here too
-    scheduler.get_workers("rollout")
     assert cluster.ready_revision == 2
     assert scheduler.driver.pending() == set()
     assert descriptions(cluster) == ["create actor: 2 worker(s)", "create rollout: 2 worker(s)"]
