@@ -317,16 +317,26 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             raise WorkerNotFoundError(worker_id)
         return workers[index]
 
+    async def _aworker(self, worker_id: str) -> Worker:
+        """_worker for coroutines: a known worker is a dictionary read on the caller's loop; only a wait for
+        workers not known yet goes to a thread (a thread hop per call costs more than the call's HTTP)."""
+        parsed = naming.parse_worker_id(worker_id)
+        if parsed is not None:
+            workers = self.finder.known_workers(parsed[0])
+            if workers is not None and parsed[1] < len(workers):
+                return workers[parsed[1]]
+        return await asyncio.to_thread(self._worker, worker_id)
+
     async def create_engine(self, worker_id: str, engine: str, engine_name: str | None = None,
                             *args: Any, **kwargs: Any) -> Any:
-        worker = await asyncio.to_thread(self._worker, worker_id)
+        worker = await self._aworker(worker_id)
         await asyncio.to_thread(self._check_alive, worker)
         name = worker_id if engine_name is None else engine_name
         return await self.guard.create_engine(worker, engine, name, serialize_value(list(args)),
                                               serialize_value(kwargs))
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
-        worker = await asyncio.to_thread(self._worker, worker_id)
+        worker = await self._aworker(worker_id)
         await self.guard.set_env(worker, env)
 
     def call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
@@ -341,7 +351,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     async def async_call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
                                 rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0,
                                 max_retries: int = 3, retry_delay: float = 1.0, **kwargs: Any) -> Any:
-        worker = await asyncio.to_thread(self._worker, worker_id)
+        worker = await self._aworker(worker_id)
         name = worker_id if engine_name is None else engine_name
         result = await self.guard.async_call(worker, method, name, serialize_value(list(args)),
                                              serialize_value(kwargs), rpc_meta, http_timeout=http_timeout,

@@ -222,3 +222,32 @@ def test_an_external_release_is_only_discovered(make_scheduler, cluster):
         with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
             change()
     assert descriptions(cluster) == ["create actor: 1 worker(s)"]
+
+
+def test_async_calls_find_known_workers_on_the_callers_loop(make_scheduler, cluster):
+    """async_call_engine/create_engine look a known worker up without a thread hop (it cost more than the HTTP
+    call itself: bench/rpc_overhead); a worker not known yet is still waited for, in a thread."""
+    import asyncio
+    import threading
+
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    loop_thread: list[threading.Thread] = []
+    waited_in: list[threading.Thread] = []
+    wait_for_workers = scheduler._worker
+
+    def recording_worker(worker_id: str):
+        waited_in.append(threading.current_thread())
+        return wait_for_workers(worker_id)
+
+    scheduler._worker = recording_worker  # type: ignore[method-assign]
+
+    async def look_up(worker_id: str):
+        loop_thread.append(threading.current_thread())
+        return await scheduler._aworker(worker_id)
+
+    first = asyncio.run(look_up("actor/1"))  # not known yet: get_workers runs in a worker thread
+    assert first.id == "actor/1" and waited_in and waited_in[0] is not loop_thread[0]
+    waited_in.clear()
+    assert asyncio.run(look_up("actor/0")).id == "actor/0"
+    assert waited_in == []  # known: answered on the loop
