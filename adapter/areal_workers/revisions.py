@@ -8,6 +8,7 @@ place); what is pending is derived by comparing the current revision's values wi
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -49,7 +50,9 @@ class ReleaseDriver:
         self.model = ReleaseModel()
         self.good_revision: int | None = None
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
-        self._epochs: dict[str, int] = {}  # workload -> the revision since which its pods are unchanged
+        self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
+        # Not revision numbers: helm numbers revisions from 1 again after an uninstall, epochs never repeat.
+        self._epoch_counter = itertools.count(1)
 
     # --- reading the release ---------------------------------------------------------------------
 
@@ -92,13 +95,14 @@ class ReleaseDriver:
         epochs: dict[str, int] = {}
         for workload in self.model.workloads():
             unchanged = workload in self._epochs and self.model.fingerprint(workload) == previous.fingerprint(workload)
-            epochs[workload] = self._epochs[workload] if unchanged else (self.model.revision or 0)
+            epochs[workload] = self._epochs[workload] if unchanged else next(self._epoch_counter)
         self._epochs = epochs
         return self.model
 
     def epoch(self, workload: str) -> int | None:
-        """The revision since which `workload`'s pods are what they are: facts learnt about its workers (their
-        addresses, the pods AReaL holds) stay true while it stays the same."""
+        """A number that changes whenever `workload`'s pods may have been replaced (a change of its entry, a
+        rollback, a delete and re-create): facts learnt about its workers (their addresses, the pods AReaL holds)
+        stay true while it stays the same."""
         return self._epochs.get(workload)
 
     def pending(self) -> set[str]:

@@ -251,3 +251,26 @@ def test_async_calls_find_known_workers_on_the_callers_loop(make_scheduler, clus
     waited_in.clear()
     assert asyncio.run(look_up("actor/0")).id == "actor/0"
     assert waited_in == []  # known: answered on the loop
+
+
+def test_a_role_created_again_after_delete_all_is_not_mistaken_for_the_held_one(make_scheduler, cluster):
+    """helm numbers revisions from 1 again after an uninstall: the new pods (same names, new uids) must not be
+    judged against what AReaL held of the old ones ("replaced after ready")."""
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    old = scheduler.get_workers("actor")
+    scheduler.delete_workers()
+    scheduler.create_workers(job("actor", 1))
+    assert cluster.revisions[-1].revision == 1
+    new = scheduler.get_workers("actor")
+    assert new[0].ip != old[0].ip
+
+
+def test_a_role_created_again_after_its_delete_is_not_mistaken_for_the_held_one(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.create_workers(job("rollout", 1))
+    scheduler.get_workers("rollout")
+    scheduler.delete_workers("rollout")
+    scheduler.create_workers(job("rollout", 1))
+    assert [w.id for w in scheduler.get_workers("rollout")] == ["rollout/0"]
