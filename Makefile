@@ -12,7 +12,7 @@ WORKERS ?=
 CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration chart-docs clean
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration chart-docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(VENV)/bin/pip install --quiet -e '.[dev,demo]'
+	$(VENV)/bin/pip install --quiet -e '.[dev,demo,bench]'
 	touch $@
 
 venv: $(VENV)/.installed ## Python virtualenv with the package and test dependencies
@@ -51,6 +51,15 @@ quickstart: cluster-up ## the chart alone: local cluster, the chart installed wi
 	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 5m
 	helm test demo --kubeconfig $(CLUSTER_KUBECONFIG) --namespace areal-demo --timeout 3m
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) -n areal-demo get statefulsets,services,pods -o wide
+
+# Benchmarks on a cluster of their own (ports 20440+, .tools/bench-cluster), stopped afterwards: results in
+# bench/results/, rendered into bench/RESULTS.md. Extra arguments: BENCH_ARGS='--only startup'.
+BENCH_ARGS ?=
+bench: tools areal-worker ## the quick benchmark profile on a cluster of its own, rendered into bench/RESULTS.md
+	$(PY) bench/run.py --profile quick $(BENCH_ARGS)
+
+bench-full: tools areal-worker ## the full benchmark profile (up to 1024 workers; long)
+	$(PY) bench/run.py --profile full $(BENCH_ARGS)
 
 HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_chart_install.py \
 	tests/integration/test_scheduler.py -k "not rbac"

@@ -19,6 +19,7 @@ from kubernetes import client
 from podrunner_processes import StartFailure
 
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
+KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (benchmarks)
 HOOK_ANNOTATION = "helm.sh/hook"
 DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers_testing.reference_guard"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -92,9 +93,12 @@ def local_argv(argv: list[str], module_map: dict[str, str], python: str) -> list
 
 def pod_kind(pod: client.V1Pod) -> str | None:
     """"hook" (a `helm test` pod, run once), "worker" (run and restarted), or None: without a `command` the
-    container would run its image's entrypoint, which a machine without a container runtime does not have."""
+    container would run its image's entrypoint, which a machine without a container runtime does not have; a pod
+    annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (tools/kwok/stages.yaml) and runs nothing."""
     containers = pod.spec.containers or []
     if not containers or not containers[0].command:
+        return None
+    if (pod.metadata.annotations or {}).get(READINESS_ANNOTATION) == KWOK_READINESS:
         return None
     return "hook" if (pod.metadata.annotations or {}).get(HOOK_ANNOTATION) == "test" else "worker"
 
