@@ -230,11 +230,32 @@ class MemoryStatefulSets:
 
 
 class MemoryGuard:
-    """Answers every worker; records what the scheduler sent."""
+    """Answers every worker; records what the scheduler sent. A fork whose argv names a module containing
+    "broken" never becomes healthy (its wait times out)."""
 
     def __init__(self) -> None:
         self.destroyed: list[str] = []
         self.configured: list[str] = []
+        self.forked: dict[tuple[str, int], list[str]] = {}  # (role, index) -> argv of the running forks
+        self.killed: list[tuple[str, int]] = []
+        self._ports = itertools.count(20000)
+
+    async def alloc_ports(self, worker: Any, count: int, **kwargs: Any) -> tuple[str, list[int]]:
+        return worker.ip, [next(self._ports) for _ in range(count)]
+
+    async def fork(self, worker: Any, role: str, worker_index: int, raw_cmd: list[str],
+                   env: dict[str, str] | None = None, **kwargs: Any) -> None:
+        self.forked[(role, worker_index)] = list(raw_cmd)
+
+    async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
+        argv = next(argv for argv in self.forked.values() if str(port) in " ".join(argv))
+        if any("broken" in part for part in argv):
+            raise TimeoutError(f"{host}:{port} did not answer /health")
+
+    async def kill_forked(self, worker: Any, role: str, worker_index: int, **kwargs: Any) -> int:
+        self.killed.append((role, worker_index))
+        self.forked.pop((role, worker_index), None)
+        return 200
 
     async def destroy_engines(self, workers: list[Any], timeout: float) -> dict[str, str]:
         self.destroyed.extend(worker.id for worker in workers)

@@ -274,3 +274,25 @@ def test_a_role_created_again_after_its_delete_is_not_mistaken_for_the_held_one(
     scheduler.delete_workers("rollout")
     scheduler.create_workers(job("rollout", 1))
     assert [w.id for w in scheduler.get_workers("rollout")] == ["rollout/0"]
+
+
+def test_process_forks_are_recorded_only_when_every_fork_answers(make_scheduler, cluster):
+    guard = MemoryGuard()
+    scheduler = make_scheduler(guard=guard)
+    scheduler.create_workers(job("actor", 2))
+    actor = scheduler.get_workers("actor")
+    revisions = len(cluster.revisions)
+    with pytest.raises(WorkerCreationError, match="Failed to fork 2 out of 2 workers"):
+        scheduler.fork_workers("proxy", "actor", command="broken_module")
+    assert len(cluster.revisions) == revisions and not guard.forked  # nothing recorded, nothing left running
+
+    assert scheduler.fork_workers("ref", "actor") == ["ref/0", "ref/1"]
+    assert cluster.revisions[-1].description == "fork ref from actor (2 processes)"
+    forks = scheduler.get_workers("ref")
+    assert [w.ip for w in forks] == [w.ip for w in actor]  # in the actor's pods, at the ports allocated there
+    assert [w.worker_ports for w in forks] == [[str(p) for p in ports] for ports in
+                                               cluster.current().values["forks"]["ref"]["ports"]]
+    adopted = make_scheduler(guard=MemoryGuard())
+    assert adopted.get_workers("ref") == forks  # the ports come from the release, not the creator's memory
+    scheduler.delete_workers("actor", reverse_order=False)
+    assert sorted(guard.killed[-2:]) == [("ref", 0), ("ref", 1)] and not guard.forked
