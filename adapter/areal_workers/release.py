@@ -83,9 +83,9 @@ class Releases:
         except ReleaseNotFoundError:
             return None
 
-    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
-        """The current revision's number and user-supplied values (None when there is no release)."""
-        revision = await self.current(name)
+    async def snapshot(self, name: str, revision: ReleaseRevision | None = None) -> tuple[int, dict[str, Any]] | None:
+        """The number and user-supplied values of `revision`, by default the current one (None: no release)."""
+        revision = revision or await self.current(name)
         return None if revision is None else (revision.revision, await revision.values())
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:

@@ -83,9 +83,10 @@ class ReleaseDriver:
         self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
         return self.model
 
-    def reload(self) -> ReleaseModel:
-        """The model of the release's current revision, read as an adopter reads it."""
-        snapshot = self.helm(self.releases.snapshot(self.name))
+    def reload(self, written: Any = None) -> ReleaseModel:
+        """The model of the release's current revision, read as an adopter reads it (`written`: the revision an
+        upgrade just returned, which spares a `helm status`)."""
+        snapshot = self.helm(self.releases.snapshot(self.name, written))
         previous = self.model
         if snapshot is None:
             self.model = ReleaseModel()
@@ -138,11 +139,11 @@ class ReleaseDriver:
             if before is None:
                 self._clear_name_records(manifests)
         try:
-            self.loop.run(self.releases.apply(self.name, values, description))
+            written = self.loop.run(self.releases.apply(self.name, values, description))
         except HelmError as error:
             self._restore(before)
             raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
-        return self.reload()
+        return self.reload(written)
 
     def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
         if self.config.capacity_check == "off" or not workloads:

@@ -210,7 +210,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             workers = self.finder.wait_for_pods(role, model, timeout)
         except WorkerFailedError as error:
             with self._lock:
-                if self.config.ownership == "managed" and role in self.driver.pending():
+                # A rollback undoes a change whose workers never came up; workers AReaL already holds that fail
+                # later (their node gone, an OOM) are reported, and the release stays.
+                held = self.finder.known_workers(role) is not None
+                if self.config.ownership == "managed" and not held and role in self.driver.pending():
                     self.driver.roll_back(error)
             raise
         with self._lock:

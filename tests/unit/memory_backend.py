@@ -136,8 +136,8 @@ class MemoryReleases:
     async def recover(self, name: str) -> Revision | None:
         return self.cluster.current()
 
-    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
-        current = self.cluster.current()
+    async def snapshot(self, name: str, revision: Revision | None = None) -> tuple[int, dict[str, Any]] | None:
+        current = revision or self.cluster.current()
         return None if current is None else (current.revision, copy.deepcopy(current.values))
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:

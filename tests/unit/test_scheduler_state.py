@@ -296,3 +296,21 @@ def test_process_forks_are_recorded_only_when_every_fork_answers(make_scheduler,
     assert adopted.get_workers("ref") == forks  # the ports come from the release, not the creator's memory
     scheduler.delete_workers("actor", reverse_order=False)
     assert sorted(guard.killed[-2:]) == [("ref", 0), ("ref", 1)] and not guard.forked
+
+
+def test_a_held_role_that_fails_later_is_reported_not_rolled_back(make_scheduler, cluster):
+    """get_workers returned actor's workers (AReaL holds them) while another change is still pending: a later
+    failure of actor's pod (its node gone, an OOM) is reported, and the release is left as it is, as before the
+    release model (a rollback is for changes whose workers never came up)."""
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.create_workers(job("slowpoke", 1, image="example.com/slow:1"))
+    scheduler.get_workers("actor")
+    assert cluster.ready_revision is None  # slowpoke is not ready: no good revision yet
+    pod = cluster.pods["trial-release-actor-0"]
+    pod.metadata.annotations["spec"] += " broken"  # the held pod fails
+    revisions = len(cluster.revisions)
+    with pytest.raises(WorkerFailedError):
+        scheduler.get_workers("actor")
+    assert len(cluster.revisions) == revisions and cluster.installed
+    assert set(scheduler.driver.model.roles) == {"actor", "slowpoke"}
