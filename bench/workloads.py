@@ -20,9 +20,10 @@ for _path in (REPO / "tools", REPO / "tests" / "support"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from kubernetes import client, config, utils, watch  # noqa: E402
+from kubernetes import client, config, utils  # noqa: E402
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
+from areal_workers.podwatch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
 from localcluster import service_account_kubeconfig  # noqa: E402
 from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner  # noqa: E402
 
@@ -154,42 +155,23 @@ def delete_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any
                 raise
 
 
-def _ready(pod: client.V1Pod) -> bool:
-    if pod.metadata.deletion_timestamp is not None or not pod.status.pod_ip:
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+def wait_pods(core: client.CoreV1Api, ns: str, selector: str, count: int, timeout: float) -> None:
+    """One list, then one watch from its resourceVersion (the adapter's PodWatch), until `count` pods match, all
+    Ready."""
+    def done(pods: dict[str, client.V1Pod]) -> bool:
+        return len(pods) == count and all(map(is_ready, pods.values()))
 
-
-def wait_pods(core: client.CoreV1Api, ns: str, selector: str, count: int, timeout: float,
-              ready: bool = True) -> None:
-    """One list, then one watch from its resourceVersion, until `count` pods match (all Ready if `ready`)."""
-    deadline = time.monotonic() + timeout
-    listing = core.list_namespaced_pod(ns, label_selector=selector)
-    pods = {p.metadata.name: p for p in listing.items}
-    version = listing.metadata.resource_version
-
-    def done() -> bool:
-        return len(pods) == count and (not ready or all(map(_ready, pods.values())))
-
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            ready_count = sum(map(_ready, pods.values()))
-            raise TimeoutError(f"{ns}: {ready_count}/{count} pods Ready, {len(pods)} present after {timeout:.0f}s"
-                               + (f"; {STALE_KWOK_HINT}" if ready else ""))
-        stream = watch.Watch().stream(core.list_namespaced_pod, ns, label_selector=selector,
-                                      resource_version=version, timeout_seconds=max(1, int(remaining)))
-        for event in stream:
-            pod = event["object"]
-            version = pod.metadata.resource_version
-            if event["type"] == "DELETED":
-                pods.pop(pod.metadata.name, None)
-            else:
-                pods[pod.metadata.name] = pod
-            if done():
-                break
+    try:
+        PodWatch(core, ns).wait(selector, done, timeout)
+    except WaitTimedOut as timed_out:
+        ready_count = sum(map(is_ready, timed_out.pods.values()))
+        raise TimeoutError(f"{ns}: {ready_count}/{count} pods Ready, {len(timed_out.pods)} present after "
+                           f"{timeout:.0f}s; {STALE_KWOK_HINT}") from None
 
 
 def wait_no_pods(core: client.CoreV1Api, ns: str, timeout: float) -> None:
     """Until the namespace holds no pod: the next measurement starts on a quiet cluster."""
-    wait_pods(core, ns, "", 0, timeout, ready=False)
+    try:
+        PodWatch(core, ns).wait("", none_left, timeout)
+    except WaitTimedOut as timed_out:
+        raise TimeoutError(f"{ns}: {len(timed_out.pods)} pods left after {timeout:.0f}s") from None
