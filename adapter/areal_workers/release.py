@@ -11,13 +11,16 @@ from typing import Any
 
 import yaml
 from pyhelm3 import Client
+from pyhelm3.command import Command
 from pyhelm3.errors import Error as HelmError
 from pyhelm3.errors import ReleaseNotFoundError
 from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
 from .config import KubernetesSchedulerConfig
 
-__all__ = ["HelmError", "Releases", "merge_values"]
+__all__ = ["HelmError", "Releases", "Snapshot", "merge_values"]
+
+Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
 
 PENDING = {ReleaseRevisionStatus.PENDING_INSTALL, ReleaseRevisionStatus.PENDING_UPGRADE,
            ReleaseRevisionStatus.PENDING_ROLLBACK, ReleaseRevisionStatus.UNINSTALLING}
@@ -54,13 +57,16 @@ class Releases:
     def __init__(self, config: KubernetesSchedulerConfig) -> None:
         self.config = config
         self.namespace = config.namespace
-        self.client = Client(
+        # The command layer is used directly for upgrades: its JSON output is the release record helm wrote,
+        # values included, which pyhelm3's Client drops (so reading them back would cost a `helm get values`).
+        self.command = Command(
             executable=config.helm_executable,
             kubeconfig=Path(config.kubeconfig) if config.kubeconfig else None,
             kubecontext=config.context,
             history_max_revisions=config.history_max,
             default_timeout=f"{int(config.helm_timeout)}s",
         )
+        self.client = Client(self.command, executable=config.helm_executable)  # it checks the executable
         self.file_values = merge_values(*(self._load(path) for path in config.values_files))
         self._chart: Chart | None = None
 
@@ -83,9 +89,9 @@ class Releases:
         except ReleaseNotFoundError:
             return None
 
-    async def snapshot(self, name: str, revision: ReleaseRevision | None = None) -> tuple[int, dict[str, Any]] | None:
-        """The number and user-supplied values of `revision`, by default the current one (None: no release)."""
-        revision = revision or await self.current(name)
+    async def snapshot(self, name: str) -> Snapshot | None:
+        """The number and user-supplied values of the current revision (None: no release)."""
+        revision = await self.current(name)
         return None if revision is None else (revision.revision, await revision.values())
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:
@@ -103,11 +109,13 @@ class Releases:
                           if role in (values.get("roles") or {})}
         return merge_values(files, values)
 
-    async def apply(self, name: str, values: dict[str, Any], description: str) -> ReleaseRevision:
-        """One `helm upgrade --install` with exactly these values (over the configured values files)."""
-        return await self.client.install_or_upgrade_release(
-            name, await self.chart(), self.layered(values), namespace=self.namespace,
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> Snapshot:
+        """One `helm upgrade --install` with exactly these values (over the configured values files); returns the
+        revision helm wrote, read from its own record of it."""
+        record = await self.command.install_or_upgrade(
+            name, (await self.chart()).ref, self.layered(values), namespace=self.namespace,
             description=description[:200], reset_values=True, wait=False, create_namespace=False)
+        return int(record["version"]), record.get("config") or {}
 
     async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         """The manifests an apply would send (helm template: no cluster access)."""

@@ -23,7 +23,7 @@ from .errors import SchedulerError, WorkerCreationError
 from .inspector import ReleaseInspector
 from .loop_thread import LoopThread
 from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
-from .release import HelmError, Releases, helm_error_text
+from .release import HelmError, Releases, Snapshot, helm_error_text
 from .release_model import ReleaseModel
 
 logger = logging.getLogger(__name__)
@@ -83,10 +83,10 @@ class ReleaseDriver:
         self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
         return self.model
 
-    def reload(self, written: Any = None) -> ReleaseModel:
-        """The model of the release's current revision, read as an adopter reads it (`written`: the revision an
-        upgrade just returned, which spares a `helm status`)."""
-        snapshot = self.helm(self.releases.snapshot(self.name, written))
+    def reload(self, written: Snapshot | None = None) -> ReleaseModel:
+        """The model of the release's current revision, read as an adopter reads it (`written`: helm's record of
+        the revision an upgrade just wrote, which spares a `helm status` and a `helm get values`)."""
+        snapshot = written or self.helm(self.releases.snapshot(self.name))
         previous = self.model
         if snapshot is None:
             self.model = ReleaseModel()
@@ -129,13 +129,15 @@ class ReleaseDriver:
 
     def apply(self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()) \
             -> ReleaseModel:
-        """One helm revision with `values`; on failure the release is left at its previous revision. The pods of
-        `workloads` (roles or pod-mode forks created or changed) are checked against the nodes first, and a first
-        install clears the trial's stale name_resolve records (as AReaL's schedulers do at start)."""
-        before = self.helm(self.releases.current(self.name))
-        if workloads or before is None:
+        """One helm revision with `values`; on failure the release is left at its previous revision (the model's:
+        it is read back after every change). The pods of `workloads` (roles or pod-mode forks created or changed)
+        are checked against the nodes first, and a first install clears the trial's stale name_resolve records (as
+        AReaL's schedulers do at start); `helm template` renders the revision only for these."""
+        before = self.model.revision
+        nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
+        if nodes or before is None:
             manifests = self.helm(self.releases.render(self.name, values), key)
-            self._check_capacity(manifests, workloads, key)
+            self._check_capacity(manifests, workloads, nodes, key)
             if before is None:
                 self._clear_name_records(manifests)
         try:
@@ -145,10 +147,9 @@ class ReleaseDriver:
             raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
         return self.reload(written)
 
-    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
-        if self.config.capacity_check == "off" or not workloads:
-            return
-        problems = capacity.preflight(manifests, workloads, self.inspector.nodes())
+    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], nodes: list[client.V1Node],
+                        key: str) -> None:
+        problems = capacity.preflight(manifests, workloads, nodes)
         if problems and self.config.capacity_check == "reject":
             raise WorkerCreationError(key, "No node can hold a worker", "\n".join(problems) +
                                       "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
@@ -166,15 +167,15 @@ class ReleaseDriver:
         if cleared:
             logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
-    def _restore(self, before: Any) -> None:
+    def _restore(self, before: int | None) -> None:
         """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
         current = self.helm(self.releases.current(self.name))
-        if current is None or (before is not None and current.revision == before.revision):
+        if current is None or current.revision == before:
             return
         if before is None:
             self.helm(self.releases.uninstall(self.name))
         else:
-            self.helm(self.releases.rollback(self.name, before.revision))
+            self.helm(self.releases.rollback(self.name, before))
 
     def uninstall(self) -> None:
         self.helm(self.releases.uninstall(self.name))

@@ -136,8 +136,8 @@ class MemoryReleases:
     async def recover(self, name: str) -> Revision | None:
         return self.cluster.current()
 
-    async def snapshot(self, name: str, revision: Revision | None = None) -> tuple[int, dict[str, Any]] | None:
-        current = revision or self.cluster.current()
+    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
+        current = self.cluster.current()
         return None if current is None else (current.revision, copy.deepcopy(current.values))
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:
@@ -147,9 +147,10 @@ class MemoryReleases:
     async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         return []
 
-    async def apply(self, name: str, values: dict[str, Any], description: str) -> Revision:
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> tuple[int, dict[str, Any]]:
         self.cluster.applied.append(copy.deepcopy(values))
-        return self.cluster.write(values, description)
+        written = self.cluster.write(values, description)
+        return written.revision, copy.deepcopy(written.values)
 
     async def rollback(self, name: str, revision: int) -> Revision:
         target = next(r for r in self.cluster.revisions if r.revision == revision)
