@@ -237,17 +237,22 @@ class ReleaseDriver:
             self.uninstall()
             note = f"uninstalled release {self.name}: no revision ever had all workers ready"
         else:
-            before = self.model.workloads()
-            self.helm(self.releases.rollback(self.name, target))
-            self.reload()
-            for workload in before - set(self.model.roles) - set(self.model.forks) - set(self.model.colocations):
-                self.wait_gone(naming.role_selector(self.name, workload))
-            replaced = self.replace_stuck_pods()
+            replaced = self.restore(target)
             self.mark_good()
             note = f"rolled back release {self.name} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
         logger.warning("%s after: %s", note, error)
         error.add_note(note)
+
+    def restore(self, target: int) -> list[str]:
+        """`helm rollback` to `target`, then what a StatefulSet rollback leaves undone: the pods of workloads the
+        target lacks are waited gone, and pods stuck on the abandoned revision are replaced (their names returned)."""
+        before = self.model.workloads()
+        self.helm(self.releases.rollback(self.name, target))
+        self.reload()
+        for workload in before - self.model.workloads():
+            self.wait_gone(naming.role_selector(self.name, workload))
+        return self.replace_stuck_pods()
 
     def replace_stuck_pods(self) -> list[str]:
         """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a

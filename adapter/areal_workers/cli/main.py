@@ -1,0 +1,193 @@
+"""areal-workers: see, debug, roll back and remove AReaL trials' workers on Kubernetes.
+
+Each trial is one Helm release of the areal-workers chart (made by KubernetesScheduler or by helm/Argo CD).
+Commands name it with --release, or --experiment and --trial; without them the only trial in the namespace.
+The namespace: -n, else AREAL_K8S_NAMESPACE, else the kubeconfig context's, else "default".
+
+Exit codes: 0 ok; 1 a problem found (a worker not ready, a failed doctor check); 2 bad arguments or input;
+3 no such trial, role or worker; 4 cluster or helm error (unreachable, forbidden); 5 a wait timed out;
+6 a confirmation declined; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ..errors import SchedulerError
+from . import completion, release_cmds, render, workers_cmds
+from .output import console, emit, table
+from .session import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
+    cluster_error, make_config
+
+PROGRAM = "areal-workers"
+
+EXAMPLES = {
+    "status": "  areal-workers status -n rl                 every trial in namespace rl\n"
+              "  areal-workers status --experiment gsm8k --trial t1 --watch\n"
+              "  areal-workers status -o json | jq '.trials[].workers[] | select(.ready|not)'",
+    "diagnose": "  areal-workers diagnose actor                every actor worker\n"
+                "  areal-workers diagnose actor/3 -o json",
+    "logs": "  areal-workers logs actor/0 -f\n  areal-workers logs rollout/2 --previous --tail 100",
+    "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
+    "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
+                "  areal-workers rollback 3 --timeout 600",
+    "render": "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
+              "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
+              "  areal-workers render --values values.yaml   a values file alone (helm template + schema)",
+    "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
+              "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
+    "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
+    "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
+}
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name (SUPPRESS: whichever place set it wins)."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("cluster and trial")
+    group.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="namespace of the trials")
+    group.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="kubeconfig file (default: $KUBECONFIG)")
+    group.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context")
+    group.add_argument("--release", default=argparse.SUPPRESS, help="the trial's helm release")
+    group.add_argument("--experiment", default=argparse.SUPPRESS, help="the trial's experiment name")
+    group.add_argument("--trial", default=argparse.SUPPRESS, help="the trial name")
+    group.add_argument("-o", "--output", choices=("table", "json", "yaml"), default=argparse.SUPPRESS,
+                       help="output format (default: table)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__, parents=[common],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=summary, parents=[common],
+                                   epilog="examples:\n" + EXAMPLES[name],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    status = command("status", "roles and workers of one trial or every trial: ready, restarts, node, address, "
+                               "and why a worker is not ready (exit 1 when one is not)")
+    status.add_argument("-w", "--watch", action="store_true", help="redraw on every pod change (one watch)")
+    status.add_argument("--watch-seconds", type=float, default=None, help="stop watching after this long")
+    diagnose = command("diagnose", "why a role's or a worker's pods are not ready: the adapter's diagnosis with "
+                                   "events, log tail and the fix (exit 1 when a problem is found)")
+    diagnose.add_argument("target", metavar="ROLE|ROLE/INDEX")
+    logs = command("logs", "a worker's log (a process fork's: its target pod's)")
+    logs.add_argument("target", metavar="ROLE/INDEX|POD")
+    logs.add_argument("-f", "--follow", action="store_true", help="stream new lines")
+    logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    logs.add_argument("-p", "--previous", action="store_true", help="the previous container (after a restart)")
+    command("history", "the trial's release revisions, with the last one whose workers were all ready")
+    rollback = command("rollback", "back to a revision (default: the last all-ready one, else the previous), "
+                                   "pods stuck on the abandoned revision replaced, then wait until ready")
+    rollback.add_argument("revision", type=int, nargs="?", default=None)
+    rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
+    rollback.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
+                                   "values files (helm template, schema-checked)")
+    render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
+                                                     "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
+                                                     "jobs: [...]}")
+    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all")
+    doctor = command("doctor", "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
+                               "capacity, a probe worker reachable from here (exit 1 when a check fails)")
+    doctor.add_argument("--gpus-per-worker", type=int, default=0)
+    doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")
+    doctor.add_argument("--no-probe", action="store_true", help="skip creating a probe worker")
+    for sub in (render_cmd, doctor):
+        sub.add_argument("--values", action="append", default=[], metavar="FILE",
+                         help="values file under the adapter's values (repeatable)")
+        sub.add_argument("--chart", default=None, help="chart directory or reference (default: the bundled one)")
+    down = command("down", "delete a trial's release and its workers (asks first)")
+    down.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    down.add_argument("--rank-zero-last", action="store_true",
+                      help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)")
+    completion_cmd = command("completion", "print a shell completion script")
+    completion_cmd.add_argument("shell", choices=("bash", "zsh"))
+    return parser
+
+
+def _session(args: argparse.Namespace) -> Session:
+    overrides = {}
+    if getattr(args, "values", None):
+        overrides["values_files"] = tuple(args.values)
+    if getattr(args, "chart", None):
+        overrides["chart"] = args.chart
+    config = make_config(getattr(args, "namespace", None), getattr(args, "kubeconfig", None),
+                         getattr(args, "context", None), **overrides)
+    return Session(config, Selection(getattr(args, "release", None), getattr(args, "experiment", None),
+                                     getattr(args, "trial", None)))
+
+
+def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
+    from .doctor import run_doctor  # imports the scheduler (probe); only this command needs it
+
+    err = console(stderr=True)
+    with err.status("checking") as spinner:
+        checks = run_doctor(session.api, session.config, gpus_per_worker=args.gpus_per_worker,
+                            workers=args.workers, probe=not args.no_probe, progress=spinner.update)
+    if fmt != "table":
+        emit({"namespace": session.namespace, "checks": [dataclasses.asdict(c) for c in checks]}, fmt)
+    else:
+        marks = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "warn": "[yellow]warn[/]", "skip": "skip"}
+        out = console()
+        out.print(table(["", "CHECK", "DETAIL"], [[marks[c.status], c.name, c.detail] for c in checks]))
+        for check in checks:
+            if check.fix and check.status != "pass":
+                out.print(f"[bold]{check.name}[/]: {check.fix}", markup=True, highlight=False)
+    return EXIT_PROBLEM if any(c.status == "fail" for c in checks) else EXIT_OK
+
+
+def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    fmt = getattr(args, "output", "table")
+    if args.command == "completion":
+        print(completion.bash_script(parser) if args.shell == "bash" else completion.zsh_script(parser), end="")
+        return EXIT_OK
+    session = _session(args)
+    try:
+        if args.command == "status":
+            return workers_cmds.status(session, fmt, args.watch, args.watch_seconds)
+        if args.command == "diagnose":
+            return workers_cmds.diagnose(session, args.target, fmt)
+        if args.command == "logs":
+            return workers_cmds.logs(session, args.target, args.follow, args.tail, args.previous)
+        if args.command == "history":
+            return release_cmds.history(session, fmt)
+        if args.command == "rollback":
+            return release_cmds.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
+        if args.command == "render":
+            return render.render(session, args.job_file, getattr(args, "experiment", None) or "experiment",
+                                 getattr(args, "trial", None) or "trial", args.show, fmt)
+        if args.command == "doctor":
+            return _doctor(session, args, fmt)
+        if args.command == "down":
+            return release_cmds.down(session, args.yes, args.rank_zero_last, fmt)
+    finally:
+        session.close()
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return dispatch(args, parser)
+    except CliError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except SchedulerError as error:  # from the adapter's release driver: helm's message included
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except (ApiException, HTTPError, ConnectionError) as error:
+        print(f"error: {cluster_error(error, args.command)}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

@@ -1,0 +1,72 @@
+"""Human tables (rich) by default, JSON or YAML for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import yaml
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .status_view import TrialStatus, age_text
+
+Format = Literal["table", "json", "yaml"]
+
+
+def console(stderr: bool = False) -> Console:
+    # No colour codes when the output goes to a file or a pipe; tables keep their width.
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def emit(data: Any, fmt: Format) -> None:
+    """`data` as JSON or YAML on stdout (fmt "table" is each command's own)."""
+    if fmt == "json":
+        print(json.dumps(data, indent=2, sort_keys=False, default=str))
+    else:
+        print(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False), end="")
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> Table:
+    made = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        made.add_column(column, overflow="fold")
+    for row in rows:
+        made.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in row))
+    return made
+
+
+def _ready_text(ready: bool, fatal: bool) -> Text:
+    if ready:
+        return Text("yes", style="green")
+    return Text("FAILED" if fatal else "no", style="red" if fatal else "yellow")
+
+
+def trial_renderable(status: TrialStatus) -> Group:
+    revision = f"revision {status.revision} ({status.helm_status})" if status.revision else "not installed"
+    good = f", last all-ready revision {status.ready_revision}" if status.ready_revision else ""
+    ready = sum(w.ready for w in status.workers)
+    header = Text.assemble((status.release, "bold"), f"  experiment {status.experiment}, trial {status.trial} · ",
+                           f"{revision}{good} · {ready}/{len(status.workers)} workers ready")
+    roles = table(["ROLE", "KIND", "TARGET", "READY"],
+                  [[r.name, r.kind, r.target or "-", f"{r.ready}/{r.replicas}"] for r in status.roles])
+    workers = table(
+        ["WORKER", "POD", "READY", "STATUS", "RESTARTS", "NODE", "ADDRESS", "AGE", "REASON"],
+        [[w.id, w.pod or "-", _ready_text(w.ready, w.fatal), w.state, w.restarts, w.node or "-",
+          f"{w.ip}:{','.join(w.ports)}" if w.ip else "-", age_text(w.age_seconds), w.reason or ""]
+         for w in status.workers])
+    return Group(header, Text(""), roles, Text(""), workers)
+
+
+def status_renderable(namespace: str, statuses: list[TrialStatus]) -> Group:
+    if not statuses:
+        return Group(Text(f"no areal-workers trial in namespace {namespace}"))
+    parts: list[Any] = []
+    for status in statuses:
+        if parts:
+            parts.append(Text(""))
+        parts.append(trial_renderable(status))
+    return Group(*parts)

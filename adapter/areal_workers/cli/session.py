@@ -1,0 +1,213 @@
+"""What every command shares: the configuration (AREAL_K8S_* variables under the command line's options), the
+cluster clients, the trial a command is about, and the exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, TypeVar
+
+from kubernetes import client, config as kube_config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from .. import backend, naming
+from ..config import ConfigError, KubernetesSchedulerConfig
+from ..inspector import ReleaseInspector
+from ..loop_thread import LoopThread
+from ..podwatch import PodWatch
+from ..release import HelmError, Releases, helm_error_text
+from ..release_model import ReleaseModel
+from ..revisions import ReleaseDriver
+
+T = TypeVar("T")
+
+# Exit codes: stable, documented in docs/en/cli.md.
+EXIT_OK = 0
+EXIT_PROBLEM = 1  # the command worked and found a problem (a worker not ready, a failed doctor check)
+EXIT_USAGE = 2  # bad arguments or input files (nothing was changed)
+EXIT_NOT_FOUND = 3  # no such trial, role or worker
+EXIT_CLUSTER = 4  # the cluster or helm refused or could not be reached
+EXIT_TIMEOUT = 5  # a wait ran out (rollback until ready)
+EXIT_ABORTED = 6  # the user declined a confirmation
+EXIT_INTERRUPTED = 130
+
+TOPOLOGY_SELECTOR = "app.kubernetes.io/part-of=areal,app.kubernetes.io/component=topology"
+
+
+class CliError(Exception):
+    """Ends the command with `message` on stderr and `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_PROBLEM) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Trial:
+    release: str
+    experiment: str
+    trial: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which trial the command line names: a release, or an experiment and trial (both None: not named)."""
+
+    release: str | None = None
+    experiment: str | None = None
+    trial: str | None = None
+
+    def named(self) -> str | None:
+        if self.release:
+            return self.release
+        if self.experiment and self.trial:
+            return naming.release_name(self.experiment, self.trial)
+        if self.experiment or self.trial:
+            raise CliError("--experiment and --trial go together (or name the release with --release)", EXIT_USAGE)
+        return None
+
+
+def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig's (current) context, as kubectl uses it."""
+    try:
+        contexts, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (kube_config.ConfigException, OSError):
+        return None
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+    return ((chosen or {}).get("context") or {}).get("namespace")
+
+
+def make_config(namespace: str | None, kubeconfig: str | None, context: str | None,
+                release: str | None = None, **overrides: Any) -> KubernetesSchedulerConfig:
+    """AREAL_K8S_* variables, then the options; the namespace falls back to the kubeconfig context's."""
+    explicit = {key: value for key, value in
+                {"kubeconfig": kubeconfig, "context": context, "release_name": release, **overrides}.items()
+                if value is not None}
+    try:
+        settings = KubernetesSchedulerConfig.from_env(**explicit)
+        if namespace:
+            return KubernetesSchedulerConfig.from_env(**explicit, namespace=namespace)
+        if settings.namespace == "default":
+            found = kubeconfig_namespace(kubeconfig, context)
+            if found:
+                return KubernetesSchedulerConfig.from_env(**explicit, namespace=found)
+        return settings
+    except ConfigError as error:
+        raise CliError(str(error), EXIT_USAGE) from None
+
+
+def cluster_error(error: Exception, doing: str) -> CliError:
+    """An API or connection failure as the command's error, with what to check."""
+    if isinstance(error, ApiException):
+        if error.status == 403:
+            reason = json.loads(error.body or "{}").get("message", error.reason) if error.body else error.reason
+            return CliError(f"{doing}: forbidden: {reason}\n(areal-workers doctor lists every permission missing "
+                            f"and the rbac/ file that grants it)", EXIT_CLUSTER)
+        return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
+    return CliError(f"{doing}: cannot reach the cluster ({error}); check --kubeconfig/--context "
+                    f"(kubectl cluster-info)", EXIT_CLUSTER)
+
+
+class Session:
+    """Clients for one command run; `close()` when done."""
+
+    def __init__(self, config: KubernetesSchedulerConfig, selection: Selection = Selection()) -> None:
+        self.config, self.selection = config, selection
+        self.namespace = config.namespace
+        self._loop: LoopThread | None = None
+
+    @cached_property
+    def api(self) -> client.ApiClient:
+        try:
+            return backend.kube_client(self.config)
+        except (kube_config.ConfigException, OSError) as error:
+            raise CliError(f"no cluster credentials: {error} (pass --kubeconfig, or set KUBECONFIG)",
+                           EXIT_CLUSTER) from None
+
+    @cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @cached_property
+    def releases(self) -> Releases:
+        return Releases(self.config)
+
+    @property
+    def loop(self) -> LoopThread:
+        if self._loop is None:
+            self._loop = LoopThread("areal-workers-cli")
+        return self._loop
+
+    def helm(self, coroutine: Coroutine[Any, Any, T], doing: str, exit_code: int = EXIT_CLUSTER) -> T:
+        try:
+            return self.loop.run(coroutine)
+        except HelmError as error:
+            raise CliError(f"{doing}: helm failed: {helm_error_text(error)}", exit_code) from None
+
+    def kube(self, call: Any, doing: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except (ApiException, HTTPError, ConnectionError) as error:
+            raise cluster_error(error, doing) from None
+
+    # --- trials ----------------------------------------------------------------------------------
+
+    def trials(self) -> list[Trial]:
+        """Every areal-workers trial in the namespace, found by the chart's topology ConfigMaps."""
+        maps = self.kube(self.core.list_namespaced_config_map, f"listing trials in namespace {self.namespace}",
+                         self.namespace, label_selector=TOPOLOGY_SELECTOR).items
+        trials = []
+        for configmap in maps:
+            topology = json.loads((configmap.data or {}).get("topology.json", "{}"))
+            release = (configmap.metadata.labels or {}).get(naming.LABEL_INSTANCE)
+            if release:
+                trials.append(Trial(release, str(topology.get("experiment", "")), str(topology.get("trial", ""))))
+        return sorted(trials, key=lambda t: t.release)
+
+    def release(self) -> str:
+        """The trial the command is about: the named one, else the only one in the namespace."""
+        named = self.selection.named()
+        if named:
+            return named
+        found = self.trials()
+        if len(found) == 1:
+            return found[0].release
+        if not found:
+            raise CliError(f"no areal-workers trial in namespace {self.namespace} (another namespace: -n NAME)",
+                           EXIT_NOT_FOUND)
+        listing = "\n".join(f"  {t.release}  (experiment {t.experiment}, trial {t.trial})" for t in found)
+        raise CliError(f"{len(found)} trials in namespace {self.namespace}; name one with --release or "
+                       f"--experiment/--trial:\n{listing}", EXIT_USAGE)
+
+    def inspector(self, release: str) -> ReleaseInspector:
+        return ReleaseInspector(self.core, self.namespace, release)
+
+    def model(self, release: str) -> ReleaseModel:
+        """The release's current revision as the scheduler reads it (values and rendered topology)."""
+        snapshot = self.helm(self.releases.snapshot(release), f"reading release {release}")
+        if snapshot is None:
+            raise CliError(f"release {release} not found in namespace {self.namespace} "
+                           f"(areal-workers status -n {self.namespace} lists the trials)", EXIT_NOT_FOUND)
+        revision, values = snapshot
+        topology = self.kube(self.inspector(release).topology, f"reading the topology of {release}")
+        return ReleaseModel(values=values, topology=topology, revision=revision)
+
+    def driver(self, release: str) -> ReleaseDriver:
+        """The scheduler's own release driver, adopted (for changes: rollback)."""
+        parts = backend.connect(self.config, release, lambda worker: None)
+        driver = ReleaseDriver(release, self.config, parts.releases, parts.inspector, parts.pods,
+                               parts.statefulsets, self.loop)
+        driver.adopt()
+        return driver
+
+    def pods(self) -> PodWatch:
+        return PodWatch(self.core, self.namespace)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+        if "api" in self.__dict__:
+            self.api.close()

@@ -1,0 +1,257 @@
+"""The areal-workers command against the local cluster: a trial made by KubernetesScheduler (a healthy role and a
+crashing one) seen, diagnosed, rolled back and removed with the command alone; output, JSON shape and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from areal_workers.cli.main import main
+from areal_workers.cli.session import (EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE)
+from clusterlib import job, spec
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "areal_workers.cli"]
+CRASH = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def cli(kubeconfig, namespace, capsys, monkeypatch):
+    """areal-workers in this process, aimed at the test's namespace; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")  # helm
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        return run(capsys, "--kubeconfig", str(kubeconfig), "-n", namespace, *argv)
+    return call
+
+
+@pytest.fixture
+def crashing_trial(make_scheduler):
+    """actor: 2 ready workers (revision 1, the last all-ready one); broken: 2 workers whose command exits 3
+    (revision 2), never waited for, so nothing rolled it back."""
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    scheduler.create_workers(job("broken", 2, [spec(cmd=CRASH)]))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until a broken worker has crashed at least once
+        code = subprocess.run([*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace,
+                               "status", "-o", "json"], capture_output=True, text=True)
+        broken = [w for w in json.loads(code.stdout)["trials"][0]["workers"] if w["role"] == "broken"]
+        if broken and all(w["fatal"] for w in broken):
+            break
+        time.sleep(1)
+    return scheduler
+
+
+def test_status_shows_every_worker_with_the_reason_one_is_not_ready(cli, crashing_trial):
+    code, out, _ = cli("status", "-o", "json")
+    assert code == EXIT_PROBLEM  # a worker is not ready
+    status = json.loads(out)
+    [trial] = status["trials"]
+    assert trial["release"] == crashing_trial.release and (trial["experiment"], trial["trial"]) == ("exp", "trial0")
+    assert trial["revision"] == 2 and trial["ready_revision"] == 1 and trial["helm_status"] == "deployed"
+    workers = {w["id"]: w for w in trial["workers"]}
+    assert set(workers) == {"actor/0", "actor/1", "broken/0", "broken/1"}
+    actor = workers["actor/0"]
+    assert actor["ready"] and actor["ip"] and actor["ports"] and actor["node"] and actor["pod"].endswith("actor-0")
+    broken = workers["broken/1"]
+    assert not broken["ready"] and broken["fatal"] and broken["reason"]
+    assert {(r["name"], r["kind"], r["ready"], r["replicas"]) for r in trial["roles"]} == {
+        ("actor", "role", 2, 2), ("broken", "role", 0, 2)}
+
+    code, table, _ = cli("status", "--release", crashing_trial.release)
+    assert code == EXIT_PROBLEM
+    for text in ("actor/0", "broken/1", "FAILED", broken["reason"][:30], "revision 2 (deployed)", "2/4 workers ready"):
+        assert text in table
+
+
+def test_diagnose_names_the_exit_code_and_the_workers_own_log(cli, crashing_trial):
+    code, out, _ = cli("diagnose", "broken")
+    assert code == EXIT_PROBLEM
+    assert "exit code 3" in out and "cannot load /ckpt/step-100: no such file" in out and "[fatal]" in out
+
+    code, out, _ = cli("diagnose", "broken/0", "-o", "json")
+    assert code == EXIT_PROBLEM
+    report = json.loads(out)
+    [finding] = report["workers"]
+    assert finding["worker"] == "broken/0" and report["healthy"] is False
+    assert finding["problem"]["exit_code"] == 3 and finding["problem"]["fatal"] is True
+    assert any("cannot load /ckpt/step-100" in line for line in finding["problem"]["log_tail"])
+
+    code, out, _ = cli("diagnose", "actor")
+    assert code == EXIT_OK and out.count("ready, no problem found") == 2
+    assert cli("diagnose", "critic")[0] == EXIT_NOT_FOUND
+    code, _, err = cli("diagnose", "actor/7")
+    assert code == EXIT_NOT_FOUND and "0..1" in err
+
+
+def test_logs_of_a_worker_and_of_a_crashed_one(cli, crashing_trial):
+    code, out, _ = cli("logs", "broken/0", "--tail", "5")
+    assert code == EXIT_OK and "cannot load /ckpt/step-100" in out
+    code, out, _ = cli("logs", "actor/1")
+    assert code == EXIT_OK and out.strip()
+    assert cli("logs", "actor/9")[0] == EXIT_NOT_FOUND
+
+
+def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_trial, core):
+    code, out, _ = cli("history", "-o", "json")
+    assert code == EXIT_OK
+    history = json.loads(out)
+    assert [r["description"] for r in history["revisions"]] == ["create actor: 2 worker(s)",
+                                                               "create broken: 2 worker(s)"]
+    assert history["ready_revision"] == 1 and history["revisions"][0]["all_ready"]
+
+    code, out, _ = cli("rollback", "-o", "json", "--timeout", "120")
+    assert code == EXIT_OK
+    outcome = json.loads(out)
+    assert (outcome["from_revision"], outcome["to_revision"], outcome["new_revision"]) == (2, 1, 3)
+    assert outcome["ready"] is True
+    pods = core.list_namespaced_pod(crashing_trial.namespace,
+                                    label_selector=f"app.kubernetes.io/instance={crashing_trial.release}").items
+    assert sorted(p.metadata.labels["areal.io/role"] for p in pods) == ["actor", "actor"]
+    code, out, _ = cli("status", "-o", "json")
+    assert code == EXIT_OK and json.loads(out)["trials"][0]["ready_revision"] == 3
+    assert cli("rollback", "7")[0] == EXIT_NOT_FOUND
+
+
+def test_down_asks_first_then_removes_the_release_and_its_pods(cli, make_scheduler, core, namespace):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    code, _, err = cli("down")  # stdin is not a terminal under pytest
+    assert code == EXIT_USAGE and "--yes" in err and scheduler.release in err
+    assert core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={scheduler.release}").items
+
+    code, out, _ = cli("down", "--yes", "-o", "json")
+    [deleted] = json.loads(out)["deleted_pods"]
+    assert code == EXIT_OK and deleted.startswith(scheduler.release) and deleted.endswith("-actor-0")
+    assert core.list_namespaced_pod(namespace,
+                                    label_selector=f"app.kubernetes.io/instance={scheduler.release}").items == []
+    code, out, _ = cli("status", "-o", "json")
+    assert code == EXIT_OK and json.loads(out)["trials"] == []
+    assert cli("down", "--yes")[0] == EXIT_NOT_FOUND
+
+
+def test_every_trial_of_a_namespace_and_naming_one(cli, make_scheduler):
+    first, second = make_scheduler("t1"), make_scheduler("t2")
+    for scheduler in (first, second):
+        scheduler.create_workers(job("actor", 1))
+        scheduler.get_workers("actor")
+    code, out, _ = cli("status", "-o", "yaml")
+    assert code == EXIT_OK
+    assert sorted(t["trial"] for t in yaml.safe_load(out)["trials"]) == ["t1", "t2"]
+    code, _, err = cli("history")
+    assert code == EXIT_USAGE and first.release in err and second.release in err  # which one? name it
+    code, out, _ = cli("history", "--experiment", "exp", "--trial", "t2", "-o", "json")
+    assert code == EXIT_OK and json.loads(out)["release"] == second.release
+
+
+def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_scheduler, core):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    watch = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "--watch",
+                              "--watch-seconds", "60", "-o", "json"], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    snapshots: list[dict] = []
+    reader = threading.Thread(target=lambda: snapshots.extend(json.loads(line) for line in watch.stdout))
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not snapshots and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert snapshots, "no first snapshot"
+    [pod] = [p for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
+             if p.metadata.labels["apps.kubernetes.io/pod-index"] == "1"]
+    core.delete_namespaced_pod(pod.metadata.name, namespace)
+
+    def actor_1(snapshot: dict) -> dict:
+        return next(w for w in snapshot["trials"][0]["workers"] if w["id"] == "actor/1")
+
+    while time.monotonic() < deadline:
+        seen = list(snapshots)
+        dropped = [i for i, s in enumerate(seen) if not actor_1(s)["ready"]]
+        if dropped and any(actor_1(s)["ready"] for s in seen[dropped[0]:]):
+            break
+        time.sleep(0.2)
+    watch.terminate()
+    watch.wait(30)
+    reader.join(30)
+    states = [actor_1(s)["ready"] for s in snapshots]
+    assert states[0] is True and False in states and states[-1] is True, states
+
+
+def test_render_a_job_file_without_a_cluster(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    unreachable = tmp_path / "kubeconfig"
+    unreachable.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [
+        {"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}], "contexts": [
+        {"name": "x", "context": {"cluster": "x", "user": "x"}}], "current-context": "x", "users": [
+        {"name": "x", "user": {}}]}))
+    jobs = tmp_path / "job.yaml"
+    jobs.write_text(yaml.safe_dump({"experiment": "gsm8k", "trial": "t1", "jobs": [
+        {"role": "actor", "replicas": 4, "tasks": [{"cpu": 4, "gpu": 1, "mem": 16, "image": "reg.example/areal:1.0",
+                                                   "cmd": "python -m areal.infra.rpc.rpc_server"}]},
+        {"role": "ref", "replicas": 4, "scheduling_strategy": {"type": "colocation", "target": "actor",
+                                                               "fork": False}}]}))
+    code, out, _ = run(capsys, "--kubeconfig", str(unreachable), "-n", "rl", "render", "-f", str(jobs), "-o", "json")
+    assert code == EXIT_OK
+    rendered = json.loads(out)
+    assert rendered["values"]["roles"]["actor"]["replicas"] == 4 and rendered["values"]["colocations"] == {
+        "ref": "actor"}
+    [statefulset] = [m for m in rendered["manifests"] if m["kind"] == "StatefulSet"]
+    assert statefulset["spec"]["replicas"] == 4 and statefulset["metadata"]["namespace"] == "rl"
+    container = statefulset["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "reg.example/areal:1.0" and str(container["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+
+    code, out, _ = run(capsys, "render", "-f", str(jobs), "--show", "values")
+    assert code == EXIT_OK and "kind:" not in out and "gsm8k" in out
+
+    jobs.write_text(yaml.safe_dump({"role": "actor", "replicas": 1, "tasks": [{"gpus": 1}]}))
+    code, _, err = run(capsys, "render", "-f", str(jobs))
+    assert code == EXIT_USAGE and "unknown field(s) gpus" in err and "gpu" in err
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"workerDefaults": {"terminationGracePeriodSeconds": -1}}))
+    code, _, err = run(capsys, "render", "--values", str(values))
+    assert code == EXIT_USAGE and "terminationGracePeriodSeconds" in err
+
+
+def test_completion_scripts_are_valid_shell(capsys):
+    code, out, _ = run(capsys, "completion", "bash")
+    assert code == EXIT_OK and "complete -F _areal_workers areal-workers" in out and "diagnose" in out
+    subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+    assert "--watch" in out and "--rank-zero-last" in out
+
+
+def test_an_unreachable_cluster_is_exit_4_with_what_to_check(tmp_path, capsys):
+    missing = tmp_path / "none.yaml"
+    missing.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [
+        {"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}], "contexts": [
+        {"name": "x", "context": {"cluster": "x", "user": "x"}}], "current-context": "x", "users": [
+        {"name": "x", "user": {}}]}))
+    code, _, err = run(capsys, "--kubeconfig", str(missing), "-n", "x", "status")
+    assert code == EXIT_CLUSTER and "cannot reach the cluster" in err
+
+
+def test_the_installed_entry_point_runs(kubeconfig, namespace):
+    script = Path(sys.executable).with_name("areal-workers")
+    done = subprocess.run([str(script), "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert json.loads(done.stdout) == {"namespace": namespace, "trials": []}
