@@ -40,8 +40,10 @@ def kube_client(config: KubernetesSchedulerConfig) -> client.ApiClient:
     return client.ApiClient()
 
 
-def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness) -> Backend:
-    api_client = kube_client(config)
+def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness,
+            api_client: client.ApiClient | None = None) -> Backend:
+    """`api_client`: an existing client of the same cluster (None: one from the config's kubeconfig)."""
+    api_client = api_client or kube_client(config)
     core = client.CoreV1Api(api_client)
     return Backend(
         releases=Releases(config),

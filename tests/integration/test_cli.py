@@ -255,3 +255,27 @@ def test_the_installed_entry_point_runs(kubeconfig, namespace):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == EXIT_OK, done.stderr
     assert json.loads(done.stdout) == {"namespace": namespace, "trials": []}
+
+
+def test_doctor_names_the_one_permission_a_service_account_lacks(cli, kube_client, kubeconfig, namespace, tmp_path,
+                                                                 capsys):
+    from kubernetes import client
+    from test_doctor_on_cluster import ROLE, ROLE_FILE, _wait_denied, _without
+
+    from clusterlib import controller_kubeconfig
+
+    code, out, _ = cli("doctor", "--no-probe", "-o", "json")
+    assert code == EXIT_OK
+    checks = {c["name"]: c["status"] for c in json.loads(out)["checks"]}
+    assert checks["chart renders"] == "pass" and checks["permission get pods/log"] == "pass"
+
+    credentials = controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
+    rbac = client.RbacAuthorizationV1Api(kube_client)
+    role = rbac.read_namespaced_role(ROLE, namespace)
+    role.rules = _without(yaml.safe_load(ROLE_FILE.read_text())["rules"], "pods/log", "get")
+    rbac.replace_namespaced_role(ROLE, namespace, role)
+    _wait_denied(kube_client, namespace, "get", "pods/log")
+    code, out, _ = run(capsys, "--kubeconfig", credentials, "-n", namespace, "doctor", "--no-probe")
+    assert code == EXIT_PROBLEM
+    assert "FAIL  permission get pods/log" in out and "granted by rbac/role.yaml" in out
+    assert "warn  permission list nodes" in out  # cluster scope: rbac/ grants nothing there

@@ -62,9 +62,10 @@ def wheel(tmp_path_factory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", "*.egg-info", "build", "dist")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
-    for name in ("adapter", "charts"):
+    for name in ("adapter", "charts", "rbac"):
         shutil.copytree(REPO / name, source / name, symlinks=True, ignore=ignore)
     assert (source / "adapter" / "areal_workers" / "chart").is_symlink()
+    assert (source / "adapter" / "areal_workers" / "rbac").is_symlink()
     out = root / "dist"
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)]
     if _build_requirements_installed():
@@ -96,6 +97,17 @@ def test_wheel_contains_every_chart_file_with_the_same_content(wheel):
             assert archive.read(f"areal_workers/chart/{name}") == (chart / name).read_bytes(), name
 
 
+def test_wheel_contains_the_controller_rbac_manifests(wheel):
+    """rbac/*.yaml as areal_workers/rbac/ (the doctor's permission check reads the Role there), nothing else of
+    rbac/."""
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {name.removeprefix("areal_workers/rbac/"): archive.read(name) for name in archive.namelist()
+                    if name.startswith("areal_workers/rbac/")}
+    expected = {path.name: path.read_bytes() for path in (REPO / "rbac").glob("*.yaml")}
+    assert "role.yaml" in expected
+    assert packaged == expected
+
+
 def test_wheel_contains_the_package(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     package = REPO / "adapter" / "areal_workers"
@@ -121,9 +133,10 @@ def test_wheel_ships_no_test_infrastructure(wheel):
     assert not copied, copied
 
 
-def test_installed_wheel_uses_its_bundled_chart(wheel, tmp_path):
+def test_installed_wheel_uses_its_bundled_chart_and_role(wheel, tmp_path):
     """Installed into a fresh venv (without dependencies; they come from this venv, after the wheel on sys.path),
-    areal_workers.config.BUNDLED_CHART is the chart inside that venv's site-packages."""
+    areal_workers.config.BUNDLED_CHART is the chart inside that venv's site-packages, and the doctor reads the
+    controller Role from there too."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120, env=_env())
     python = venv / "bin" / "python"
@@ -137,9 +150,10 @@ def test_installed_wheel_uses_its_bundled_chart(wheel, tmp_path):
     # appends a path: the editable install's own .pth in that directory is not processed.
     (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     probe = subprocess.run([str(python), "-c", (
-        "import json, areal_workers, areal_workers.config as c\n"
+        "import json, areal_workers, areal_workers.config as c, areal_workers.cli.doctor as d\n"
         "print(json.dumps({'package': areal_workers.__file__, 'chart': str(c.BUNDLED_CHART),"
-        " 'default': c.KubernetesSchedulerConfig().chart}))")],
+        " 'default': c.KubernetesSchedulerConfig().chart, 'role': str(d.ROLE_FILE),"
+        " 'accesses': len(d.role_accesses(d.ROLE_FILE.read_text())[1])}))")],
         env=_env(), capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert probe.returncode == 0, probe.stderr
     result = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -153,3 +167,7 @@ def test_installed_wheel_uses_its_bundled_chart(wheel, tmp_path):
     assert (chart / "templates" / "statefulset.yaml").is_file()
     assert result["default"] == str(chart)
     assert (chart / "Chart.yaml").read_bytes() == (REPO / "charts" / "areal-workers" / "Chart.yaml").read_bytes()
+    role = Path(result["role"])
+    assert role.resolve().is_relative_to(site), (role, site)
+    assert role.read_bytes() == (REPO / "rbac" / "role.yaml").read_bytes()
+    assert result["accesses"] > 0

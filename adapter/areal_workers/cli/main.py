@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import sys
 from collections.abc import Sequence
 
 from kubernetes.client.exceptions import ApiException
+from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
@@ -137,12 +139,18 @@ def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
     if fmt != "table":
         emit({"namespace": session.namespace, "checks": [dataclasses.asdict(c) for c in checks]}, fmt)
     else:
-        marks = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "warn": "[yellow]warn[/]", "skip": "skip"}
+        marks = {"pass": Text("pass", "green"), "fail": Text("FAIL", "red"), "warn": Text("warn", "yellow"),
+                 "skip": Text("skip")}
         out = console()
-        out.print(table(["", "CHECK", "DETAIL"], [[marks[c.status], c.name, c.detail] for c in checks]))
+        allowed = [c for c in checks if c.name.startswith("permission ") and c.status == "pass"]
+        rows = [[marks[c.status], c.name, c.detail] for c in checks if c not in allowed]
+        if allowed:  # one row for the permissions that pass (-o json lists each)
+            rows.insert(1 if rows else 0, [marks["pass"], "permissions",
+                                           f"all {len(allowed)} permissions the adapter uses are allowed (-o json lists each)"])
+        out.print(table(["", "CHECK", "DETAIL"], rows))
         for check in checks:
             if check.fix and check.status != "pass":
-                out.print(f"[bold]{check.name}[/]: {check.fix}", markup=True, highlight=False)
+                out.print(Text.assemble((check.name, "bold"), f": {check.fix}"))
     return EXIT_PROBLEM if any(c.status == "fail" for c in checks) else EXIT_OK
 
 
@@ -176,6 +184,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.getLogger("pyhelm3").setLevel(logging.ERROR)  # "command failed: helm status" of a missing release
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
