@@ -279,3 +279,16 @@ def test_doctor_names_the_one_permission_a_service_account_lacks(cli, kube_clien
     assert code == EXIT_PROBLEM
     assert "FAIL  permission get pods/log" in out and "granted by rbac/role.yaml" in out
     assert "warn  permission list nodes" in out  # cluster scope: rbac/ grants nothing there
+
+
+def test_the_job_file_of_the_cli_reference_renders(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    page = (REPO / "docs" / "en" / "cli.md").read_text()
+    example = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(example)
+    code, out, err = run(capsys, "-n", "rl", "render", "-f", str(job_file), "-o", "json")
+    assert code == EXIT_OK, err
+    rendered = json.loads(out)
+    assert rendered["values"]["experiment"] == "gsm8k-grpo" and rendered["values"]["colocations"] == {"ref": "actor"}
+    assert [m["spec"]["replicas"] for m in rendered["manifests"] if m["kind"] == "StatefulSet"] == [4]

@@ -3,10 +3,6 @@
 Each trial is one Helm release of the areal-workers chart (made by KubernetesScheduler or by helm/Argo CD).
 Commands name it with --release, or --experiment and --trial; without them the only trial in the namespace.
 The namespace: -n, else AREAL_K8S_NAMESPACE, else the kubeconfig context's, else "default".
-
-Exit codes: 0 ok; 1 a problem found (a worker not ready, a failed doctor check); 2 bad arguments or input;
-3 no such trial, role or worker; 4 cluster or helm error (unreachable, forbidden); 5 a wait timed out;
-6 a confirmation declined; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from urllib3.exceptions import HTTPError
 from ..errors import SchedulerError
 from . import completion, release_cmds, render, workers_cmds
 from .output import console, emit, table
-from .session import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
+from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
     cluster_error, make_config
 
 PROGRAM = "areal-workers"
@@ -66,8 +62,9 @@ def _common() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
     parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__, parents=[common],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=f"exit codes:\n{codes}", formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:

@@ -24,15 +24,26 @@ from ..revisions import ReleaseDriver
 
 T = TypeVar("T")
 
-# Exit codes: stable, documented in docs/en/cli.md.
+# Exit codes: stable, documented in docs/en/cli.md (generated from EXIT_CODES).
 EXIT_OK = 0
-EXIT_PROBLEM = 1  # the command worked and found a problem (a worker not ready, a failed doctor check)
-EXIT_USAGE = 2  # bad arguments or input files (nothing was changed)
-EXIT_NOT_FOUND = 3  # no such trial, role or worker
-EXIT_CLUSTER = 4  # the cluster or helm refused or could not be reached
-EXIT_TIMEOUT = 5  # a wait ran out (rollback until ready)
-EXIT_ABORTED = 6  # the user declined a confirmation
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CLUSTER = 4
+EXIT_TIMEOUT = 5
+EXIT_ABORTED = 6
 EXIT_INTERRUPTED = 130
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
+                  "check",
+    EXIT_USAGE: "bad arguments or input files, or an ambiguous trial; nothing was changed",
+    EXIT_NOT_FOUND: "no such trial, role, worker or revision",
+    EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",
+    EXIT_TIMEOUT: "a wait ran out (rollback until the workers are ready)",
+    EXIT_ABORTED: "a confirmation was declined (down)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); ends --watch and logs -f without an error",
+}
 
 TOPOLOGY_SELECTOR = "app.kubernetes.io/part-of=areal,app.kubernetes.io/component=topology"
 
