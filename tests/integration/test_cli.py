@@ -292,3 +292,31 @@ def test_the_job_file_of_the_cli_reference_renders(tmp_path, capsys, monkeypatch
     rendered = json.loads(out)
     assert rendered["values"]["experiment"] == "gsm8k-grpo" and rendered["values"]["colocations"] == {"ref": "actor"}
     assert [m["spec"]["replicas"] for m in rendered["manifests"] if m["kind"] == "StatefulSet"] == [4]
+
+
+def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_back(cli, pod_runner, namespace,
+                                                                                   tmp_path, worker_lane, core):
+    from clusterlib import RUN_PODS, lane_values
+
+    pod_runner(namespace)
+    platform = tmp_path / "platform.json"
+    platform.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
+    task = {"cpu": 1, "mem": 1, "cmd": "python -m areal.infra.rpc.rpc_server"}
+    jobs = tmp_path / "job.yaml"
+    jobs.write_text(yaml.safe_dump({"experiment": "exp", "trial": "up", "jobs": [
+        {"role": "actor", "replicas": 2, "tasks": [task]}]}))
+    timeout = str(worker_lane.timeouts["ready_timeout"])
+    code, out, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout, "-o", "json")
+    assert code == EXIT_OK, err
+    made = json.loads(out)
+    assert [w["id"] for w in made["workers"]] == ["actor/0", "actor/1"] and all(w["ip"] for w in made["workers"])
+    assert cli("status", "-o", "json")[0] == EXIT_OK
+
+    jobs.write_text(yaml.safe_dump({"experiment": "exp", "trial": "up", "jobs": [
+        {"role": "actor", "replicas": 2, "tasks": [task]},
+        {"role": "broken", "replicas": 1, "tasks": [{**task, "cmd": CRASH}]}]}))
+    code, _, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout)
+    assert code == EXIT_PROBLEM and "exit code 3" in err and "rolled back release" in err
+    history = json.loads(cli("history", "-o", "json")[1])
+    assert [r["description"] for r in history["revisions"]][-1] == "Rollback to 1"
+    assert cli("down", "--yes")[0] == EXIT_OK

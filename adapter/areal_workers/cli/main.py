@@ -18,7 +18,7 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
-from . import completion, release_cmds, render, workers_cmds
+from . import completion, release_cmds, render, up_cmd, workers_cmds
 from .output import console, emit, table
 from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
     cluster_error, make_config
@@ -35,6 +35,8 @@ EXAMPLES = {
     "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
     "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
                 "  areal-workers rollback 3 --timeout 600",
+    "up": "  areal-workers up -f job.yaml               create the job file's roles and wait until they answer\n"
+          "  areal-workers up -f job.yaml --values platform.yaml --timeout 900",
     "render": "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
               "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
               "  areal-workers render --values values.yaml   a values file alone (helm template + schema)",
@@ -90,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("revision", type=int, nargs="?", default=None)
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
     rollback.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    up = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
+                       "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
+    up.add_argument("-f", "--job-file", required=True, help="the job file (see render)")
+    up.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
+    up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait per role (default 600)")
     render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
                                    "values files (helm template, schema-checked)")
     render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
@@ -101,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
     doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")
     doctor.add_argument("--no-probe", action="store_true", help="skip creating a probe worker")
-    for sub in (render_cmd, doctor):
+    for sub in (up, render_cmd, doctor):
         sub.add_argument("--values", action="append", default=[], metavar="FILE",
                          help="values file under the adapter's values (repeatable)")
         sub.add_argument("--chart", default=None, help="chart directory or reference (default: the bundled one)")
@@ -168,6 +175,9 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return release_cmds.history(session, fmt)
         if args.command == "rollback":
             return release_cmds.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
+        if args.command == "up":
+            return up_cmd.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
+                             not args.no_wait, args.timeout, fmt)
         if args.command == "render":
             return render.render(session, args.job_file, getattr(args, "experiment", None) or "experiment",
                                  getattr(args, "trial", None) or "trial", args.show, fmt)
