@@ -12,7 +12,7 @@ WORKERS ?=
 CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration chart-docs clean bench bench-full
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs chart-docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -81,8 +81,8 @@ test-helm4: tools ## the second lane: the release-driving integration tests with
 test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL's real worker server
 	AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE) $(PYTEST_ARGS)
 
-test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment run in `make test`)
-	$(PYTEST) -m "unit and not areal_worker" $(PYTEST_ARGS)
+test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment or helm run in `make test`)
+	$(PYTEST) -m "unit and not areal_worker and not chart" $(PYTEST_ARGS)
 
 test-chart: tools ## chart tests only (helm, no cluster)
 	$(PYTEST) -m chart $(PYTEST_ARGS)
@@ -90,8 +90,12 @@ test-chart: tools ## chart tests only (helm, no cluster)
 test-integration: tools ## integration tests (starts or reuses the local cluster; leaves it running)
 	$(PYTEST) -m integration $(PYTEST_ARGS)
 
-chart-docs: venv ## regenerate the values tables (chart README, docs/*/chart-values.md) from values.yaml and its schema
+docs: venv ## regenerate the generated docs from the code: the chart README's values table, docs/*/configuration.md, docs/*/cli.md
 	$(PY) tools/chart_docs.py
+	$(PY) tools/config_docs.py
+	$(PY) tools/cli_docs.py
+
+chart-docs: docs ## the former name of `make docs`
 
 clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
 	rm -rf .tools $(VENV)

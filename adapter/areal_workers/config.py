@@ -25,6 +25,8 @@ ENVIRONMENT = {
     "AREAL_K8S_TERMINATION_GRACE_SECONDS": "termination_grace_seconds",
     "AREAL_K8S_NODE_SELECTOR": "node_selector",
 }
+# The namespace when AREAL_K8S_NAMESPACE is unset; then the pod's own (SERVICE_ACCOUNT_NAMESPACE_FILE).
+NAMESPACE_FALLBACK_VARIABLE = "KUBERNETES_NAMESPACE"
 
 
 # Where a process inside a pod learns its namespace (mounted with the service account token).
@@ -42,13 +44,16 @@ class KubernetesSchedulerConfig:
 
     Attributes:
         namespace: namespace of the release and its workers.
-        kubeconfig / context: cluster credentials (None: in-cluster config, then ~/.kube/config).
+        kubeconfig: kubeconfig file with the cluster credentials (None: the in-cluster service account, else
+            $KUBECONFIG or ~/.kube/config).
+        context: context of the kubeconfig to use (None: its current context).
         chart: chart directory, packaged chart, `repo/name` or `oci://` reference; default: the chart in this wheel.
         chart_version / chart_repo: for repository and OCI references.
         values_files: extra values files merged under the adapter's values (platform defaults); their
             `roles.<name>` entries apply when the scheduler creates that role.
         image: default worker image ("repo:tag") for specs that do not name a Kubernetes image.
-        image_pull_policy / image_pull_secrets: as in a pod spec.
+        image_pull_policy: the workers' imagePullPolicy, Always, IfNotPresent or Never (None: the chart's).
+        image_pull_secrets: names of image pull Secrets in the namespace, for a private registry.
         service_account: the workers' ServiceAccount (None: the chart creates one).
         termination_grace_seconds: workers' terminationGracePeriodSeconds.
         node_selector: nodeSelector applied to every role.
@@ -57,7 +62,8 @@ class KubernetesSchedulerConfig:
         python_executable: replaces a controller-side interpreter path at the start of a worker command, and
             starts forked workers.
         fork_module: what fork_workers runs with `python -m` when no command is given (AReaL's rpc_server).
-        helm_executable / helm_timeout: the helm binary and its per-operation time-out (seconds).
+        helm_executable: the helm binary (helm 3 or 4), a path or a name looked up on PATH.
+        helm_timeout: helm's per-operation time-out, also how long a deletion waits for the pods to go (seconds).
         history_max: helm revisions kept per release.
         ready_timeout: default time-out of get_workers (seconds).
         fork_mode: "process" (a child of the target's guard, AReaL semantics) or "pod" (a sibling StatefulSet).
@@ -129,22 +135,15 @@ class KubernetesSchedulerConfig:
         AREAL_K8S_NAMESPACE, KUBERNETES_NAMESPACE and, inside a pod, its service account's namespace."""
         environ = os.environ if environ is None else environ
         values: dict[str, object] = {}
-        namespace = environ.get("KUBERNETES_NAMESPACE") or _read_namespace(namespace_file)
+        namespace = environ.get(NAMESPACE_FALLBACK_VARIABLE) or _read_namespace(namespace_file)
         if namespace:
             values["namespace"] = namespace
         for variable, name in ENVIRONMENT.items():
             raw = environ.get(variable)
             if raw is None or raw == "":
                 continue
-            if name == "termination_grace_seconds":
-                try:
-                    values[name] = int(raw)
-                except ValueError:
-                    raise ConfigError(f"{variable} must be an integer number of seconds, got {raw!r}") from None
-            elif name == "node_selector":
-                values[name] = parse_node_selector(raw, variable)
-            else:
-                values[name] = raw
+            parse = ENVIRONMENT_PARSERS.get(name)
+            values[name] = parse(raw, variable) if parse is not None else raw
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
@@ -161,7 +160,7 @@ def _read_namespace(path: Path) -> str | None:
 
 
 def parse_node_selector(raw: str, source: str = "node_selector") -> dict[str, str]:
-    """`{"k": "v"}` (JSON) or `k=v,k2=v2`."""
+    """`k=v,k2=v2`, or a JSON object such as `{"k": "v"}`."""
     raw = raw.strip()
     if raw.startswith("{"):
         try:
@@ -178,3 +177,19 @@ def parse_node_selector(raw: str, source: str = "node_selector") -> dict[str, st
             raise ConfigError(f"{source}: {item!r} is not key=value (expected e.g. 'pool=gpu,zone=a' or JSON)")
         selector[key.strip()] = value.strip()
     return selector
+
+
+def parse_seconds(raw: str, source: str = "seconds") -> int:
+    """An integer number of seconds, e.g. `120`."""
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{source} must be an integer number of seconds, got {raw!r}") from None
+
+
+# How from_env turns a variable's text into its field's value (fields not listed take the text as it is). The
+# first line of each parser's docstring is the format docs/*/configuration.md shows (tools/config_docs.py).
+ENVIRONMENT_PARSERS = {
+    "termination_grace_seconds": parse_seconds,
+    "node_selector": parse_node_selector,
+}

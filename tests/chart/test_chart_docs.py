@@ -1,5 +1,6 @@
-"""The values tables of the chart's README and of docs/*/chart-values.md are what tools/chart_docs.py generates
-from values.yaml and values.schema.json, and the generator refuses a value without a description."""
+"""The values table of the chart's README is what tools/chart_docs.py generates from values.yaml and
+values.schema.json, and the generator refuses a value without a description. (The same rows in
+docs/*/configuration.md: tests/unit/test_config_docs.py.)"""
 
 from __future__ import annotations
 

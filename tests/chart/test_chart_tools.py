@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 from chartlib import CHART, FULL_VALUES, REPO, template_text
+from kubeconform_schemas import standalone_strict_schemas
 
 TOOLS = REPO / ".tools"
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
-
-
-def pinned_kubernetes_minor() -> str:
-    for line in (REPO / "tools" / "versions.env").read_text().splitlines():
-        if line.startswith("KUBERNETES_VERSION="):
-            major, minor = line.split("=", 1)[1].lstrip("v").split(".")[:2]
-            return f"{major}.{minor}"
-    raise AssertionError("KUBERNETES_VERSION missing from tools/versions.env")
 
 
 def test_ct_lint_with_the_repository_configuration():
@@ -34,24 +25,6 @@ def test_ct_lint_with_the_repository_configuration():
         cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All charts linted successfully" in result.stdout + result.stderr
-
-
-def standalone_strict_schemas(manifests: str, out: Path) -> Path:
-    """kubeconform's layout (<kind>[-<group>]-<version>.json, self-contained) built from the strict schemas that
-    kubernetes-validate ships for the pinned Kubernetes minor; theirs reference a shared definitions file by an
-    absolute path kubeconform cannot resolve, so the definitions are embedded."""
-    source = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{pinned_kubernetes_minor()}.0-local-strict"
-    assert source.is_dir(), f"kubernetes-validate {kubernetes_validate.__version__} has no schemas for {source.name}"
-    definitions = json.loads((source / "_definitions.json").read_text())["$defs"]
-    for document in filter(None, yaml.safe_load_all(manifests)):
-        group_version = document["apiVersion"].split("/")
-        suffix = "-".join([group_version[0].split(".")[0], group_version[1]] if len(group_version) == 2 else group_version)
-        name = f"{document['kind'].lower()}-{suffix}.json"
-        text = (source / name).read_text().replace('"/api/_definitions.json#/$defs/', '"#/$defs/')
-        schema = json.loads(text)
-        schema["$defs"] = json.loads(json.dumps(definitions).replace('"/api/_definitions.json#/$defs/', '"#/$defs/'))
-        (out / name).write_text(json.dumps(schema))
-    return out
 
 
 @pytest.mark.parametrize("values_file", [*EXAMPLES, None], ids=lambda path: path.name if path else "every-feature")
