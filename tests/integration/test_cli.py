@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "areal_workers.cli"]
+WITH_HELM = {**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
 CRASH = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"
 
 
@@ -52,7 +53,7 @@ def crashing_trial(make_scheduler):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until a broken worker has crashed at least once
         code = subprocess.run([*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace,
-                               "status", "-o", "json"], capture_output=True, text=True)
+                               "status", "-o", "json"], capture_output=True, text=True, env=WITH_HELM)
         broken = [w for w in json.loads(code.stdout)["trials"][0]["workers"] if w["role"] == "broken"]
         if broken and all(w["fatal"] for w in broken):
             break
@@ -108,6 +109,19 @@ def test_logs_of_a_worker_and_of_a_crashed_one(cli, crashing_trial):
     code, out, _ = cli("logs", "actor/1")
     assert code == EXIT_OK and out.strip()
     assert cli("logs", "actor/9")[0] == EXIT_NOT_FOUND
+
+
+def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):
+    follow = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", crashing_trial.namespace, "logs",
+                               "actor/0", "-f"], stdout=subprocess.PIPE, text=True, env=WITH_HELM)
+    try:
+        first = follow.stdout.readline()  # the log so far arrives at once; -f keeps the stream open
+        assert first.strip()
+        time.sleep(1)
+        assert follow.poll() is None, "logs -f ended on its own"
+    finally:
+        follow.send_signal(2)  # Ctrl-C: the normal end of -f
+        assert follow.wait(30) == EXIT_OK
 
 
 def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_trial, core):
@@ -169,7 +183,7 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     scheduler.get_workers("actor")
     watch = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "--watch",
                               "--watch-seconds", "60", "-o", "json"], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+                             env=WITH_HELM)
     snapshots: list[dict] = []
     reader = threading.Thread(target=lambda: snapshots.extend(json.loads(line) for line in watch.stdout))
     reader.start()
