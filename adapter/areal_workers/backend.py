@@ -11,6 +11,7 @@ from kubernetes import client, config as kube_config
 from .config import KubernetesSchedulerConfig
 from .guard_client import GuardClient, Liveness
 from .inspector import ReleaseInspector
+from .lease import ReleaseLease
 from .podwatch import PodWatch
 from .release import Releases
 from .revisions import StatefulSets
@@ -23,6 +24,7 @@ class Backend:
     inspector: ReleaseInspector
     statefulsets: StatefulSets
     guard: GuardClient
+    lease: ReleaseLease | None = None  # the trainer's heartbeat for the release (None: not kept)
 
 
 Connect = Callable[[KubernetesSchedulerConfig, str, Liveness], Backend]
@@ -52,4 +54,6 @@ def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness,
         statefulsets=client.AppsV1Api(api_client),
         # A pod check costs an API request: made before retries and after connection errors, not per call.
         guard=GuardClient(liveness=liveness, check_first_attempt=False),
+        lease=ReleaseLease(client.CoordinationV1Api(api_client), config.namespace, release, config.lease_grace_seconds)
+        if config.lease_grace_seconds > 0 and config.ownership == "managed" else None,
     )

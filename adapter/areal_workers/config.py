@@ -16,7 +16,8 @@ ReleaseOwnership = Literal["managed", "external"]
 CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
-# The environment variables of AReaL PR #1316, honoured for compatibility.
+# The environment variables of AReaL PR #1316 (honoured for compatibility), then the trainer-lifetime ones of
+# areal-workers (set by `areal-workers submit` for a trainer in the cluster).
 ENVIRONMENT = {
     "AREAL_K8S_NAMESPACE": "namespace",
     "AREAL_K8S_CONTEXT": "context",
@@ -24,6 +25,9 @@ ENVIRONMENT = {
     "AREAL_K8S_IMAGE_PULL_POLICY": "image_pull_policy",
     "AREAL_K8S_TERMINATION_GRACE_SECONDS": "termination_grace_seconds",
     "AREAL_K8S_NODE_SELECTOR": "node_selector",
+    "AREAL_K8S_LEASE_GRACE_SECONDS": "lease_grace_seconds",
+    "AREAL_K8S_OWNER_POD": "owner_pod",
+    "AREAL_K8S_OWNER_POD_UID": "owner_pod_uid",
 }
 # The namespace when AREAL_K8S_NAMESPACE is unset; then the pod's own (SERVICE_ACCOUNT_NAMESPACE_FILE).
 NAMESPACE_FALLBACK_VARIABLE = "KUBERNETES_NAMESPACE"
@@ -75,6 +79,12 @@ class KubernetesSchedulerConfig:
         ownership: "managed" (the adapter installs and changes the release) or "external" (someone else does;
             the adapter only discovers and calls workers).
         release_name: the release to use (None: derived from experiment and trial).
+        lease_grace_seconds: the trainer renews a Lease for its release while the scheduler lives; once the Lease
+            is this many seconds old (the trainer died), `areal-workers reap` may uninstall the release. 0: no
+            Lease (the release lives until deleted).
+        owner_pod / owner_pod_uid: the trainer's own pod when it runs in the cluster (set from the downward API by
+            `areal-workers submit`): the release's objects get it as ownerReference, so Kubernetes' garbage
+            collector deletes the workers when the trainer's pod goes.
     """
 
     namespace: str = "default"
@@ -104,6 +114,9 @@ class KubernetesSchedulerConfig:
     capacity_check: CapacityCheck = "reject"
     ownership: ReleaseOwnership = "managed"
     release_name: str | None = None
+    lease_grace_seconds: float = 300.0
+    owner_pod: str | None = None
+    owner_pod_uid: str | None = None
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -125,6 +138,11 @@ class KubernetesSchedulerConfig:
         for name in ("helm_timeout", "ready_timeout", "fork_ready_timeout", "destroy_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.lease_grace_seconds < 0:
+            raise ConfigError(f"lease_grace_seconds must be >= 0 (0: no lease), got {self.lease_grace_seconds}")
+        if bool(self.owner_pod) != bool(self.owner_pod_uid):
+            raise ConfigError("owner_pod and owner_pod_uid go together (AREAL_K8S_OWNER_POD and "
+                              "AREAL_K8S_OWNER_POD_UID, from the downward API's metadata.name and metadata.uid)")
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 
@@ -191,5 +209,6 @@ def parse_seconds(raw: str, source: str = "seconds") -> int:
 # first line of each parser's docstring is the format docs/*/configuration.md shows (tools/config_docs.py).
 ENVIRONMENT_PARSERS = {
     "termination_grace_seconds": parse_seconds,
+    "lease_grace_seconds": parse_seconds,
     "node_selector": parse_node_selector,
 }

@@ -14,6 +14,8 @@ import logging
 import threading
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from . import backend as backend_module
 from . import fork_ops, job_values, naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
@@ -22,12 +24,14 @@ from .discovery import WorkerFinder
 from .errors import (
     InvalidRequestError,
     InvalidSchedulerSetupError,
+    SchedulerError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
 from .held_workers import HeldWorkers
+from .lease import ReleaseLease
 from .loop_thread import LoopThread
 from .revisions import ReleaseDriver
 from .wire_format import deserialize_value, serialize_value
@@ -66,6 +70,19 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                                              parts.inspector, self.config, self.experiment_name, self.trial_name)
         self._lock = threading.RLock()
         self.driver.adopt()
+        self.lease = parts.lease
+        if self.lease is not None:
+            self._take_lease(self.lease)
+
+    def _take_lease(self, lease: ReleaseLease) -> None:
+        try:
+            lease.start()
+        except ApiException as error:
+            self.loop.close()
+            raise SchedulerError(
+                f"cannot keep the lease of release {self.release} in namespace {self.namespace} "
+                f"({error.status} {error.reason}): apply rbac/ (leases in coordination.k8s.io), or set "
+                f"lease_grace_seconds=0 (AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without one") from None
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -376,6 +393,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         """Releases HTTP sessions and the helper loop; the workers keep running. Idempotent."""
         if self.closed:
             return
+        if self.lease is not None:  # a release left installed is reaped once the lease is older than its grace
+            self.lease.stop()
+            if not self.driver.model.installed:
+                self.lease.delete()
         self.guard.close()
         self.loop.run(self.guard.aclose())  # the async session of the helper loop (used by forks)
         self.loop.close()

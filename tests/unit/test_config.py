@@ -20,6 +20,9 @@ ALL_VARIABLES = {
     "AREAL_K8S_IMAGE_PULL_POLICY": "Always",
     "AREAL_K8S_TERMINATION_GRACE_SECONDS": "120",
     "AREAL_K8S_NODE_SELECTOR": "pool=gpu,zone=a",
+    "AREAL_K8S_LEASE_GRACE_SECONDS": "60",
+    "AREAL_K8S_OWNER_POD": "trainer-x7k2p",
+    "AREAL_K8S_OWNER_POD_UID": "3f1c2a9e-0000-4000-8000-000000000001",
 }
 
 
@@ -136,6 +139,8 @@ def test_from_env_reads_every_variable():
     assert config.termination_grace_seconds == 120
     assert isinstance(config.termination_grace_seconds, int)
     assert dict(config.node_selector) == {"pool": "gpu", "zone": "a"}
+    assert config.lease_grace_seconds == 60
+    assert (config.owner_pod, config.owner_pod_uid) == ("trainer-x7k2p", "3f1c2a9e-0000-4000-8000-000000000001")
     # everything else keeps its default
     default = KubernetesSchedulerConfig()
     for field in dataclasses.fields(KubernetesSchedulerConfig):

@@ -18,7 +18,7 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
-from . import completion, release_cmds, render, up_cmd, workers_cmds
+from . import completion, reap_cmd, release_cmds, render, up_cmd, workers_cmds
 from .output import console, emit, table
 from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
     cluster_error, make_config
@@ -43,6 +43,8 @@ EXAMPLES = {
     "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
               "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
+    "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease past its grace)\n"
+            "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
 }
 
@@ -116,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("-y", "--yes", action="store_true", help="do not ask")
     down.add_argument("--rank-zero-last", action="store_true",
                       help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)")
+    reap = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
+                           "grace period (run it by hand or from a CronJob), and wait for their pods to go")
+    reap.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
+    reap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a release's pods to go")
     completion_cmd = command("completion", "print a shell completion script")
     completion_cmd.add_argument("shell", choices=("bash", "zsh"))
     return parser
@@ -183,6 +189,8 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                  getattr(args, "trial", None) or "trial", args.show, fmt)
         if args.command == "doctor":
             return _doctor(session, args, fmt)
+        if args.command == "reap":
+            return reap_cmd.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":
             return release_cmds.down(session, args.yes, args.rank_zero_last, fmt)
     finally:

@@ -1,0 +1,108 @@
+"""Workers never outlive their trainer by more than a bounded time: a trainer killed with SIGKILL stops renewing
+its release's Lease and `areal-workers reap` uninstalls the release once the grace period has passed; a trainer
+that restarts within the grace period takes the Lease over and keeps its workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from areal_workers import KubernetesSchedulerConfig, naming
+from areal_workers.cli.main import main
+from clusterlib import job
+
+pytestmark = pytest.mark.integration
+
+GRACE = 3
+TRAINER = textwrap.dedent("""
+    import json, sys, time
+    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+    settings = json.loads(sys.argv[1])
+    settings["values_files"] = tuple(settings["values_files"])
+    scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="exp",
+                                    trial_name="trainer")
+    scheduler.create_workers(Job(role="actor", replicas=2, tasks=[SchedulingSpec(
+        cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
+    workers = scheduler.get_workers("actor")
+    print(json.dumps([[w.ip, w.worker_ports[0]] for w in workers]), flush=True)
+    time.sleep(3600)
+""")
+
+
+def start_trainer(config: KubernetesSchedulerConfig, tmp_path: Path) -> tuple[subprocess.Popen, list]:
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    settings = {**dataclasses.asdict(config), "lease_grace_seconds": GRACE}
+    trainer = subprocess.Popen([sys.executable, str(script), json.dumps(settings)], stdout=subprocess.PIPE,
+                               text=True)
+    line = trainer.stdout.readline()
+    assert line, f"the trainer ended before its workers were ready (exit {trainer.wait(60)})"
+    return trainer, json.loads(line)
+
+
+def answers(address: list) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/health", timeout=2):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def reap(capsys, kubeconfig: Path, namespace: str) -> dict:
+    assert main(["--kubeconfig", str(kubeconfig), "-n", namespace, "reap", "-o", "json", "--timeout", "120"]) == 0
+    return {lease["release"]: lease["action"] for lease in json.loads(capsys.readouterr().out)["leases"]}
+
+
+@pytest.fixture
+def trainer_config(make_scheduler, monkeypatch):
+    """The settings of make_scheduler's schedulers (its podrunner runs the namespace's pods), for trainers in
+    subprocesses; helm on PATH for the command."""
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[2] / '.tools' / 'bin'}{os.pathsep}"
+                               f"{os.environ['PATH']}")
+    probe = make_scheduler("settings", lease_grace_seconds=0)
+    return probe.config
+
+
+def test_a_killed_trainers_release_is_reaped_after_the_grace_period(trainer_config, kubeconfig, namespace, core,
+                                                                     tmp_path, capsys):
+    trainer, addresses = start_trainer(trainer_config, tmp_path)
+    release = naming.release_name("exp", "trainer")
+    assert all(answers(address) for address in addresses)
+    assert core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items
+    assert reap(capsys, kubeconfig, namespace) == {release: "alive"}
+
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait(30)
+    killed = time.monotonic()
+    assert reap(capsys, kubeconfig, namespace) == {release: "alive"}  # within the grace
+    time.sleep(GRACE + 1)
+    assert reap(capsys, kubeconfig, namespace) == {release: "reaped"}
+    gone = time.monotonic() - killed
+    print(f"trainer killed -> last worker gone: {gone:.1f}s (grace {GRACE}s, reaped once it expired)",
+          file=sys.stderr)
+    assert core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items == []
+    assert not any(answers(address) for address in addresses)  # no worker process remains
+    assert reap(capsys, kubeconfig, namespace) == {}  # the lease went with the release
+
+
+def test_a_trainer_restarted_within_the_grace_period_keeps_its_workers(trainer_config, kubeconfig, namespace,
+                                                                       tmp_path, capsys, make_scheduler):
+    trainer, addresses = start_trainer(trainer_config, tmp_path)
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait(30)
+    successor = make_scheduler("trainer", lease_grace_seconds=GRACE)  # adopts the release and takes the lease
+    time.sleep(GRACE + 1)
+    assert set(reap(capsys, kubeconfig, namespace).values()) == {"alive"}
+    workers = successor.get_workers("actor", timeout=60)
+    assert [[w.ip, w.worker_ports[0]] for w in workers] == addresses and all(answers(a) for a in addresses)
