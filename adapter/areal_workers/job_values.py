@@ -329,6 +329,9 @@ def base_values(config: KubernetesSchedulerConfig, experiment: str, trial: str,
         values["serviceAccount"] = {"create": False, "name": config.service_account}
     if cluster:
         values["cluster"] = copy.deepcopy(dict(cluster))
+    if config.owner_pod:  # the trainer runs in a pod: its workers go with it (garbage collection)
+        values["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": config.owner_pod,
+                                      "uid": config.owner_pod_uid}]
     return values
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
-from . import completion, reap_cmd, release_cmds, render, up_cmd, workers_cmds
+from . import completion, reap_cmd, release_cmds, render, submit_cmd, up_cmd, workers_cmds
 from .output import console, emit, table
 from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
     cluster_error, make_config
@@ -43,6 +43,8 @@ EXAMPLES = {
     "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
               "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
+    "submit": "  areal-workers submit -n rl -f trainer.yaml -- python train.py --config gsm8k.yaml\n"
+              "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py",
     "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease past its grace)\n"
             "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
@@ -118,6 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("-y", "--yes", action="store_true", help="do not ask")
     down.add_argument("--rank-zero-last", action="store_true",
                       help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)")
+    submit = command("submit", "run the trainer as a Job in the namespace (controller ServiceAccount, the label the "
+                               "NetworkPolicy admits, its workers owned by its pod), stream its log and exit with "
+                               "its exit code")
+    submit.add_argument("-f", "--file", help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
+                                             "volumes, volume_mounts, lease_grace_seconds, ...)")
+    submit.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
+    submit.add_argument("--name", help="the Job's name (default: trainer-<script>)")
+    submit.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
+    submit.add_argument("--detach", action="store_true", help="return once the Job is created")
+    submit.add_argument("--start-timeout", type=float, default=600.0,
+                        help="seconds for the trainer pod to start (default 600)")
+    submit.add_argument("trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the trainer's command")
     reap = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
                            "grace period (run it by hand or from a CronJob), and wait for their pods to go")
     reap.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
@@ -189,6 +204,10 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                  getattr(args, "trial", None) or "trial", args.show, fmt)
         if args.command == "doctor":
             return _doctor(session, args, fmt)
+        if args.command == "submit":
+            command_line = args.trainer_command[1:] if args.trainer_command[:1] == ["--"] else args.trainer_command
+            return submit_cmd.submit(session, args.file, {"image": args.image, "name": args.name}, command_line,
+                                     args.dry_run, args.detach, args.start_timeout, fmt)
         if args.command == "reap":
             return reap_cmd.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":
