@@ -63,6 +63,8 @@ FULL_VALUES = {
     "forks": {"ref": {"target": "actor"}, "helper": {"target": "rollout", "mode": "pod"}},
     "controllerRbac": {"create": True},
     "cluster": {"fileroot": "/data/$x", "nameResolve": {"type": "etcd3", "etcd3Addr": "etcd:2379"}},
+    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "5c1e7a2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d",
+                         "controller": True, "blockOwnerDeletion": True}],
 }
 
 

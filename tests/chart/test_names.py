@@ -93,6 +93,24 @@ def test_standard_labels_everywhere(render):
     assert pod_labels["areal.io/role"] == "a" and pod_labels["app.kubernetes.io/component"] == "worker"
 
 
+OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"}
+
+
+def test_owner_references_on_every_object_but_the_test_hook_and_controller_rbac(render):
+    """A template added later carries the owner too, or this names it (the helm-unittest suite checks the kinds)."""
+    values = {"roles": {"a": role(2)}, "forks": {"f": {"target": "a", "mode": "pod"}}, "controllerRbac": {"create": True}}
+    assert not [d for d in render(values) if "ownerReferences" in d["metadata"]]
+    docs = render({**values, "ownerReferences": [OWNER]})
+    exempt = {"test", "controller"}  # the helm test hook Pod; the controllerRbac ServiceAccount, Role and RoleBinding
+    owned = [d for d in docs if d["metadata"]["labels"]["app.kubernetes.io/component"] not in exempt]
+    assert sorted({d["kind"] for d in owned}) == ["ConfigMap", "NetworkPolicy", "Service", "ServiceAccount", "StatefulSet"]
+    wrong = [(d["kind"], d["metadata"]["name"]) for d in owned if d["metadata"].get("ownerReferences") != [OWNER]]
+    assert not wrong, wrong
+    kept_off = [(d["kind"], d["metadata"]["name"]) for d in docs if d not in owned and "ownerReferences" in d["metadata"]]
+    assert not kept_off and len(docs) - len(owned) == 4, kept_off
+    assert not [d for d in owned if d["kind"] == "StatefulSet" and "ownerReferences" in d["spec"]["template"]["metadata"]]
+
+
 def test_selectors_use_only_stable_labels(render):
     docs = render(
         {

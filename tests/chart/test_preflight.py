@@ -108,6 +108,12 @@ FAILURES = {
         {"networkPolicy": {"controller": {"podSelector": None}}},
         "networkPolicy.controller admits nobody, so the trainer could not reach the workers: set networkPolicy.controller.podSelector, .namespaceSelector or .cidrs, or set networkPolicy.enabled=false",
     ),
+    "two controller owners": (
+        {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"},
+                             {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u2", "controller": True},
+                             {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u3", "controller": True}]},
+        "ownerReferences[1] and ownerReferences[2] both set controller: true, and an object has at most one controller; set controller: false on all but one",
+    ),
 }
 
 
@@ -121,7 +127,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 17
+    assert len(formats) == 18
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

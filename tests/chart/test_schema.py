@@ -48,6 +48,14 @@ BAD_VALUES = {
         ["/forks/f/overrides/offload", "preload"],
     ),
     "workerDefaults offload removed": ({"workerDefaults": {"offload": None}}, ["/workerDefaults", "offload"]),
+    "owner reference without uid": ({"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "t"}]}, ["/ownerReferences/0", "uid"]),
+    "owner reference with an empty uid": ({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": ""}]}, ["/ownerReferences/0/uid"]),
+    "owner reference in another namespace": (
+        {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "namespace": "other"}]},
+        ["/ownerReferences/0", "namespace"],
+    ),
+    "non-boolean owner controller": ({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "controller": "yes"}]}, ["/ownerReferences/0/controller"]),
+    "owner references as a map": ({"ownerReferences": {"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u"}}, ["/ownerReferences"]),
 }
 
 

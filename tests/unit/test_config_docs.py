@@ -44,9 +44,14 @@ def test_every_option_variable_and_chart_value_is_on_the_page(lang):
 
 def test_the_variables_are_the_ones_from_env_reads():
     """The page's variables come from the tables from_env uses: a variable from_env honours is set by its row."""
-    sample = {"node_selector": "pool=gpu", "termination_grace_seconds": "7", "image_pull_policy": "Never"}
+    sample = {"node_selector": "pool=gpu", "termination_grace_seconds": "7", "image_pull_policy": "Never",
+              "lease_grace_seconds": "60"}
+    # The owner pod's name and uid are set together (from the downward API); each row still sets its own field.
+    companions = {"AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
+                  "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"}}
     for variable in config_docs.variables():
-        config = KubernetesSchedulerConfig.from_env({variable.name: sample.get(variable.field, "some-text")})
+        config = KubernetesSchedulerConfig.from_env({variable.name: sample.get(variable.field, "some-text"),
+                                                     **companions.get(variable.name, {})})
         assert getattr(config, variable.field) != getattr(KubernetesSchedulerConfig(), variable.field), variable
     assert KubernetesSchedulerConfig.from_env({NAMESPACE_FALLBACK_VARIABLE: "ns"}).namespace == "ns"
 

@@ -117,6 +117,24 @@ areal.io/role-name: {{ .workload.name | quote }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+metadata.ownerReferences of the release's objects, from the ownerReferences value: the one place that writes them.
+Written at the indentation of a top-level object's metadata keys (2), with its own leading newline, so an empty
+value leaves no line behind: include it under metadata in a left-trimming action, after the namespace.
+Used by the StatefulSets, Services, topology ConfigMap, workers' ServiceAccount and NetworkPolicy. Not used by:
+- pod templates: the StatefulSet controller makes each StatefulSet its pods' owner;
+- the helm test hook Pod (templates/tests/): helm deletes hooks itself, and an owner would make a test Pod vanish
+  mid-test when the trainer goes;
+- the controllerRbac objects: they are the trainer's own permissions and exist before it (it runs as that
+  ServiceAccount), so owned by a trainer Pod they would be gone when its Job starts a replacement Pod.
+Params: root.
+*/}}
+{{- define "areal-workers.ownerReferences" -}}
+{{- with .Values.ownerReferences }}
+{{- printf "ownerReferences:\n%s" (toYaml . | indent 2) | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{- define "areal-workers.controllerServiceAccountName" -}}
 {{- default (printf "%s-controller" (include "areal-workers.fullname" .)) .Values.controllerRbac.serviceAccountName -}}
 {{- end -}}

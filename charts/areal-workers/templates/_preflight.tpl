@@ -105,6 +105,17 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- end -}}
 {{- end -}}
 
+{{- /* The API server refuses an object with two controller owners. */ -}}
+{{- $controllers := list -}}
+{{- range $i, $ref := $v.ownerReferences | default list -}}
+{{- if $ref.controller -}}
+{{- $controllers = append $controllers $i -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $controllers) 1 -}}
+{{- fail (printf "ownerReferences[%d] and ownerReferences[%d] both set controller: true, and an object has at most one controller; set controller: false on all but one" (index $controllers 0) (index $controllers 1)) -}}
+{{- end -}}
+
 {{- with $v.networkPolicy -}}
 {{- if and .enabled .allocatedPorts.enabled (gt (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
 {{- fail (printf "networkPolicy.allocatedPorts.start (%d) is greater than networkPolicy.allocatedPorts.end (%d); swap them" (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
