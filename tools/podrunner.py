@@ -9,7 +9,12 @@ PodRunner:
   are swapped for local stand-ins (`module_map`; by default AReaL's rpc_server becomes
   areal_workers_testing.reference_guard from tests/support, which has the same CLI and HTTP API; an empty map
   runs AReaL's real server from an interpreter that has it), with `pythonpath` prepended to PYTHONPATH for the
-  engines it loads (and, when modules are swapped, tests/support for the stand-ins);
+  engines it loads (and, when modules are swapped, tests/support for the stand-ins); the tools directory
+  (.tools/bin: helm, kubectl) comes first on its PATH, and the host's KUBECONFIG and KUBERNETES_SERVICE_* are not
+  passed on;
+- for a pod whose container mounts its ServiceAccount's token (automountServiceAccountToken not false), requests
+  that token (TokenRequest, bound to the pod) and hands the process a kubeconfig of its own (KUBECONFIG) and the
+  apiserver's address (KUBERNETES_SERVICE_HOST/PORT), instead of writing into the host's /var/run/secrets;
 - probes the container's readinessProbe (httpGet) and writes Ready / ContainersReady into the pod status;
 - when the process exits, records it as the kubelet would (lastState.terminated, restartCount, not Ready) and
   restarts it after a back-off;
@@ -29,8 +34,9 @@ Two ways to run it:
 
 This module is the component's command line and health endpoint. The rest: podrunner_watch (PodRunner, the
 watch and reconcile loop), podrunner_pods (pod -> command line, environment, probe), podrunner_supervisor
-(starting, probing, restarting and stopping processes), podrunner_status (pod status writes), podrunner_logs (CRI
-log files, KWOK Logs objects), podrunner_processes (process trees and the ledger).
+(starting, probing, restarting and stopping processes), podrunner_credentials (ServiceAccount kubeconfigs, the
+process environment's base), podrunner_status (pod status writes), podrunner_logs (CRI log files, KWOK Logs
+objects), podrunner_processes (process trees and the ledger).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The kubelet's `$(VAR)` expansion and downward API, the container's `python` swapped for a local interpreter and
 the image's modules for local stand-ins (module maps, chosen by the worker server), and the kind of pod (a worker
-run and restarted, or a `helm test` hook run once). ManagedPod is the runner's record of one such pod.
+run and restarted, or a `helm test` hook run once). ManagedPod is the runner's record of one such pod
+(podrunner_credentials adds its ServiceAccount's kubeconfig).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def _field_value(pod: client.V1Pod, path: str) -> str:
         return pod.metadata.name
     if path == "metadata.namespace":
         return pod.metadata.namespace
+    if path == "metadata.uid":
+        return pod.metadata.uid
     if path == "spec.nodeName":
         return pod.spec.node_name or ""
     if path == "status.hostIP":
@@ -92,7 +95,8 @@ def local_argv(argv: list[str], module_map: dict[str, str], python: str) -> list
 
 
 def pod_kind(pod: client.V1Pod) -> str | None:
-    """"hook" (a `helm test` pod, run once), "worker" (run and restarted), or None: without a `command` the
+    """"hook" (a `helm test` pod, run once), "once" (restartPolicy Never, e.g. a Job's pod such as a trainer: run
+    once, phase Succeeded or Failed from its exit code), "worker" (run and restarted), or None: without a `command` the
     container would run its image's entrypoint, which a machine without a container runtime does not have; a pod
     annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (tools/kwok/stages.yaml) and runs nothing."""
     containers = pod.spec.containers or []
@@ -100,7 +104,9 @@ def pod_kind(pod: client.V1Pod) -> str | None:
         return None
     if (pod.metadata.annotations or {}).get(READINESS_ANNOTATION) == KWOK_READINESS:
         return None
-    return "hook" if (pod.metadata.annotations or {}).get(HOOK_ANNOTATION) == "test" else "worker"
+    if (pod.metadata.annotations or {}).get(HOOK_ANNOTATION) == "test":
+        return "hook"
+    return "once" if pod.spec.restart_policy == "Never" else "worker"
 
 
 def is_ready(pod: client.V1Pod) -> bool:
@@ -134,13 +140,17 @@ class ManagedPod:
     name: str  # namespace/name
     container: str
     ip: str
-    kind: str  # "worker" or "hook"
+    kind: str  # "worker", "hook" or "once"
     argv: list[str]
     env: dict[str, str]
     probe_url: str | None
     probe_period: float
     grace: float
     log: Path
+    # What the kubelet adds before the container's env (KUBECONFIG, KUBERNETES_SERVICE_*), and the directory of the
+    # ServiceAccount kubeconfig it points at: podrunner_credentials.
+    kubelet_env: dict[str, str] = field(default_factory=dict)
+    credentials: Path | None = None
     process: subprocess.Popen | StartFailure | None = None
     ready: bool = False
     restarts: int = 0
@@ -156,7 +166,8 @@ class ManagedPod:
     def describe(self) -> dict:
         process = self.process
         return {"pod": self.name, "uid": self.uid, "ip": self.ip, "kind": self.kind, "ready": self.ready,
-                "restarts": self.restarts, "pid": None if process is None else process.pid, "log": str(self.log)}
+                "restarts": self.restarts, "pid": None if process is None else process.pid, "log": str(self.log),
+                "kubeconfig": self.kubelet_env.get("KUBECONFIG")}
 
 
 def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python: str, log_dir: Path) -> ManagedPod:

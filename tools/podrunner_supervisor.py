@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from podrunner_credentials import host_environment, remove_credentials
 from podrunner_logs import append_cri_line, previous_log, write_cri_log
 from podrunner_pods import ManagedPod
 from podrunner_processes import ProcessLedger, StartFailure, kill_tree, send_signal
@@ -41,22 +42,24 @@ class PodSupervisor:
     """Starts, tends and stops the processes of ManagedPods.
 
     stopping: set when the runner stops; nothing starts after it. hosts: cluster DNS name -> pod IP, handed to
-    test hooks when they start. pythonpath: prepended to the workers' PYTHONPATH."""
+    test hooks when they start. pythonpath: prepended to the workers' PYTHONPATH. tools: prepended to every
+    pod's PATH (helm, kubectl). A pod's ServiceAccount credentials are removed once its process is gone."""
 
     def __init__(self, status: StatusWriter, stopping: threading.Event, hosts: dict[str, str],
-                 pythonpath: tuple[str, ...], ledger: ProcessLedger | None) -> None:
+                 pythonpath: tuple[str, ...], ledger: ProcessLedger | None, tools: Path | None = None) -> None:
         self.status = status
         self.stopping = stopping
         self.hosts = hosts
         self.pythonpath = pythonpath
         self.ledger = ledger
+        self.tools = tools
         self._stoppers: list[threading.Thread] = []
         self._stoppers_lock = threading.Lock()
 
     # --- starting ----------------------------------------------------------------------------------
 
     def _environment(self, pod: ManagedPod) -> dict[str, str]:
-        environment = {**os.environ, **pod.env}
+        environment = {**host_environment(self.tools), **pod.kubelet_env, **pod.env}
         prepend = [str(RESOLVER_SHIM)] if pod.kind == "hook" else list(self.pythonpath)
         if prepend:
             environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*prepend, environment.get("PYTHONPATH")]))
@@ -70,11 +73,13 @@ class PodSupervisor:
         environment = self._environment(pod)
         with pod.lock:
             if self.stopping.is_set() or pod.deleted or pod.process is not None:  # an exited one is cleared first
+                if self.stopping.is_set() and pod.process is None:  # added while the runner stops: never runs
+                    remove_credentials(pod.credentials)
                 return
             if pod.restarts and pod.log.exists():  # `kubectl logs --previous` reads the last run
                 os.replace(pod.log, previous_log(pod.log))
             pod.process = self._spawn(pod, environment)
-        if pod.kind == "hook":
+        if pod.kind in ("hook", "once"):  # run to completion, never restarted
             threading.Thread(target=self._finish_hook, args=(pod,), daemon=True).start()
 
     def _spawn(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | StartFailure:
@@ -99,8 +104,9 @@ class PodSupervisor:
             self.ledger.forget(process.pid)
 
     def _finish_hook(self, pod: ManagedPod) -> None:
-        code = pod.process.wait()
-        log.info("%s: test hook exited with %d", pod.name, code)
+        process = pod.process
+        code = process.wait() if isinstance(process, subprocess.Popen) else 127  # 127: the command did not start
+        log.info("%s: %s pod exited with %d", pod.name, "test hook" if pod.kind == "hook" else "run-once", code)
         self.status.hook_finished(pod, code)
 
     # --- tending workers ---------------------------------------------------------------------------
@@ -150,6 +156,7 @@ class PodSupervisor:
             pod.deleted = True  # no restart after this
             process = pod.process
             if process is None or process.poll() is not None:
+                remove_credentials(pod.credentials)
                 return
             send_signal(process.pid, signal.SIGTERM)
         thread = threading.Thread(target=self._finish_stop, args=(pod, process), daemon=True, name=f"stop-{pod.name}")
@@ -159,13 +166,15 @@ class PodSupervisor:
         thread.start()
 
     def _finish_stop(self, pod: ManagedPod, process: subprocess.Popen) -> None:
-        """After the grace period (at most 10 s), SIGKILL to the process group and every descendant."""
+        """After the grace period (at most 10 s), SIGKILL to the process group and every descendant; then the
+        pod's credentials go (a process may use them while it shuts down, as with a kubelet's token volume)."""
         try:
             process.wait(timeout=min(pod.grace, STOP_GRACE_MAX))
         except subprocess.TimeoutExpired:
             log.warning("%s: pid %d outlived its grace period: SIGKILL", pod.name, process.pid)
             kill_tree(process.pid)
             process.wait()
+        remove_credentials(pod.credentials)
 
     def kill(self, pod: ManagedPod) -> None:
         """Stops the pod's process and waits until it is gone (fault injection in tests: a worker dies)."""

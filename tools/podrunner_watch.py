@@ -2,7 +2,8 @@
 
 Every listing (start-up, a dropped watch, an expired resource version) stops the processes of pods no longer
 listed and starts those not run yet; watch events start and stop them in between. Pods of namespaces labelled
-private are left to a runner of their own. The processes themselves are PodSupervisor's.
+private are left to a runner of their own. The processes themselves are PodSupervisor's; the ServiceAccount
+kubeconfigs of the pods that mount a token, PodCredentials'.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from podrunner_credentials import PodCredentials, remove_credentials, tools_directory
 from podrunner_logs import publish_logs, withdraw_logs
 from podrunner_pods import DEFAULT_MODULE_MAP, STAND_IN_DIR, ManagedPod, UnsupportedPod, managed_pod, pod_kind
 from podrunner_processes import ProcessLedger
@@ -61,12 +63,15 @@ class PodRunner:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.status = StatusWriter(self.api, self._error)
-        self.supervisor = PodSupervisor(self.status, self._stop, self.hosts, self.pythonpath, ledger)
+        self.credentials = PodCredentials(self.api, log_dir / "credentials")
+        self.supervisor = PodSupervisor(self.status, self._stop, self.hosts, self.pythonpath, ledger,
+                                        tools=tools_directory())
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> PodRunner:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.credentials.reset()
         for target in (self._watch_loop, self._probe_loop):
             thread = threading.Thread(target=target, daemon=True, name=f"podrunner-{target.__name__}")
             thread.start()
@@ -198,17 +203,31 @@ class PodRunner:
         kind = pod_kind(pod)
         if kind is None or (self.skip_private and self._is_private(pod.metadata.namespace)):
             return
-        try:
-            managed = managed_pod(pod, kind, self.module_map, self.python, self.log_dir)
-        except UnsupportedPod as error:
-            self._refuse(pod, error)
+        managed = self._prepare(pod, kind)
+        if managed is None:
             return
         if not publish_logs(self.api.api_client, managed):
+            remove_credentials(managed.credentials)
             return
         # Listed before it starts, so that stop() sees it; launch under the pod's lock starts it once, whether
         # the probe thread or this one gets there first.
         self.pods[uid] = managed
         self.supervisor.launch(managed)
+
+    def _prepare(self, pod: client.V1Pod, kind: str) -> ManagedPod | None:
+        """The pod's record with its ServiceAccount kubeconfig, None when it is not to run (refused, or its
+        namespace is terminating)."""
+        try:
+            managed = managed_pod(pod, kind, self.module_map, self.python, self.log_dir)
+            self.credentials.attach(pod, managed)
+        except UnsupportedPod as error:
+            self._refuse(pod, error)
+            return None
+        except ApiException as error:  # 403: the TokenRequest in a terminating namespace; a relist retries
+            log.info("%s/%s: not run: no ServiceAccount token (%s %s)", pod.metadata.namespace, pod.metadata.name,
+                     error.status, error.reason)
+            return None
+        return managed
 
     def _forget(self, uid: str, why: str, gone: bool = False) -> None:
         """Stops the pod's process; `gone`: the pod itself is deleted, so its Logs object goes too."""

@@ -3,13 +3,17 @@ streamed here, and the trainer's own exit code as the command's."""
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from .. import diagnosis
 from ..podwatch import WaitTimedOut
@@ -18,6 +22,7 @@ from .session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, 
 from .trainer_job import load_spec, trainer_job
 
 FINISHED = ("Succeeded", "Failed")
+LOG_DRAIN_SECONDS = 2.0  # for the last lines after the pod has finished
 
 
 def _started_or_failed(pods: dict[str, client.V1Pod]) -> bool:
@@ -39,6 +44,45 @@ def _exit_code(pod: client.V1Pod) -> int:
         if status.state and status.state.terminated is not None:
             return int(status.state.terminated.exit_code)
     return EXIT_OK if pod.status.phase == "Succeeded" else EXIT_PROBLEM
+
+
+def _open_log(session: Session, pod: str, timeout: float) -> Any:
+    """The trainer's log, followed; a log that cannot be read yet (400: the container is still being created) is
+    retried until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return session.core.read_namespaced_pod_log(pod, session.namespace, follow=True, _preload_content=False)
+        except ApiException as error:
+            if error.status != 400 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _copy(response: Any) -> None:
+    try:
+        for chunk in response.stream(4096):
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+    except (HTTPError, OSError, AttributeError):  # closed under it once the trainer finished
+        pass
+
+
+def _follow_until_finished(session: Session, pod: str, selector: str, start_timeout: float) -> client.V1Pod:
+    """Copies the log while the pod runs; returns the finished pod. The stream is closed once the pod has finished
+    (a log server may keep following a file whose writer is gone)."""
+    response = _open_log(session, pod, start_timeout)
+    reader = threading.Thread(target=_copy, args=(response,), daemon=True)
+    reader.start()
+    finished = session.pods().wait(selector, _finished, 365 * 86400.0)
+    reader.join(timeout=LOG_DRAIN_SECONDS)
+    # close() would wait for the reader's blocked recv; shutting the socket down ends that recv at once.
+    connection = getattr(response, "connection", None)
+    if reader.is_alive() and connection is not None and connection.sock is not None:
+        connection.sock.shutdown(socket.SHUT_RDWR)
+    reader.join(timeout=LOG_DRAIN_SECONDS)
+    response.release_conn()
+    return next(p for p in finished.values() if p.status.phase in FINISHED)
 
 
 def submit(session: Session, spec_file: str | None, overrides: dict[str, Any], command: list[str], dry_run: bool,
@@ -72,18 +116,11 @@ def submit(session: Session, spec_file: str | None, overrides: dict[str, Any], c
         states = "; ".join(f"{p.metadata.name}: {p.status.phase}" for p in waited.pods.values()) or "no pod yet"
         raise CliError(f"the trainer did not start within {start_timeout:.0f}s ({states}); kubectl describe job "
                        f"{name} -n {session.namespace}", EXIT_TIMEOUT) from None
-    pod_name = next(iter(started))
     try:
-        response = session.core.read_namespaced_pod_log(pod_name, session.namespace, follow=True,
-                                                        _preload_content=False)
-        for chunk in response.stream(4096):
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
+        pod = _follow_until_finished(session, next(iter(started)), selector, start_timeout)
     except KeyboardInterrupt:
         err.print(f"detached; the trainer keeps running (kubectl logs -f job/{name} -n {session.namespace})")
         return EXIT_OK
-    finished = pods.wait(selector, _finished, 600.0)
-    pod = next(p for p in finished.values() if p.status.phase in FINISHED)
     code = _exit_code(pod)
     err.print(f"trainer {pod.metadata.name} {pod.status.phase.lower()} with exit code {code}")
     return code

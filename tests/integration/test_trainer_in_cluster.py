@@ -1,0 +1,115 @@
+"""The trainer in the cluster: `areal-workers submit` runs it as a Job whose pod (run by podrunner, with its
+ServiceAccount's credentials) creates workers at their pod IPs, calls engines and exits; its log and exit code
+reach the command. Its workers are owned by its pod: deleting the pod garbage-collects them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from areal_workers.cli.main import main
+from clusterlib import RUN_PODS, lane_values
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+TRAINER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+    config = KubernetesSchedulerConfig.from_env(values_files=(sys.argv[1],), ready_timeout=120.0)
+    scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="in-cluster")
+    scheduler.create_workers(Job(role="actor", replicas=2, tasks=[SchedulingSpec(
+        cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
+    workers = scheduler.get_workers("actor")
+    for worker in workers:
+        asyncio.run(scheduler.create_engine(worker.id, "areal_workers_testing.engines.Counter", "counter", 40))
+    total = sum(scheduler.call_engine(w.id, "increment", "counter", 1) for w in workers)
+    print(f"trainer: {len(workers)} workers at {[w.ip for w in workers]}, counters sum to {total}", flush=True)
+    if sys.argv[2] == "hold":
+        print("trainer: holding", flush=True)
+        time.sleep(3600)
+    scheduler.delete_workers()
+    sys.exit(int(sys.argv[2]))
+""")
+
+
+@pytest.fixture
+def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, monkeypatch):
+    """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test
+    with the reference lane's interpreter (the trainer needs the kubernetes client and this package)."""
+    if worker_lane.name != "reference":
+        pytest.skip("the trainer pod runs on the reference lane's interpreter")  # never the case in this module's lane
+    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply", "-n",
+                    namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
+    pod_runner(namespace)
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    values = tmp_path / "run-pods.json"
+    values.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER)
+    return namespace, script, values
+
+
+def submit(capsys, kubeconfig, namespace: str, *argv: str) -> tuple[int, str, str]:
+    code = main(["--kubeconfig", str(kubeconfig), "-n", namespace, "submit", "--image", "local/areal-trainer:dev",
+                 "--start-timeout", "120", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_reaches_the_command(
+        trainer_namespace, kubeconfig, capsys, core):
+    namespace, script, values = trainer_namespace
+    code, out, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-ok", "--", "python", str(script),
+                            str(values), "0")
+    assert code == 0, err
+    assert "trainer: 2 workers at ['127." in out and "counters sum to 82" in out  # 41 + 41, at loopback pod IPs
+    assert "succeeded with exit code 0" in err
+    code, out, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script),
+                            str(values), "7")
+    assert code == 7 and "counters sum to 82" in out and "failed with exit code 7" in err
+    job = yaml.safe_load(subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
+                                         "-n", namespace, "get", "job", "trainer-fails", "-o", "yaml"],
+                                        check=True, capture_output=True, text=True).stdout)
+    assert any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"]["conditions"])
+
+
+def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespace, kubeconfig, capsys, core):
+    namespace, script, values = trainer_namespace
+    code, _, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-held", "--detach", "--", "python",
+                          str(script), str(values), "hold")
+    assert code == 0, err
+    deadline = time.monotonic() + 180
+    workers: list = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        workers = [p for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
+                   if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        time.sleep(0.5)
+    assert len(workers) == 2, "the trainer's workers never became ready"
+    [trainer] = core.list_namespaced_pod(namespace, label_selector="job-name=trainer-held").items
+    statefulset = client_apps(kubeconfig).list_namespaced_stateful_set(namespace).items[0]
+    assert [(o.kind, o.name, o.uid) for o in statefulset.metadata.owner_references] == [
+        ("Pod", trainer.metadata.name, trainer.metadata.uid)]
+    deleted = time.monotonic()
+    core.delete_namespaced_pod(trainer.metadata.name, namespace, grace_period_seconds=0)
+    while time.monotonic() < deadline:
+        left = core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
+        if not left and not client_apps(kubeconfig).list_namespaced_stateful_set(namespace).items:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"workers left after the trainer's pod was deleted: {[p.metadata.name for p in left]}")
+    print(f"trainer pod deleted -> last worker gone: {time.monotonic() - deleted:.1f}s")
+
+
+def client_apps(kubeconfig):
+    from kubernetes import client, config
+
+    return client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
