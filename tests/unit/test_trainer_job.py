@@ -58,3 +58,10 @@ def test_bad_submit_input_is_a_usage_error(tmp_path: Path, data, overrides, comm
     with pytest.raises(CliError) as refused:
         trainer_job(load_spec(spec_file, overrides), command, "rl")
     assert refused.value.exit_code == EXIT_USAGE and message in str(refused.value)
+
+
+def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
+    repo = Path(__file__).resolve().parents[2]
+    example = yaml.safe_load((repo / "examples" / "trainer-job.yaml").read_text())
+    command = ["python", "-m", "areal.examples.gsm8k_grpo", "--config", "/storage/gsm8k_grpo.yaml"]
+    assert example == trainer_job(load_spec(repo / "examples" / "trainer.yaml", {}), command, "rl")

@@ -69,8 +69,9 @@ def job_name(spec: TrainerSpec, command: list[str]) -> str:
             raise CliError(f"name {spec.name!r} must be a DNS label of at most 52 characters (lowercase letters, "
                            f"digits, '-')", EXIT_USAGE)
         return spec.name
-    scripts = [word for word in command if word.endswith(".py")]
-    slug = re.sub(r"[^a-z0-9]+", "-", Path((scripts or command)[0]).stem.lower()).strip("-")[:30] or "trainer"
+    scripts = [Path(word).stem for word in command if word.endswith(".py")]
+    modules = [command[i + 1].rsplit(".", 1)[-1] for i, word in enumerate(command[:-1]) if word == "-m"]
+    slug = re.sub(r"[^a-z0-9]+", "-", (scripts or modules or command)[0].lower()).strip("-")[:30] or "trainer"
     return f"trainer-{slug}"
 
 
