@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from . import naming
 
@@ -85,7 +86,8 @@ class ReleaseLease:
         while not self._stop.wait(interval):
             try:
                 self.renew()
-            except (ApiException, OSError) as error:  # the next renewal retries; the grace covers a few misses
+            except (ApiException, HTTPError, OSError) as error:  # apiserver away (restarting, network): the next
+                # renewal retries, the grace covers a few misses; the thread must never die of it
                 logger.warning("renewing the lease of release %s failed: %s", self.release, error)
 
     def stop(self) -> None:

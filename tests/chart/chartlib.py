@@ -52,7 +52,7 @@ def template_text(
         os.unlink(path)
 
 
-# Every optional feature at once (offload, RDMA, hostNetwork, forks, "$" in values), for render-wide checks.
+# Every optional feature at once (offload, RDMA, hostNetwork, forks, "$" in values, the reaper), for render-wide checks.
 FULL_VALUES = {
     "roles": {
         "actor": {"replicas": 2, "resources": {"gpu": 8}, "rdma": {"enabled": True}, "hostNetwork": True, "setupCommands": ["true"],
@@ -65,6 +65,7 @@ FULL_VALUES = {
     "cluster": {"fileroot": "/data/$x", "nameResolve": {"type": "etcd3", "etcd3Addr": "etcd:2379"}},
     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "5c1e7a2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d",
                          "controller": True, "blockOwnerDeletion": True}],
+    "reaper": {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}},
 }
 
 

@@ -114,6 +114,10 @@ FAILURES = {
                              {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u3", "controller": True}]},
         "ownerReferences[1] and ownerReferences[2] both set controller: true, and an object has at most one controller; set controller: false on all but one",
     ),
+    "reaper without an image": (
+        {"reaper": {"enabled": True, "image": {"repository": " "}}},
+        "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0",
+    ),
 }
 
 
@@ -127,7 +131,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 18
+    assert len(formats) == 19
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

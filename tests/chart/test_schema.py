@@ -56,6 +56,14 @@ BAD_VALUES = {
     ),
     "non-boolean owner controller": ({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "controller": "yes"}]}, ["/ownerReferences/0/controller"]),
     "owner references as a map": ({"ownerReferences": {"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u"}}, ["/ownerReferences"]),
+    # the reaper CronJob
+    "unknown reaper key": ({"reaper": {"enable": True}}, ["/reaper", "enable"]),
+    "unknown reaper image key": ({"reaper": {"image": {"name": "x"}}}, ["/reaper/image", "name"]),
+    "bad reaper pullPolicy": ({"reaper": {"image": {"pullPolicy": "Sometimes"}}}, ["/reaper/image/pullPolicy"]),
+    "empty reaper command": ({"reaper": {"command": []}}, ["/reaper/command"]),
+    "reaper command as a string": ({"reaper": {"command": "areal-workers reap"}}, ["/reaper/command"]),
+    "empty schedule": ({"reaper": {"schedule": ""}}, ["/reaper/schedule"]),
+    "negative history limit": ({"reaper": {"failedJobsHistoryLimit": -1}}, ["/reaper/failedJobsHistoryLimit"]),
 }
 
 

@@ -80,7 +80,7 @@ def pod_output(core: client.CoreV1Api, namespace: str, name: str, timeout: float
 
     def done() -> bool:
         try:
-            seen["log"] = core.read_namespaced_pod_log(name, namespace)
+            seen["log"] = core.read_namespaced_pod_log(name, namespace) or ""  # None while the log is empty
         except ApiException as error:
             if error.status not in (400, 404):  # no Logs object (or container) yet
                 raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -83,8 +84,10 @@ def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_rea
 
 def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespace, kubeconfig, capsys, core):
     namespace, script, values = trainer_namespace
-    code, _, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-held", "--detach", "--", "python",
-                          str(script), str(values), "hold")
+    settings = script.parent / "trainer.yaml"
+    settings.write_text(yaml.safe_dump({"image": "local/areal-trainer:dev", "lease_grace_seconds": 2}))
+    code, _, err = submit(capsys, kubeconfig, namespace, "-f", str(settings), "--name", "trainer-held", "--detach",
+                          "--", "python", str(script), str(values), "hold")
     assert code == 0, err
     deadline = time.monotonic() + 180
     workers: list = []
@@ -106,7 +109,13 @@ def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespac
         time.sleep(0.5)
     else:
         pytest.fail(f"workers left after the trainer's pod was deleted: {[p.metadata.name for p in left]}")
-    print(f"trainer pod deleted -> last worker gone: {time.monotonic() - deleted:.1f}s")
+    print(f"trainer pod deleted -> last worker gone: {time.monotonic() - deleted:.1f}s", file=sys.stderr)
+    # The release record (helm's Secrets) stays with the trainer's Lease, no longer renewed: reaped after its grace.
+    time.sleep(3)
+    assert main(["--kubeconfig", str(kubeconfig), "-n", namespace, "reap", "-o", "json"]) == 0
+    [lease] = json.loads(capsys.readouterr().out)["leases"]
+    assert lease["action"] == "reaped" and lease["release"].startswith("aw-exp-in-cluster-")
+    assert not core.list_namespaced_secret(namespace, label_selector="owner=helm").items
 
 
 def client_apps(kubeconfig):

@@ -81,12 +81,17 @@ def test_a_killed_trainers_release_is_reaped_after_the_grace_period(trainer_conf
     assert all(answers(address) for address in addresses)
     assert core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items
     assert reap(capsys, kubeconfig, namespace) == {release: "alive"}
+    assert main(["--kubeconfig", str(kubeconfig), "-n", namespace, "status", "-o", "json"]) == 0
+    assert " alive (lease renewed " in json.loads(capsys.readouterr().out)["trials"][0]["trainer"]
 
     trainer.send_signal(signal.SIGKILL)
     trainer.wait(30)
     killed = time.monotonic()
     assert reap(capsys, kubeconfig, namespace) == {release: "alive"}  # within the grace
     time.sleep(GRACE + 1)
+    assert main(["--kubeconfig", str(kubeconfig), "-n", namespace, "status", "-o", "json"]) == 0
+    [trial] = json.loads(capsys.readouterr().out)["trials"]
+    assert "silent: lease expired" in trial["trainer"] and "areal-workers reap" in trial["trainer"]
     assert reap(capsys, kubeconfig, namespace) == {release: "reaped"}
     gone = time.monotonic() - killed
     print(f"trainer killed -> last worker gone: {gone:.1f}s (grace {GRACE}s, reaped once it expired)",

@@ -4,6 +4,7 @@ expiry after the grace period, and a Lease renewed between the reaper's list and
 from __future__ import annotations
 
 import copy
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -116,3 +117,29 @@ def test_leases_of_others_are_ignored():
     other = client.V1Lease(metadata=client.V1ObjectMeta(name="kube-scheduler", labels={}),
                            spec=client.V1LeaseSpec(holder_identity="x", renew_time=NOW))
     assert lease_states([other]) == []
+
+
+def test_renewals_go_on_after_the_apiserver_was_unreachable():
+    from urllib3.exceptions import MaxRetryError
+
+    api = MemoryLeases()
+    lease = ReleaseLease(api, "rl", "aw-a", grace_seconds=0.8)  # type: ignore[arg-type]  # renews every 0.2 s
+    lease.start()
+    read = api.read_namespaced_lease
+    failures = {"left": 3}
+
+    def flaky(name: str, namespace: str) -> client.V1Lease:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise MaxRetryError(None, "/apis/coordination.k8s.io", "connection refused")  # type: ignore[arg-type]
+        return read(name, namespace)
+
+    api.read_namespaced_lease = flaky  # type: ignore[method-assign]
+    version = api.leases[lease_name("aw-a")].metadata.resource_version
+    deadline = time.monotonic() + 60
+    while api.leases[lease_name("aw-a")].metadata.resource_version == version or failures["left"]:
+        assert time.monotonic() < deadline, "no renewal after the apiserver came back"
+        time.sleep(0.05)
+    assert lease._thread is not None and lease._thread.is_alive()
+    lease.stop()
+    assert not lease._thread.is_alive()

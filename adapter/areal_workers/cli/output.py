@@ -50,7 +50,8 @@ def trial_renderable(status: TrialStatus) -> Group:
     good = f", last all-ready revision {status.ready_revision}" if status.ready_revision else ""
     ready = sum(w.ready for w in status.workers)
     header = Text.assemble((status.release, "bold"), f"  experiment {status.experiment}, trial {status.trial} · ",
-                           f"{revision}{good} · {ready}/{len(status.workers)} workers ready")
+                           f"{revision}{good} · {ready}/{len(status.workers)} workers ready",
+                           f"\n{status.trainer}" if status.trainer else "")
     roles = table(["ROLE", "KIND", "TARGET", "READY"],
                   [[r.name, r.kind, r.target or "-", f"{r.ready}/{r.replicas}"] for r in status.roles])
     workers = table(

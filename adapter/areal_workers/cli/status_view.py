@@ -49,6 +49,7 @@ class TrialStatus:
     revision: int | None
     helm_status: str
     ready_revision: int | None
+    trainer: str = ""  # its Lease: alive, or expired (the release is reaped by `areal-workers reap`)
     roles: list[RoleRow] = field(default_factory=list)
     workers: list[WorkerRow] = field(default_factory=list)
 

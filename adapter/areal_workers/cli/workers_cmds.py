@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from dataclasses import asdict
 from typing import Any
 
@@ -12,7 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rich.live import Live
 
-from .. import diagnosis, naming
+from .. import diagnosis, naming, reaper
+from ..lease import lease_name
 from ..podwatch import WaitTimedOut, is_ready, pod_index
 from ..release_model import ReleaseModel
 from .output import Format, console, emit, status_renderable
@@ -50,8 +52,26 @@ class TrialReader:
             known = model.workloads()
             if any((p.metadata.labels or {}).get(naming.LABEL_ROLE) not in known for p in mine):
                 model, helm_status, ready = self.read(release)  # a revision added a workload
-            made.append(trial_status(release, model, mine, self.nodes, helm_status, ready))
+            status = trial_status(release, model, mine, self.nodes, helm_status, ready)
+            status.trainer = self.trainer(release)
+            made.append(status)
         return made
+
+    def trainer(self, release: str) -> str:
+        """The trainer's Lease in words ("" when there is none or it cannot be read: helm or Argo CD releases)."""
+        try:
+            lease = client.CoordinationV1Api(self.session.api).read_namespaced_lease(lease_name(release),
+                                                                                     self.session.namespace)
+        except ApiException:
+            return ""
+        [state] = reaper.lease_states([lease]) or [None]
+        if state is None:
+            return ""
+        overdue = state.overdue_seconds(datetime.now(timezone.utc))
+        if overdue > 0:
+            return (f"trainer {state.holder} silent: lease expired {overdue:.0f}s ago "
+                    f"(areal-workers reap removes the release)")
+        return f"trainer {state.holder} alive (lease renewed {state.grace_seconds + overdue:.0f}s ago)"
 
 
 def status(session: Session, fmt: Format, watch: bool, watch_seconds: float | None) -> int:

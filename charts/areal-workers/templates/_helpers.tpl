@@ -140,6 +140,50 @@ Params: root.
 {{- end -}}
 
 {{/*
+"true" when the release is a trial (renders a trial's objects), "" for a reaper-only release: reaper.enabled with no
+roles, colocations or forks. Such a release is namespace infrastructure holding the reaper CronJob, so it renders no
+topology ConfigMap (the CLI finds trials by it: `areal-workers status` would list an empty trial, and commands that
+pick the namespace's only trial would find two), no workers' ServiceAccount, no NetworkPolicy and no helm test Pod.
+Giving it a role later makes it a trial like any other. A release without the reaper is always a trial, even with no
+roles (an adapter-driven release between its last role's deletion and its uninstall keeps its topology ConfigMap).
+Params: root.
+*/}}
+{{- define "areal-workers.isTrial" -}}
+{{- if or (not .Values.reaper.enabled) .Values.roles .Values.colocations .Values.forks -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The reaper CronJob's name, at most 52 characters: the CronJob controller names its Jobs "<cronjob>-<minutes since
+the epoch>" (11 more characters), and Job names become pod labels (at most 63). Params: root. */}}
+{{- define "areal-workers.reaperName" -}}
+{{- printf "%s-reaper" (include "areal-workers.fullname" . | trunc 45 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The reaper pods' ServiceAccount: reaper.serviceAccountName, else the controllerRbac one when the release creates
+it, else rbac/'s areal-controller. Params: root. */}}
+{{- define "areal-workers.reaperServiceAccountName" -}}
+{{- if .Values.reaper.serviceAccountName -}}
+{{- .Values.reaper.serviceAccountName -}}
+{{- else if .Values.controllerRbac.create -}}
+{{- include "areal-workers.controllerServiceAccountName" . -}}
+{{- else -}}
+areal-controller
+{{- end -}}
+{{- end -}}
+
+{{/* The reaper image: "repository", "repository:tag" or "repository@sha256:...". Params: root. */}}
+{{- define "areal-workers.reaperImage" -}}
+{{- $image := .Values.reaper.image -}}
+{{- $tag := include "areal-workers.scalar" $image.tag -}}
+{{- if $tag -}}
+{{- include "areal-workers.imageRef" (dict "repository" $image.repository "tag" $tag) -}}
+{{- else -}}
+{{- $image.repository -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Recursive merge of .src into .dst (mutates .dst). Maps merge key by key; lists and scalars
 replace. Keys are tested with range/hasKey semantics, so false, 0 and "" override a default,
 unlike sprig's merge/mergeOverwrite which treat them as empty. A null value keeps the default.

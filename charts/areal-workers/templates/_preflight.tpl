@@ -116,6 +116,11 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- fail (printf "ownerReferences[%d] and ownerReferences[%d] both set controller: true, and an object has at most one controller; set controller: false on all but one" (index $controllers 0) (index $controllers 1)) -}}
 {{- end -}}
 
+{{- /* The reaper has no default image: AReaL's runtime image has neither areal-workers nor helm. */ -}}
+{{- if and $v.reaper.enabled (not (trim $v.reaper.image.repository)) -}}
+{{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0" -}}
+{{- end -}}
+
 {{- with $v.networkPolicy -}}
 {{- if and .enabled .allocatedPorts.enabled (gt (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
 {{- fail (printf "networkPolicy.allocatedPorts.start (%d) is greater than networkPolicy.allocatedPorts.end (%d); swap them" (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}

@@ -1,0 +1,61 @@
+"""The reaper CronJob (reaper.enabled) as a release of its own: what such a release renders, the reaper pod's
+security level, its ServiceAccount, and the schema of its values. (The CronJob's fields: the helm-unittest suite
+charts/areal-workers/tests/reaper_test.yaml.)"""
+
+import pytest
+
+pytestmark = pytest.mark.chart
+
+from chartlib import find, one, role  # noqa: E402
+from test_security import restricted_violations  # noqa: E402
+
+REAPER = {"reaper": {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}}}
+
+
+def pod_spec(cronjob: dict) -> dict:
+    return cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def test_a_reaper_only_release_renders_the_cronjob_and_no_trial_object(render):
+    """No topology ConfigMap (the CLI finds trials by it), no workers' ServiceAccount, NetworkPolicy or test Pod."""
+    docs = render(REAPER)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("CronJob", "rel-areal-workers-reaper")]
+
+
+def test_a_reaper_only_release_with_controller_rbac_runs_as_its_own_controller(render):
+    docs = render({**REAPER, "controllerRbac": {"create": True}})
+    assert sorted(d["kind"] for d in docs) == ["CronJob", "Role", "RoleBinding", "ServiceAccount"]
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    assert pod_spec(one(docs, "CronJob"))["serviceAccountName"] == account
+    assert one(docs, "RoleBinding")["subjects"][0]["name"] == account
+
+
+def test_a_release_with_roles_and_the_reaper_is_a_trial(render):
+    docs = render({**REAPER, "roles": {"actor": role()}})
+    assert {d["kind"] for d in docs} == {"CronJob", "StatefulSet", "Service", "ConfigMap", "ServiceAccount",
+                                         "NetworkPolicy", "Pod"}
+
+
+def test_an_empty_release_without_the_reaper_keeps_its_trial_objects(render):
+    """An adapter-driven release whose last role was deleted keeps its topology ConfigMap (the ready revision)."""
+    assert {d["kind"] for d in render({})} == {"ConfigMap", "ServiceAccount", "NetworkPolicy", "Pod"}
+
+
+def test_the_reaper_pod_passes_restricted_and_calls_the_api(render):
+    spec = pod_spec(one(render(REAPER), "CronJob"))
+    assert restricted_violations(spec) == []
+    assert spec["automountServiceAccountToken"] is True and spec["restartPolicy"] == "Never"
+    assert spec["serviceAccountName"] == "areal-controller"  # rbac/serviceaccount.yaml
+
+
+def test_the_reaper_carries_no_owner_even_when_the_release_has_owners(render):
+    owners = [{"apiVersion": "batch/v1", "kind": "Job", "name": "t", "uid": "5c1e7a2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d"}]
+    docs = render({**REAPER, "roles": {"actor": role()}, "ownerReferences": owners})
+    assert "ownerReferences" not in one(docs, "CronJob")["metadata"]
+    assert find(docs, "StatefulSet")[0]["metadata"]["ownerReferences"] == owners
+
+
+def test_an_image_is_required(render_error):
+    err = render_error({"reaper": {"enabled": True}})
+    assert ("reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers"
+            " and helm") in err, err

@@ -1,0 +1,120 @@
+"""The chart's reaper CronJob on the cluster: installed as a release of its own with no roles (reaper.enabled), it runs
+`areal-workers reap` every minute as the controller ServiceAccount of rbac/ (its pods run by podrunner with that
+ServiceAccount's credentials) and uninstalls the release of a trainer killed with SIGKILL once the trainer's Lease is
+past its grace; the reaper's own release, which has no Lease, stays."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from areal_workers import naming
+from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "areal-workers"
+KUBECTL = REPO / ".tools" / "bin" / "kubectl"
+REAPER = "reaper"
+# The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting, then the Job's pod and the reap.
+DEADLINE_SECONDS = 240
+
+
+def helm(helm_executable: str, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                            timeout=180)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
+    return result
+
+
+def installed(helm_executable: str, kubeconfig: Path, namespace: str) -> dict[str, str]:
+    """Release name -> status, for every release of the namespace."""
+    listing = helm(helm_executable, kubeconfig, "list", "-n", namespace, "--all", "-o", "json").stdout
+    return {release["name"]: release["status"] for release in json.loads(listing)}
+
+
+@pytest.fixture
+def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worker_lane, tmp_path):  # noqa: F811
+    """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
+    trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
+    if worker_lane.name != "reference":
+        pytest.skip("the reaper pod runs on the reference lane's interpreter")
+    subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
+                   check=True, capture_output=True)
+    values = tmp_path / "reaper.json"
+    values.write_text(json.dumps({"roles": {}, "reaper": {
+        "enabled": True, "schedule": "* * * * *", "serviceAccountName": "areal-controller",
+        "command": ["python", "-m", "areal_workers.cli", "reap"],
+        "image": {"repository": "local/areal-workers-reaper", "tag": "dev"}}}))
+    helm(helm_executable, kubeconfig, "install", REAPER, str(CHART), "-n", namespace, "-f", str(values))
+    yield
+    helm(helm_executable, kubeconfig, "uninstall", REAPER, "-n", namespace, "--wait", check=False)
+
+
+def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(reaper_release, trainer_config, kubeconfig,  # noqa: F811
+                                                                  helm_executable, namespace, core, kube_client,
+                                                                  tmp_path):
+    batch = client.BatchV1Api(kube_client)
+    [cronjob] = batch.list_namespaced_cron_job(namespace).items
+    assert cronjob.metadata.name == f"{REAPER}-areal-workers-reaper"
+    # A reaper-only release is not a trial: no topology ConfigMap for the CLI to list.
+    assert core.list_namespaced_config_map(namespace, label_selector="app.kubernetes.io/component=topology").items == []
+
+    trainer, _ = start_trainer(trainer_config, tmp_path)
+    release = naming.release_name("exp", "trainer")
+    selector = naming.release_selector(release)
+    assert installed(helm_executable, kubeconfig, namespace) == {REAPER: "deployed", release: "deployed"}
+    assert core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait(30)
+    killed = time.monotonic()
+    while time.monotonic() - killed < DEADLINE_SECONDS:
+        gone = release not in installed(helm_executable, kubeconfig, namespace)
+        if gone and not core.list_namespaced_pod(namespace, label_selector=selector).items:
+            break
+        time.sleep(1)
+    else:
+        jobs = [(job.metadata.name, job.status.succeeded, job.status.failed)
+                for job in batch.list_namespaced_job(namespace).items]
+        pytest.fail(f"release {release} or its pods still there {DEADLINE_SECONDS}s after its trainer was killed; "
+                    f"the reaper's Jobs (name, succeeded, failed): {jobs}")
+    elapsed = time.monotonic() - killed
+    print(f"trainer killed -> last worker gone: {elapsed:.1f}s (lease grace 3s, reaper CronJob every minute)",
+          file=sys.stderr)
+
+    assert installed(helm_executable, kubeconfig, namespace) == {REAPER: "deployed"}
+    assert client.CoordinationV1Api(kube_client).list_namespaced_lease(
+        namespace, label_selector="areal-workers.dev/lease-of").items == []
+    # The Job that reaped ends once the release's pods are gone (what the loop above waited for too).
+    deadline = time.monotonic() + 60
+    while True:
+        owned = [job for job in batch.list_namespaced_job(namespace).items
+                 if any(owner.kind == "CronJob" and owner.name == cronjob.metadata.name
+                        for owner in job.metadata.owner_references or [])]
+        logs = {job.metadata.name: reaper_log(core, namespace, job.metadata.name) for job in owned
+                if (job.status.succeeded or 0) >= 1}
+        if any(release in log and "reaped" in log for log in logs.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert any(release in log and "reaped" in log for log in logs.values()), (
+        [(job.metadata.name, job.status.to_dict()) for job in owned], logs)
+
+
+def reaper_log(core, namespace: str, job: str) -> str:
+    """The log of the Job's pod (`areal-workers reap` prints a table of the Leases and what it did)."""
+    text = ""
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}").items:
+        try:
+            text += core.read_namespaced_pod_log(pod.metadata.name, namespace)
+        except client.ApiException as error:
+            text += f"<no log of {pod.metadata.name}: {error.status}>"
+    return text
