@@ -42,9 +42,23 @@ cluster-status: ## exit 0 when the local control plane and podrunner answer (sho
 
 DEMO_ARGS ?=
 # The demo's workers run AReaL's server: `up --workers areal` is cluster-up, with a podrunner that serves it.
-demo: tools areal-worker ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop)
+# IN_CLUSTER=1: the demo's trainer runs as a pod (areal-workers submit: a Job as the rbac/ ServiceAccount, in
+# namespace bandit-demo), reaching its workers at their pod IPs; its log and exit code come back here.
+IN_CLUSTER ?=
+DEMO_NAMESPACE := bandit-demo
+KUBECTL_LOCAL = kubectl --kubeconfig $(CLUSTER_KUBECONFIG)
+demo: tools areal-worker ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
 	$(PY) tools/localcluster.py up --workers areal
+ifeq ($(IN_CLUSTER),1)
+	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
+	$(KUBECTL_LOCAL) apply -n $(DEMO_NAMESPACE) -f rbac/ >/dev/null
+	$(KUBECTL_LOCAL) -n $(DEMO_NAMESPACE) delete job bandit-demo-trainer --ignore-not-found >/dev/null
+	$(VENV)/bin/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) -n $(DEMO_NAMESPACE) submit \
+	  --image local/areal-trainer:dev --name bandit-demo-trainer -- \
+	  python $(CURDIR)/examples/bandit_demo.py --namespace $(DEMO_NAMESPACE) --local-cluster-pod $(DEMO_ARGS)
+else
 	$(PY) examples/bandit_demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
+endif
 
 quickstart: cluster-up ## the chart alone: local cluster, the chart installed with the example topology, helm test
 	helm upgrade --install demo charts/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) \

@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trial", default="demo", help="AReaL trial name (default: demo)")
     parser.add_argument("--iterations", type=int, default=8, help="training iterations (default: 8)")
     parser.add_argument("--keep", action="store_true", help="leave the workers running and say how to look at them")
+    parser.add_argument("--local-cluster-pod", action="store_true",
+                        help="this program runs as a pod of this checkout's local cluster (make demo IN_CLUSTER=1, "
+                             "with areal-workers submit): its workers are processes of this machine too")
     parser.add_argument("--run-pods", action="store_true",
                         help="local cluster only: run the worker pods with a pod runner inside this program, for a "
                              "cluster whose own runner is not running (the workers stop when the program does)")

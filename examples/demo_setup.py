@@ -66,7 +66,8 @@ def connect(kubeconfig: str | None) -> client.ApiClient:
 def find_target(args: argparse.Namespace) -> Target:
     api = connect(args.kubeconfig)
     core = client.CoreV1Api(api)
-    local = cluster.is_local_cluster(core)
+    # A trainer pod's ServiceAccount may not list nodes: it is told it runs on the local cluster instead.
+    local = args.local_cluster_pod or cluster.is_local_cluster(core)
     if local and not LOCAL_WORKER_PYTHON.exists():
         raise DemoFailure(f"the local cluster runs AReaL's worker server from {LOCAL_WORKER_PYTHON}: "
                           f"run `make areal-worker` (or `make demo`, which does)")

@@ -92,7 +92,8 @@ class BanditDemo:
             self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.args.namespace)))
             self.made_namespace = True
         except ApiException as error:
-            if error.status != 409:  # 409: it exists
+            # 409: it exists; 403: a trainer pod may not create namespaces and runs in the one it was given
+            if error.status not in (403, 409):
                 raise
 
     # --- 1. workers --------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from podrunner_processes import StartFailure
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
 KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (benchmarks)
 HOOK_ANNOTATION = "helm.sh/hook"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+TRAINER_COMPONENT = "trainer"  # pods of `areal-workers submit` (adapter/areal_workers/cli/trainer_job.py)
 DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers_testing.reference_guard"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Where the stand-ins of module maps live: test infrastructure, not part of the installed areal_workers package.
@@ -185,6 +187,10 @@ def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python
                 raise UnsupportedPod(f"readiness probe port {probe.http_get.port!r} is not a container port")
         probe_url = f"http://{pod.status.pod_ip}:{int(port)}{probe.http_get.path or '/'}"
         period = float(probe.period_seconds or 10)
+    if (pod.metadata.labels or {}).get(COMPONENT_LABEL) == TRAINER_COMPONENT:
+        # A trainer's image has areal-workers and the kubernetes client, not AReaL's worker server: its `python` is
+        # the interpreter podrunner itself runs on (this checkout's virtualenv), with no module swaps.
+        python, module_map = sys.executable, {}
     return ManagedPod(
         uid=pod.metadata.uid, name=f"{pod.metadata.namespace}/{pod.metadata.name}", container=container.name,
         ip=pod.status.pod_ip,

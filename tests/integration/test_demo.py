@@ -108,3 +108,38 @@ def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(de
     assert list(asyncio.run(helm_client.list_releases(all=True, namespace=namespace))) == []
     assert wait_for_no_processes(trial) == []
     assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{namespace}-{trial}").exists()
+
+
+@pytest.mark.timeout(DEMO_TIMEOUT + 60)
+def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namespace, kubeconfig, core, tmp_path):
+    """`make demo IN_CLUSTER=1`: the demo is the trainer of a Job (areal-workers submit, as the rbac/ ServiceAccount)
+    whose pod reaches the workers at their pod IPs; its log and exit code come back to the command."""
+    from podrunner import PodRunner
+
+    if LocalCluster().podrunner_workers() == "areal":
+        namespace, runner = make_namespace(private=False), None
+    else:  # the pods need AReaL's server: a runner of this test (the trainer pod gets podrunner's interpreter)
+        namespace = make_namespace()
+        runner = PodRunner(str(kubeconfig), namespace, tmp_path / "pods", module_map={},
+                           python=str(AREAL_WORKER_PYTHON), pythonpath=(str(REPO_ROOT / "examples"),)).start()
+    try:
+        subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
+                        "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
+        trial = f"t{uuid.uuid4().hex[:6]}"
+        result = subprocess.run(
+            [sys.executable, "-m", "areal_workers.cli", "--kubeconfig", str(kubeconfig), "-n", namespace, "submit",
+             "--image", "local/areal-trainer:dev", "--name", "demo-trainer", "--start-timeout", "300", "--",
+             "python", str(DEMO), "--namespace", namespace, "--trial", trial, "--iterations", str(ITERATIONS),
+             "--local-cluster-pod"],
+            capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT,
+            env={**os.environ, "PATH": f"{REPO_ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    finally:
+        if runner is not None:
+            runner.stop()
+    output = result.stdout
+    assert result.returncode == 0, f"exit {result.returncode}\n{output}\n{result.stderr}"
+    assert "trainer demo-trainer-" in result.stderr and "succeeded with exit code 0" in result.stderr
+    missing = [step for step in STEPS if step not in output]
+    assert not missing, f"steps missing: {missing}\n{output}"
+    assert "release uninstalled, no pods left, nothing answers on the 6 worker addresses" in output
+    assert wait_for_no_processes(trial) == []
