@@ -15,11 +15,10 @@ import functools
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import requests
 import urllib3
@@ -29,36 +28,25 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import backend, naming
 from ..areal_types import Job, SchedulingSpec
-from ..capacity import role_statefulsets, template_pod
 from ..config import KubernetesSchedulerConfig
-from ..diagnosis import NodeFit, format_quantity, node_fit, pod_requests
 from ..errors import SchedulerError
 from ..job_values import DEFAULT_COMMAND, TopologyError, base_values, role_values
 from ..release import HelmError, Releases, helm_error_text
 from ..release_model import ReleaseModel
 from ..scheduler import KubernetesScheduler
+from .doctor_checks import Check, Status
+from .doctor_gpus import check_gpus, gpu_capacity, listed
 
 __all__ = ["Access", "Check", "ROLE_FILE", "gpu_capacity", "permission_check", "probe_worker", "role_accesses",
            "run_doctor"]
 
-Status = Literal["pass", "fail", "warn", "skip"]
 RBAC_DIR = Path(__file__).parent.parent / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
 ROLE_FILE = RBAC_DIR / "role.yaml"
 ROLE_FILE_NAME = "rbac/role.yaml"
 PROBE_EXPERIMENT = "areal-workers-doctor"
 PROBE_ROLE = "doctor"
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 HEALTH_ATTEMPTS = 3
 HEALTH_TIMEOUT = 10.0
-_LISTED = 4
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
 
 
 # --- permissions ------------------------------------------------------------------------------------------------
@@ -182,108 +170,6 @@ def render_chart(config: KubernetesSchedulerConfig, gpus: int, workers: int) -> 
     kinds = sorted({manifest.get("kind", "?") for manifest in manifests})
     return Check(name, "pass", f"helm template {config.chart}{sources}: {len(manifests)} objects "
                                f"({', '.join(kinds)}), values accepted by the chart's schema"), manifests
-
-
-# --- GPU capacity -----------------------------------------------------------------------------------------------
-
-
-def _gpu_resource(pod: client.V1Pod) -> str:
-    return next((resource for resource in pod_requests(pod) if "gpu" in resource), DEFAULT_GPU_RESOURCE)
-
-
-def _exclusion(fit: NodeFit) -> str | None:
-    if not fit.selector_ok:
-        return "outside the node selection"
-    if fit.hard_taints:
-        return f"taint {fit.hard_taints[0]}"
-    return fit.soft_block
-
-
-def _workers_on(fit: NodeFit, resource: str, gpus: int) -> int:
-    free = (fit.free if fit.free is not None else fit.allocatable).get(resource, Decimal(0))
-    return max(0, int(free // gpus))
-
-
-def gpu_capacity(pod: client.V1Pod, nodes: Sequence[client.V1Node],
-                 pods_by_node: Mapping[str, Sequence[client.V1Pod]] | None, gpus: int, workers: int) -> Check:
-    """How many workers of `gpus` GPUs fit the nodes `pod` (the chart's pod template) may use, on the GPUs not
-    requested by pods already there (`pods_by_node` None: unknown, allocatable is counted)."""
-    name = "GPU capacity"
-    resource = _gpu_resource(pod)
-    fits = [node_fit(pod, node, pods_by_node) for node in nodes]
-    excluded = [(fit.name, why) for fit in fits if (why := _exclusion(fit)) is not None]
-    usable = [fit for fit in fits if _exclusion(fit) is None]
-    per_node = {fit.name: _workers_on(fit, resource, gpus) for fit in usable}
-    holding = sum(1 for count in per_node.values() if count)
-    fitting = sum(per_node.values())
-    measure = "free" if pods_by_node is not None else "allocatable"
-    detail = (f"{holding}/{len(nodes)} nodes have {resource}: {gpus} {measure}; {fitting} worker(s) of {gpus} GPUs "
-              f"fit, {workers} wanted")
-    if usable:
-        amounts = [f"{fit.name} {_gpus_text(fit, resource)}" for fit in usable[:_LISTED]]
-        detail += f" ({measure} {resource}: {', '.join(amounts)}{_more(usable)})"
-    if excluded:
-        detail += "; not usable: " + ", ".join(f"{node} ({why})" for node, why in excluded[:_LISTED])
-    if fitting >= workers:
-        if pods_by_node is None:
-            return Check(name, "warn", detail, "counted allocatable GPUs: other pods may hold some; grant list on "
-                                               "pods at cluster scope to count free ones")
-        return Check(name, "pass", detail)
-    return Check(name, "fail", detail, _gpu_fix(usable, resource, gpus, fitting))
-
-
-def _gpus_text(fit: NodeFit, resource: str) -> str:
-    total = format_quantity(resource, fit.allocatable.get(resource, Decimal(0)))
-    free = None if fit.free is None else max(fit.free.get(resource, Decimal(0)), Decimal(0))
-    return total if free is None else f"{format_quantity(resource, free)}/{total}"
-
-
-def _more(items: Sequence[object]) -> str:
-    return f", +{len(items) - _LISTED} more" if len(items) > _LISTED else ""
-
-
-def _gpu_fix(usable: Sequence[NodeFit], resource: str, gpus: int, fitting: int) -> str:
-    if not usable:
-        return ("no node can be used (see above): label nodes to match node_selector, tolerate their taints in "
-                "values_files, uncordon them, or add nodes")
-    largest = max(fit.allocatable.get(resource, Decimal(0)) for fit in usable)
-    if largest < 1:
-        return (f"no usable node offers {resource}: install its device plugin, or set the chart's "
-                "resources.gpuResourceName")
-    if largest < gpus:
-        return (f"lower the GPUs per worker (SchedulingSpec.gpu) to <= {int(largest)}, or add nodes with {gpus} "
-                f"{resource}")
-    return (f"lower the workers to <= {fitting} or their GPUs, wait for pods using {resource} to finish, or add nodes "
-            f"with {gpus} {resource} free")
-
-
-def check_gpus(core: client.CoreV1Api, manifests: Sequence[Mapping[str, Any]], gpus: int, workers: int) -> Check:
-    """The nodes against the probe role's pod template as the chart rendered it (selector, tolerations, GPUs)."""
-    name = "GPU capacity"
-    statefulsets = role_statefulsets(manifests, PROBE_ROLE)
-    if not statefulsets:
-        return Check(name, "skip", "the chart rendered no StatefulSet for the workers")
-    try:
-        nodes = core.list_node().items
-    except ApiException as error:
-        return Check(name, "skip", f"nodes cannot be listed: HTTP {error.status} {error.reason}",
-                     "grant list on nodes (see 'permission list nodes') to check GPU capacity")
-    pod = template_pod(statefulsets[0])
-    pods_by_node, unknown = _pods_by_node(core)
-    check = gpu_capacity(pod, nodes, pods_by_node, gpus, workers)
-    return replace(check, detail=f"{check.detail}; GPUs in use not counted: {unknown}") if unknown else check
-
-
-def _pods_by_node(core: client.CoreV1Api) -> tuple[dict[str, list[client.V1Pod]] | None, str]:
-    """The scheduled pods of every namespace by node, or None and why they cannot be read."""
-    try:
-        pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
-    except ApiException as error:
-        return None, f"pods of all namespaces cannot be listed (HTTP {error.status} {error.reason})"
-    grouped: dict[str, list[client.V1Pod]] = {}
-    for pod in pods:
-        grouped.setdefault(pod.spec.node_name, []).append(pod)
-    return grouped, ""
 
 
 # --- the probe worker -------------------------------------------------------------------------------------------
@@ -412,15 +298,14 @@ def run_doctor(api_client: client.ApiClient, config: KubernetesSchedulerConfig, 
         checks.append(Check("GPU capacity", "skip", "the cluster is not reachable"))
     else:
         progress(f"counting nodes with {gpus_per_worker} free GPUs")
-        checks.append(check_gpus(client.CoreV1Api(api_client), manifests, gpus_per_worker, workers))
+        checks.append(check_gpus(client.CoreV1Api(api_client), manifests, PROBE_ROLE, gpus_per_worker, workers))
     # The probe worker asks for no GPUs, so only the other failures would make it fail for a known cause.
     blockers = [check.name for check in checks if check.status == "fail" and check.name != "GPU capacity"]
     if not probe:
         checks.append(Check("worker reachable", "skip", "not asked for (probe=False)"))
     elif blockers:
         checks.append(Check("worker reachable", "skip",
-                            f"not tried: {len(blockers)} check(s) above failed ({', '.join(blockers[:_LISTED])}"
-                            f"{_more(blockers)})", "fix those first"))
+                            f"not tried: {len(blockers)} check(s) above failed ({listed(blockers)})", "fix those first"))
     else:
         connect = functools.partial(backend.connect, api_client=api_client)
         checks.append(probe_worker(config, lambda probe_config, experiment, trial: KubernetesScheduler(
