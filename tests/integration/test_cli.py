@@ -113,15 +113,18 @@ def test_logs_of_a_worker_and_of_a_crashed_one(cli, crashing_trial):
 
 def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):
     follow = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", crashing_trial.namespace, "logs",
-                               "actor/0", "-f"], stdout=subprocess.PIPE, text=True, env=WITH_HELM)
-    try:
-        first = follow.stdout.readline()  # the log so far arrives at once; -f keeps the stream open
-        assert first.strip()
-        time.sleep(1)
-        assert follow.poll() is None, "logs -f ended on its own"
-    finally:
+                               "actor/0", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=WITH_HELM)
+    first = follow.stdout.readline()  # the log so far arrives at once; -f keeps the stream open
+    time.sleep(1)
+    alive = follow.poll() is None
+    if alive:
         follow.send_signal(2)  # Ctrl-C: the normal end of -f
-        assert follow.wait(30) == EXIT_OK
+    code = follow.wait(30)
+    errors = follow.stderr.read()
+    assert first.strip(), f"no log line (exit {code}): {errors}"
+    assert alive, f"logs -f ended on its own (exit {code}): {errors}"
+    assert code == EXIT_OK, errors
 
 
 def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_trial, core):

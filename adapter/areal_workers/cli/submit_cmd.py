@@ -3,9 +3,6 @@ streamed here, and the trainer's own exit code as the command's."""
 
 from __future__ import annotations
 
-import socket
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +10,10 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from .. import diagnosis
 from ..podwatch import WaitTimedOut
+from . import log_stream
 from .output import Format, console, emit
 from .session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 from .trainer_job import load_spec, trainer_job
@@ -59,29 +56,15 @@ def _open_log(session: Session, pod: str, timeout: float) -> Any:
             time.sleep(0.5)
 
 
-def _copy(response: Any) -> None:
-    try:
-        for chunk in response.stream(4096):
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
-    except (HTTPError, OSError, AttributeError):  # closed under it once the trainer finished
-        pass
-
-
 def _follow_until_finished(session: Session, pod: str, selector: str, start_timeout: float) -> client.V1Pod:
     """Copies the log while the pod runs; returns the finished pod. The stream is closed once the pod has finished
     (a log server may keep following a file whose writer is gone)."""
     response = _open_log(session, pod, start_timeout)
-    reader = threading.Thread(target=_copy, args=(response,), daemon=True)
-    reader.start()
-    finished = session.pods().wait(selector, _finished, 365 * 86400.0)
-    reader.join(timeout=LOG_DRAIN_SECONDS)
-    # close() would wait for the reader's blocked recv; shutting the socket down ends that recv at once.
-    connection = getattr(response, "connection", None)
-    if reader.is_alive() and connection is not None and connection.sock is not None:
-        connection.sock.shutdown(socket.SHUT_RDWR)
-    reader.join(timeout=LOG_DRAIN_SECONDS)
-    response.release_conn()
+    reader = log_stream.start_copy(response)
+    try:
+        finished = session.pods().wait(selector, _finished, 365 * 86400.0)
+    finally:
+        log_stream.stop_copy(response, reader, LOG_DRAIN_SECONDS)
     return next(p for p in finished.values() if p.status.phase in FINISHED)
 
 

@@ -17,6 +17,7 @@ from .. import diagnosis, naming, reaper
 from ..lease import lease_name
 from ..podwatch import WaitTimedOut, is_ready, pod_index
 from ..release_model import ReleaseModel
+from . import log_stream
 from .output import Format, console, emit, status_renderable
 from .session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
 from .status_view import TrialStatus, trial_status
@@ -209,16 +210,18 @@ def logs(session: Session, target: str, follow: bool, tail: int | None, previous
     try:
         response = session.core.read_namespaced_pod_log(pod, session.namespace, follow=follow, tail_lines=tail,
                                                         previous=previous, _preload_content=False)
-        for chunk in response.stream(4096):
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
     except ApiException as error:
         if error.status == 404:
             raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
         if error.status == 400:  # no previous container, or the container has not started
             raise CliError(f"no log for {pod}: {error.body or error.reason}", EXIT_PROBLEM) from None
         raise CliError(f"reading the log of {pod}: {error.status} {error.reason}", EXIT_CLUSTER) from None
-    except KeyboardInterrupt:
+    reader = log_stream.start_copy(response)
+    try:
+        log_stream.wait_for(reader)
+    except KeyboardInterrupt:  # the normal end of -f
         pass
+    finally:
+        log_stream.stop_copy(response, reader)
     return EXIT_OK
 
