@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -111,15 +112,21 @@ def test_logs_of_a_worker_and_of_a_crashed_one(cli, crashing_trial):
     assert cli("logs", "actor/9")[0] == EXIT_NOT_FOUND
 
 
+def default_sigint() -> None:
+    """A run started in the background of a non-interactive shell (CI) ignores SIGINT, and the ignoring is
+    inherited; Python turns SIGINT into KeyboardInterrupt only when it starts with the default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):
     follow = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", crashing_trial.namespace, "logs",
                                "actor/0", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=WITH_HELM)
+                              env=WITH_HELM, preexec_fn=default_sigint)
     first = follow.stdout.readline()  # the log so far arrives at once; -f keeps the stream open
     time.sleep(1)
     alive = follow.poll() is None
     if alive:
-        follow.send_signal(2)  # Ctrl-C: the normal end of -f
+        follow.send_signal(signal.SIGINT)  # Ctrl-C: the normal end of -f
     code = follow.wait(30)
     errors = follow.stderr.read()
     assert first.strip(), f"no log line (exit {code}): {errors}"
