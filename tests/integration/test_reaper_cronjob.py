@@ -45,8 +45,7 @@ def installed(helm_executable: str, kubeconfig: Path, namespace: str) -> dict[st
 def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worker_lane, tmp_path):  # noqa: F811
     """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
     trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
-    if worker_lane.name != "reference":
-        pytest.skip("the reaper pod runs on the reference lane's interpreter")
+    assert worker_lane.name == "reference", "the reaper pod's python is the lane's: run this module in the main lane"
     subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
                    check=True, capture_output=True)
     values = tmp_path / "reaper.json"
