@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "adapter"))
 
 from areal_workers.cli.main import EXAMPLES, build_parser  # noqa: E402
 from areal_workers.cli.session import EXIT_CODES  # noqa: E402
+from generated_files import write_or_check  # noqa: E402
 
 PAGES = {"en": REPO / "docs" / "en" / "cli.md", "zh": REPO / "docs" / "zh" / "cli.md"}
 TEXT = {
@@ -139,18 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    stale = []
-    for language, page in PAGES.items():
-        wanted = render(language)
-        if page.exists() and page.read_text() == wanted:
-            continue
-        stale.append(page)
-        if not args.check:
-            page.write_text(wanted)
-    if args.check and stale:
-        print(f"out of date: {', '.join(str(p.relative_to(REPO)) for p in stale)}; run make docs", file=sys.stderr)
-        return 1
-    return 0
+    pages = {page: render(language) for language, page in PAGES.items()}
+    return write_or_check(pages, args.check, "cli_docs", "make docs", REPO)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from typing import Any
 
 import chart_docs
 
+from generated_files import write_or_check  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "adapter"))
 
@@ -333,15 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigDocsError, chart_docs.ChartDocsError) as error:
         print(f"config_docs: {error}", file=sys.stderr)
         return 1
-    stale = [path for path, text in pages.items() if not path.is_file() or path.read_text() != text]
-    if args.check:
-        for path in stale:
-            print(f"config_docs: {path.relative_to(REPO)} is out of date; run {REGENERATE}", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.write_text(pages[path])
-        print(f"config_docs: wrote {path.relative_to(REPO)}")
-    return 0
+    return write_or_check(pages, args.check, "config_docs", REGENERATE, REPO)
 
 
 if __name__ == "__main__":
