@@ -135,6 +135,7 @@ def debian_rootfs() -> Path:
         return root
     if shutil.which("debootstrap") is None:
         raise ClusterError("debootstrap is missing: apt-get install debootstrap (the worker image's rootfs)")
+    _unmount_below(root)  # an interrupted debootstrap leaves its /proc and /sys mounted in the target
     shutil.rmtree(root, ignore_errors=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     _run(["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(root),
@@ -146,12 +147,18 @@ def debian_rootfs() -> Path:
     return root
 
 
+def _unmount_below(root: Path) -> None:
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
 def worker_image(environment: Path) -> Path:
     """The worker image's archive: the Debian rootfs layer and the engines layer; PATH starts with the bin/ of
     `environment` (AReaL's virtualenv, mounted from the host at that path)."""
+    environment = environment.resolve()
     rootfs = debian_rootfs()
-    engines = [path for path in ENGINE_SOURCES.values()]
-    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *engines)
+    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
     out = CACHE / f"areal-worker-{key}.tar"
     if out.exists():
         return out
