@@ -147,6 +147,15 @@ def debian_rootfs() -> Path:
     return root
 
 
+def base_layer() -> Layer:
+    """The Debian rootfs as a layer tar, packed once."""
+    rootfs = debian_rootfs()
+    tar = CACHE / f"{rootfs.name}.layer.tar"
+    if not tar.exists():
+        _layer_of_dir(rootfs, tar.with_suffix(".partial")).tar.rename(tar)
+    return Layer(tar, _sha256(tar))
+
+
 def _unmount_below(root: Path) -> None:
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
@@ -163,10 +172,7 @@ def worker_image(environment: Path) -> Path:
     if out.exists():
         return out
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        base_tar = CACHE / f"{rootfs.name}.layer.tar"
-        if not base_tar.exists():
-            _layer_of_dir(rootfs, base_tar.with_suffix(".partial")).tar.rename(base_tar)
-        base = Layer(base_tar, _sha256(base_tar))
+        base = base_layer()
         engines_root = Path(tmp) / "engines"
         target = engines_root / ENGINES_DIR.lstrip("/")
         target.mkdir(parents=True)
@@ -179,3 +185,9 @@ def worker_image(environment: Path) -> Path:
         config = {"Env": [f"PATH={environment}/bin:{BASE_PATH}", f"PYTHONPATH={ENGINES_DIR}"],
                   "WorkingDir": "/tmp", "Cmd": ["python3"]}
         return docker_archive(out, WORKER_IMAGE, [base, layer], config)
+
+
+if __name__ == "__main__":
+    # `make tools` builds the slow parts ahead (the worker image's own layer needs AReaL's environment: at `up`).
+    print(pause_image())
+    print(base_layer().tar)
