@@ -31,8 +31,10 @@ tools: venv ## build/download the pinned tools into the cache and link them into
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install-areal-worker.sh
 
-cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference)
-	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS))
+# KUEUE=1: cluster-up also runs Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
+KUEUE ?=
+cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, KUEUE=1)
+	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(filter 1,$(KUEUE)),--kueue)
 
 cluster-down: ## stop the local cluster and every worker process; leaves no process or port behind
 	$(PY) tools/localcluster.py down
@@ -83,7 +85,7 @@ AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_w
 	-m "not reference_guard_only" -k "not rbac"
 
 test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
-	$(PY) tools/localcluster.py up; rc=$$?; \
+	$(PY) tools/localcluster.py up --kueue; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \

@@ -184,7 +184,23 @@ platformCommand:
 EOF
 }
 
-all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes)
+install_kueue() {
+  step "kueue $KUEUE_VERSION (cold build: about 3 minutes on 2 cores)"
+  local key=kueue-$KUEUE_VERSION
+  go_build "$key" kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
+  # The CRDs and webhook configurations the local process needs (tools/localcluster_kueue.py applies them).
+  if [ ! -f "$cache/$key/config/webhook/manifests.yaml" ]; then
+    local src; src=$(cd "$cache" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    [ -d "$src/config/components/crd/bases" ] || fail "kueue: config/components/crd/bases not found in the module ($src)"
+    rm -rf "$cache/$key/config" && mkdir -p "$cache/$key/config/crd" "$cache/$key/config/webhook"
+    cp "$src"/config/components/crd/bases/*.yaml "$cache/$key/config/crd/"
+    cp "$src/config/components/webhook/manifests.yaml" "$cache/$key/config/webhook/"
+    chmod -R u+w "$cache/$key/config"
+  fi
+  rm -rf "$root/.tools/etc/kueue" && mkdir -p "$root/.tools/etc/kueue" && cp -r "$cache/$key/config/." "$root/.tools/etc/kueue/"
+}
+
+all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kueue)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

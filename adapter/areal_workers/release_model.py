@@ -83,6 +83,11 @@ class ReleaseModel:
             return self.pod_role(self.forks[role]["target"])
         return self.colocations.get(role, role)
 
+    def kueue_queue(self, workload: str) -> str | None:
+        """The Kueue LocalQueue that admits a role's or pod-mode fork's workers (None: not queued)."""
+        entry = self.roles.get(workload) or self.forks.get(workload) or {}
+        return entry.get("kueue_queue") or None
+
     def ports(self, role: str) -> list[str]:
         """The guard port and extra ports the chart gave the pods of `role` (a role or a pod-mode fork)."""
         entry = self.roles.get(role) or self.forks.get(role)

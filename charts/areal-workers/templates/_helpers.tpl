@@ -88,6 +88,18 @@ areal.io/fork-target: {{ .workload.target | quote }}
 {{- end }}
 {{- end -}}
 
+{{/* Kueue's labels on a role's StatefulSet (not its pods: Kueue labels those of the group itself). Params: config. */}}
+{{- define "areal-workers.kueueLabels" -}}
+{{- with .config.kueue }}
+{{- if .queueName }}
+kueue.x-k8s.io/queue-name: {{ .queueName | quote }}
+{{- with .priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "areal-workers.workloadAnnotations" -}}
 {{ include "areal-workers.annotations" .root }}
 areal.io/role-name: {{ .workload.name | quote }}
