@@ -169,6 +169,7 @@ class LocalCluster:
             _say("kueue already running")
             return
         processes.stop([component])
+        binary("kueue")  # a clear error when `make tools` did not build it
         crds = kueue_setup.crd_files()
         if not crds:
             raise ClusterError(f"no Kueue CRDs in {kueue_setup.KUEUE_CONFIG}: run `make tools`")

@@ -23,7 +23,7 @@ import yaml
 
 from localcluster_pki import issue_cert
 from localcluster_processes import Component
-from localcluster_settings import REPO_ROOT, Ports, binary
+from localcluster_settings import REPO_ROOT, TOOLS_BIN, Ports
 
 KUEUE_CONFIG = REPO_ROOT / ".tools" / "etc" / "kueue"
 MANAGED_NAMESPACE_LABEL = "areal-workers.local/kueue"
@@ -110,7 +110,8 @@ def component(state: Path, ports: Ports, kubeconfig: Path) -> Component:
     """Kueue's controller manager, in a mount namespace of its own with /etc overlaid (see the module docstring)."""
     home = kueue_dir(state)
     overlay = (f"lowerdir=/etc,upperdir={home / 'etc-upper' / 'etc'},workdir={home / 'etc-work'}")
-    kueue = [binary("kueue"), f"--config={home / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--zap-log-level=2"]
+    # Not binary(): stopping and status build this too, also where `make tools` never built Kueue.
+    kueue = [str(TOOLS_BIN / "kueue"), f"--config={home / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--zap-log-level=2"]
     script = f"mount -t overlay overlay -o {shlex.quote(overlay)} /etc && exec {shlex.join(kueue)}"
     return Component("kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script], state,
                      health_url=f"http://127.0.0.1:{ports.kueue_health}/readyz")
