@@ -17,7 +17,7 @@ CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 # The environment variables of AReaL PR #1316 (honoured for compatibility), then the trainer-lifetime ones of
-# areal-workers (set by `areal-workers submit` for a trainer in the cluster).
+# areal-workers (set by `areal-workers submit` for a trainer in the cluster), then the Kueue queue of its roles.
 ENVIRONMENT = {
     "AREAL_K8S_NAMESPACE": "namespace",
     "AREAL_K8S_CONTEXT": "context",

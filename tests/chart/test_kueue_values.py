@@ -45,3 +45,14 @@ def test_topology_records_the_queue_of_roles_and_pod_forks(render):
 def test_schema_rejects_bad_kueue_values(render_error, kueue):
     err = render_error({"roles": {"actor": role(1, kueue=kueue)}})
     assert "kueue" in err, err
+
+
+def test_a_queued_role_has_a_name_kueue_can_label_its_pods_with(render):
+    """Kueue labels the pods with "statefulset-<name>-<5 char hash>" (<= 63 characters): name <= 45."""
+    long_release = {"fullnameOverride": "aw-a-rather-long-experiment-name-trial-0123abcd"}
+    docs = render({**long_release, "workerDefaults": {"kueue": {"queueName": "lq"}}, "roles": {"actor": role(1)}})
+    name = sts(docs, "actor")["metadata"]["name"]
+    assert len(name) == 45 and len(f"statefulset-{name}-abcde") == 63
+    plain = sts(render({**long_release, "roles": {"actor": role(1)}}), "actor")["metadata"]["name"]
+    assert len(plain) == 52  # unchanged without Kueue
+    assert name[:36] == plain[:36]

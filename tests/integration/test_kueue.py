@@ -237,3 +237,36 @@ def test_without_the_workloads_rule_a_queued_role_waits_without_its_position(mak
     with pytest.raises(WorkerTimeoutError) as waited:
         waiting.get_workers("actor", timeout=6)
     assert "queued in" not in waited.value.diagnosis and "SchedulingGated" in waited.value.diagnosis
+
+
+def test_the_documented_queue_example_admits_a_role(make_scheduler, custom, namespace):
+    """examples/kueue-queue.yaml (docs/*/kueue.md) on the real Kueue, its cluster-scoped names made unique and its
+    LocalQueue moved into the test's namespace."""
+    import yaml
+
+    from localcluster import REPO_ROOT
+
+    suffix = uuid.uuid4().hex[:6]
+    documents = list(yaml.safe_load_all((REPO_ROOT / "examples" / "kueue-queue.yaml").read_text()))
+    kinds = {doc["kind"]: doc for doc in documents}
+    assert set(kinds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    flavor = kinds["ResourceFlavor"]["metadata"]["name"]
+    kinds["ResourceFlavor"]["metadata"]["name"] = f"{flavor}-{suffix}"
+    kinds["ClusterQueue"]["metadata"]["name"] += f"-{suffix}"
+    for group in kinds["ClusterQueue"]["spec"]["resourceGroups"]:
+        for entry in group["flavors"]:
+            entry["name"] = f"{entry['name']}-{suffix}"
+    kinds["LocalQueue"]["metadata"]["namespace"] = namespace
+    kinds["LocalQueue"]["spec"]["clusterQueue"] = kinds["ClusterQueue"]["metadata"]["name"]
+    plurals = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues"}
+    for kind in ("ResourceFlavor", "ClusterQueue"):
+        custom.create_cluster_custom_object(GROUP, VERSION, plurals[kind], kinds[kind])
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", kinds["LocalQueue"])
+        scheduler = make_scheduler("example", kueue_queue=kinds["LocalQueue"]["metadata"]["name"])
+        scheduler.create_workers(gpu_job(2, 8))
+        assert len(scheduler.get_workers("actor", timeout=120)) == 2
+        scheduler.delete_workers()
+    finally:
+        for kind in ("ClusterQueue", "ResourceFlavor"):
+            custom.delete_cluster_custom_object(GROUP, VERSION, plurals[kind], kinds[kind]["metadata"]["name"])
