@@ -141,7 +141,7 @@ class LocalCluster:
         _say(f"kubeconfig: {self.kubeconfig}")
 
     def down(self) -> None:
-        self._stop_kueue()
+        self.stop_kueue()
         processes.stop(self.components())
         self._kill_leftover_workers()
         busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
@@ -189,7 +189,7 @@ class LocalCluster:
         _say(f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
              f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
 
-    def _stop_kueue(self) -> None:
+    def stop_kueue(self) -> None:
         """Its webhook configurations go first: with them and without Kueue, labelled namespaces refuse pods."""
         component = self.kueue()
         if component.pid() is None:

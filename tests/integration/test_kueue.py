@@ -175,11 +175,13 @@ def test_a_higher_priority_trial_preempts_a_lower_one_and_the_adapter_says_preem
 def test_scale_update_and_pod_fork_of_a_queued_role_recreate_it(make_scheduler, quota, core, namespace):
     scheduler = make_scheduler("resize", kueue_queue=QUEUE, fork_mode="pod")
     scheduler.create_workers(gpu_job(1, 2))
-    before = scheduler.get_workers("actor", timeout=120)
+    scheduler.get_workers("actor", timeout=120)
+    first_pod = {pod.metadata.uid for pod in role_pods(core, namespace, "resize")}
 
     scheduler.scale_workers("actor", 2)  # Kueue refuses a replica change of an admitted group: re-created
-    scaled = scheduler.get_workers("actor", timeout=120)
-    assert len(scaled) == 2 and scaled[0].ip != before[0].ip  # fresh workers, admitted together
+    assert len(scheduler.get_workers("actor", timeout=120)) == 2
+    scaled = {pod.metadata.uid for pod in role_pods(core, namespace, "resize")}
+    assert len(scaled) == 2 and not scaled & first_pod  # fresh workers, admitted together
 
     scheduler.update_workers(job("actor", 2, [spec(gpu=4, env_vars={"STEP": "2"})]))  # a new pod shape
     updated = scheduler.get_workers("actor", timeout=120)
@@ -270,3 +272,27 @@ def test_the_documented_queue_example_admits_a_role(make_scheduler, custom, name
     finally:
         for kind in ("ClusterQueue", "ResourceFlavor"):
             custom.delete_cluster_custom_object(GROUP, VERSION, plurals[kind], kinds[kind]["metadata"]["name"])
+
+
+def test_stopping_kueue_takes_its_fail_closed_webhooks_away_first(namespace, core, kube_client):
+    """With Kueue's webhook configurations left behind, a stopped Kueue would block every pod of a labelled
+    namespace; `down` (stop_kueue) deletes them before it stops the process."""
+    from localcluster import LocalCluster
+    from localcluster_kueue import WEBHOOK_CONFIGURATIONS
+
+    cluster = LocalCluster()
+    admission = client.AdmissionregistrationV1Api(kube_client)
+    assert {c.metadata.name for c in admission.list_mutating_webhook_configuration().items} >= {
+        name for kind, name in WEBHOOK_CONFIGURATIONS if kind.startswith("Mutating")}
+    cluster.stop_kueue()
+    try:
+        assert cluster.kueue().pid() is None
+        names = {c.metadata.name for c in admission.list_mutating_webhook_configuration().items} | {
+            c.metadata.name for c in admission.list_validating_webhook_configuration().items}
+        assert not names & {name for _, name in WEBHOOK_CONFIGURATIONS}
+        pod = core.create_namespaced_pod(namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name="plain", labels={"kueue.x-k8s.io/queue-name": QUEUE}),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")])))
+        assert not pod.spec.scheduling_gates  # created, and not held by a Kueue that is gone
+    finally:
+        cluster.up(kueue=True)
