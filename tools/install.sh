@@ -90,10 +90,10 @@ go_build() {
   link "$cache/$key" "$name"
 }
 
-install_kubernetes() {
-  step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: about 11 minutes on 2 cores)"
-  local key=kubernetes-$KUBERNETES_VERSION
-  local names=(kube-apiserver kube-controller-manager kube-scheduler)
+# kube_build <key> <commands...>: builds k8s.io/kubernetes/cmd/<command> at KUBERNETES_VERSION.
+kube_build() {
+  local key=$1; shift
+  local names=("$@")
   cached "$key" "${names[@]}" && return
   local dir; dir=$(go_wrapper_dir "$key")
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
@@ -120,6 +120,55 @@ install_kubernetes() {
   )
   rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
   link "$cache/$key" "${names[@]}"
+}
+
+install_kubernetes() {
+  step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: about 11 minutes on 2 cores)"
+  kube_build "kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler
+}
+
+# The real node's parts (`localcluster.py up --real-node`): the kubelet of the same release, and CoreDNS with
+# only the plugins the local cluster's DNS uses (a main of our own; the stock build compiles every cloud SDK).
+install_kubelet() {
+  step "kubelet $KUBERNETES_VERSION (real node; about 1 minute once the control plane's Go caches are warm)"
+  kube_build "kubelet-$KUBERNETES_VERSION" kubelet
+}
+
+# Debian's containerd (1.6), runc and CNI plugins run the real node's containers; debootstrap makes its image's rootfs.
+install_node_packages() {
+  step "containerd, runc, CNI plugins, debootstrap, iptables (Debian packages of the real node)"
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v iptables >/dev/null || missing+=(iptables)
+  if [ ${#missing[@]} -eq 0 ]; then echo "    installed"; return; fi
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "    skipped: ${missing[*]} missing and this is not a root Debian shell (only the real node needs them)"
+    return
+  fi
+  run_logged node-packages "$cache/node-packages.log" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive run_logged node-packages "$cache/node-packages.log" \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+install_coredns() {
+  step "coredns $COREDNS_VERSION (cluster DNS of the real node)"
+  local key=coredns-$COREDNS_VERSION
+  cached "$key" coredns && return
+  local dir; dir=$(go_wrapper_dir "$key")
+  (
+    cd "$dir"
+    go mod init areal-workers.local/coredns-build >/dev/null 2>&1
+    cp "$root/tools/coredns_main.go.txt" main.go
+    run_logged coredns "$dir/get.log" go get "github.com/coredns/coredns@$COREDNS_VERSION"
+    run_logged coredns "$dir/tidy.log" go mod tidy
+    mkdir -p out
+    run_logged coredns "$dir/build.log" go build -trimpath -ldflags "-s -w" -o out/coredns .
+  )
+  rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
+  link "$cache/$key" coredns
 }
 
 install_etcd() {
@@ -200,7 +249,7 @@ install_kueue() {
   rm -rf "$root/.tools/etc/kueue" && mkdir -p "$root/.tools/etc/kueue" && cp -r "$cache/$key/config/." "$root/.tools/etc/kueue/"
 }
 
-all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kueue)
+all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns node_packages kueue)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

@@ -8,11 +8,14 @@ runs itself. State lives under .tools/cluster/ and is wiped by `down`, so every 
 from an empty etcd and no process of the cluster or of its pods is left.
 
     python tools/localcluster.py up [--nodes 2 --cpu 64 --memory 512Gi --gpus 8 --pods 110]
-                                    [--workers auto|areal|reference] [--kueue]
+                                    [--workers auto|areal|reference] [--real-node] [--kueue]
     python tools/localcluster.py down
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
     python tools/localcluster.py sa-kubeconfig NAMESPACE SERVICEACCOUNT OUT
+
+--real-node adds a real node beside the KWOK ones (tools/realnode.py: kubelet, containerd, runc, CNI, CoreDNS; root,
+one per machine): pods that select it run as real containers of locally built images. `down` stops it too.
 
 A second cluster beside the first: set AREAL_WORKERS_CLUSTER_PORT_BASE (ports), AREAL_WORKERS_CLUSTER_DIR
 (state; its admin kubeconfig is written inside it) and AREAL_WORKERS_CLUSTER_POD_OCTET (pods get
@@ -47,6 +50,7 @@ from localcluster_pki import cert_kubeconfig, ensure_pki, service_account_kubeco
 from localcluster_processes import Component, port_free
 from localcluster_settings import (
     ADMIN_KUBECONFIG,
+    AREAL_WORKER_ENV,
     AREAL_WORKER_PYTHON,
     KWOK_CRDS,
     NODE_NAME_PREFIX,
@@ -63,6 +67,7 @@ from localcluster_settings import (
     resolve_worker_server,
 )
 from podrunner_processes import ProcessLedger
+from realnode import RealNode
 
 # What tests, benchmarks and examples import from here.
 __all__ = ["AREAL_WORKER_PYTHON", "REPO_ROOT", "ClusterError", "LocalCluster", "NodeShape", "Ports",
@@ -91,12 +96,15 @@ class LocalCluster:
         """The kubelets' process side: one runner for every namespace not labelled private (tools/podrunner.py)."""
         return podrunner_component(self.state, self.ports, self.pod_logs, workers)
 
+    def real_node(self) -> RealNode:
+        return RealNode(self.state, self.pki, self.ports, self.server, self.kubeconfig, AREAL_WORKER_ENV)
+
     def kueue(self) -> Component:
         """Kueue's controller manager (`up --kueue`); not in components(): it starts last and stops first."""
         return kueue_setup.component(self.state, self.ports, self.kubeconfig)
 
     def components(self) -> list[Component]:
-        """Everything `up` starts, in start order."""
+        """Everything `up` starts but the real node, in start order."""
         return [*self.control_plane(), self.podrunner(self.podrunner_workers() or "reference")]
 
     def podrunner_workers(self) -> str | None:
@@ -119,16 +127,20 @@ class LocalCluster:
             states[component.name] = "running" if running else "not running"
         if states.get("podrunner") == "running":
             states["podrunner"] += f" ({self.podrunner_workers()} worker server)"
+        node = self.real_node()
+        if node.paths.root.exists():
+            states.update(node.status())
         kueue = self.kueue()
         if kueue.pid() is not None:
             states["kueue"] = "running" if self._healthy(kueue) else "not running"
         return states
 
     def up(self, nodes: int = 2, shape: NodeShape | None = None, timeout: float = 120.0,
-           workers: str | None = None, kueue: bool = False) -> None:
+           workers: str | None = None, real_node: bool = False, kueue: bool = False) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
         worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
-        `kueue` also starts Kueue (a running one is kept either way)."""
+        `real_node` adds the real node (its first start builds its images: minutes). `kueue` also starts Kueue (a
+        running one is kept either way)."""
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
@@ -136,12 +148,15 @@ class LocalCluster:
             self._start_control_plane(time.monotonic() + timeout)
         self.ensure_nodes(nodes, shape, timeout)
         self._ensure_podrunner(workers, time.monotonic() + timeout)
+        if real_node:
+            self.real_node().up(timeout, _say)
         if kueue:
             self._ensure_kueue(time.monotonic() + timeout)
         _say(f"kubeconfig: {self.kubeconfig}")
 
     def down(self) -> None:
         self.stop_kueue()
+        self.real_node().down(_say)
         processes.stop(self.components())
         self._kill_leftover_workers()
         busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
@@ -314,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
                          "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
                          f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another")
+    up.add_argument("--real-node", action="store_true",
+                    help="also start the real node (kubelet + containerd; root; see tools/realnode.py)")
     up.add_argument("--kueue", action="store_true",
                     help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
                          f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
@@ -333,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ClusterError("--nodes must be at least 1")
             shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
                               gpu_resource=args.gpu_resource)
-            cluster.up(args.nodes, shape, workers=args.workers, kueue=args.kueue)
+            cluster.up(args.nodes, shape, workers=args.workers, real_node=args.real_node, kueue=args.kueue)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

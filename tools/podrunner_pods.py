@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from localcluster_settings import NODE_NAME_PREFIX
 from podrunner_processes import StartFailure
 
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
@@ -100,7 +101,10 @@ def pod_kind(pod: client.V1Pod) -> str | None:
     """"hook" (a `helm test` pod, run once), "once" (restartPolicy Never, e.g. a Job's pod such as a trainer: run
     once, phase Succeeded or Failed from its exit code), "worker" (run and restarted), or None: without a `command` the
     container would run its image's entrypoint, which a machine without a container runtime does not have; a pod
-    annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (tools/kwok/stages.yaml) and runs nothing."""
+    annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (tools/kwok/stages.yaml) and runs nothing; a pod
+    on a node that is not KWOK's (the real node's kubelet runs it) is not podrunner's either."""
+    if not (pod.spec.node_name or "").startswith(NODE_NAME_PREFIX):
+        return None
     containers = pod.spec.containers or []
     if not containers or not containers[0].command:
         return None
