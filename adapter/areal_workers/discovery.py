@@ -45,9 +45,10 @@ class WorkerFinder:
                 raise error
 
         queued = model.kueue_queue(workload) is not None
+        recheck = (ADMISSION_RECHECK_SECONDS, check_admission) if queued else None
         try:
             pods = self.pods.wait(naming.role_selector(self.driver.name, workload), all_ready(replicas), timeout,
-                                  on_pod=check, on_idle=(ADMISSION_RECHECK_SECONDS, check_admission) if queued else None)
+                                  on_pod=check, on_idle=recheck)
         except WaitTimedOut as timed_out:
             error = WorkerTimeoutError(workload, timeout)
             raise attach_diagnosis(error, self.inspector.timeout_diagnosis(workload, replicas, timed_out.pods)) \
