@@ -31,10 +31,12 @@ tools: venv ## build/download the pinned tools into the cache and link them into
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install-areal-worker.sh
 
-# KUEUE=1: cluster-up also runs Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
+# NODE=real: also the real node (kubelet + containerd running real containers; root; docs/en/real-node.md); auto: when
+# this machine can run it. KUEUE=1: also Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
+NODE ?=
 KUEUE ?=
-cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, KUEUE=1)
-	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(filter 1,$(KUEUE)),--kueue)
+cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1)
+	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE)) $(if $(filter 1,$(KUEUE)),--kueue)
 
 cluster-down: ## stop the local cluster and every worker process; leaves no process or port behind
 	$(PY) tools/localcluster.py down
@@ -50,7 +52,7 @@ IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
 KUBECTL_LOCAL = kubectl --kubeconfig $(CLUSTER_KUBECONFIG)
 demo: tools areal-worker ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
-	$(PY) tools/localcluster.py up --workers areal
+	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto)
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
 	$(KUBECTL_LOCAL) apply -n $(DEMO_NAMESPACE) -f rbac/ >/dev/null
@@ -85,7 +87,7 @@ AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_w
 	-m "not reference_guard_only" -k "not rbac"
 
 test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
-	$(PY) tools/localcluster.py up --kueue; rc=$$?; \
+	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \

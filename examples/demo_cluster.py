@@ -15,17 +15,28 @@ from areal_workers import Worker
 from areal_workers import naming
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+REAL_NODE_LABEL = "areal-workers.dev/node"  # tools/realnode_config.py
 TABLE_HEADER = ("WORKER", "POD", "NODE", "IP", "PORTS", "READY", "RESTARTS")
 
 
 def is_local_cluster(core: client.CoreV1Api) -> bool:
-    """True on the project's local cluster: every node is one of KWOK's fake nodes (`make cluster-up`), so worker
-    pods are run as processes on this machine."""
+    """True on the project's local cluster: every node is one of KWOK's fake nodes (`make cluster-up`), whose worker
+    pods run as processes on this machine, or its real node (tools/realnode.py)."""
     try:
         nodes = core.list_node().items
     except ApiException:
         return False  # no right to list nodes: not the local cluster's admin
-    return bool(nodes) and all((n.metadata.annotations or {}).get(KWOK_NODE_ANNOTATION) == "fake" for n in nodes)
+    return bool(nodes) and all((n.metadata.annotations or {}).get(KWOK_NODE_ANNOTATION) == "fake"
+                               or (n.metadata.labels or {}).get(REAL_NODE_LABEL) == "real" for n in nodes)
+
+
+def has_real_node(core: client.CoreV1Api) -> bool:
+    """The local cluster's real node (kubelet + containerd) is there and Ready."""
+    try:
+        nodes = core.list_node(label_selector=f"{REAL_NODE_LABEL}=real").items
+    except ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for n in nodes for c in n.status.conditions or [])
 
 
 def release_pods(core: client.CoreV1Api, namespace: str, release: str) -> list[client.V1Pod]:

@@ -4,6 +4,7 @@ how its worker pods get their processes, the scheduler's settings and the spec o
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -51,6 +52,7 @@ class Target:
     nodes: int
     fileroot: str  # AReaL's fileroot of the workers
     made_fileroot: bool = False
+    real_node: bool = False  # the local cluster's real node runs the workers as containers (tools/realnode.py)
 
 
 def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -81,8 +83,12 @@ def find_target(args: argparse.Namespace) -> Target:
         nodes = 0
     # On the local cluster the workers are processes of this machine: their files go to a directory of the run.
     fileroot = str(LOCAL_FILEROOT / f"{args.namespace}-{args.trial}") if local else ClusterConfig().fileroot
+    real_node = local and not args.run_pods and cluster.has_real_node(core)
+    if real_node:  # mounted into the worker containers, whose user is not this one
+        Path(fileroot).mkdir(parents=True, exist_ok=True)
+        Path(fileroot).chmod(0o777)
     return Target(api=api, server=api.configuration.host, local=local, nodes=nodes, fileroot=fileroot,
-                  made_fileroot=local)
+                  made_fileroot=local, real_node=real_node)
 
 
 def check_local_runner(kubeconfig: str | None) -> None:
@@ -106,16 +112,30 @@ def scheduler_config(args: argparse.Namespace, target: Target) -> KubernetesSche
     settings: dict[str, Any] = dict(namespace=args.namespace, kubeconfig=args.kubeconfig, helm_executable=args.helm,
                                     image=args.image, ready_timeout=args.timeout, helm_timeout=args.timeout,
                                     fork_ready_timeout=args.timeout)
-    if target.local:
+    if target.real_node:
+        # Containers of the locally built image, with AReaL's environment mounted; the fileroot is shared with them.
+        settings.update(values_files=(str(real_node_values(target.fileroot)),), termination_grace_seconds=5)
+    elif target.local:
         # The pods' `python` is this machine's AReaL environment (the cluster's pod runner maps it), and forks
         # started by a worker must find it by path.
         settings.update(python_executable=str(LOCAL_WORKER_PYTHON), termination_grace_seconds=5)
     return KubernetesSchedulerConfig(**settings)
 
 
-def worker_spec(image: str | None = None) -> SchedulingSpec:
-    """One worker: AReaL's rpc_server on 1 CPU (the guard's port and one more, as AReaL asks for)."""
-    spec = SchedulingSpec(cpu=1, gpu=0, mem=2, port_count=2, cmd=WORKER_COMMAND)
+def real_node_values(fileroot: str) -> Path:
+    """A values file placing the workers on the real node (tools/realnode_values.py), next to the fileroot."""
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    from realnode_values import worker_values
+
+    values = Path(fileroot) / "real-node-values.json"
+    values.write_text(json.dumps(worker_values(LOCAL_WORKER_PYTHON.parent.parent, Path(fileroot))))
+    return values
+
+
+def worker_spec(target: Target, image: str | None = None) -> SchedulingSpec:
+    """One worker: AReaL's rpc_server on 1 CPU, a quarter on the real node, which has this machine's few cores (the
+    guard's port and one more, as AReaL asks for)."""
+    spec = SchedulingSpec(cpu=0.25 if target.real_node else 1, gpu=0, mem=2, port_count=2, cmd=WORKER_COMMAND)
     if image is not None:
         spec.image = image
     return spec

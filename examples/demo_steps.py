@@ -27,6 +27,8 @@ from demo_terminal import Terminal
 
 # `.invalid` is reserved (RFC 2606): no registry can ever serve this image, on any cluster.
 MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
+# How a kubelet reports an image it cannot have: a failed pull, or (pull policy Never, the real node) none to use.
+PULL_FAILURES = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull")
 
 
 @dataclass
@@ -67,7 +69,10 @@ class BanditDemo:
 
     def header(self) -> None:
         self.out.title("areal-workers demo: KubernetesScheduler runs a small RL experiment, as an AReaL trainer would")
-        if self.target.local:
+        if self.target.real_node:
+            where = (f"the local cluster's real node (kubelet + containerd, beside {self.target.nodes - 1} KWOK "
+                     f"nodes); each worker is a container of the locally built image running AReaL's rpc_server")
+        elif self.target.local:
             where = (f"the local cluster ({self.target.nodes} KWOK nodes); each worker pod's command, AReaL's "
                      f"rpc_server, runs as a process on this machine")
         else:
@@ -105,7 +110,8 @@ class BanditDemo:
             started = time.monotonic()
             self.made_release = True
             with self.out.waiting(f"{role}: create_workers", self.progress_of(role)):
-                ids = self.scheduler.create_workers(Job(role=role, replicas=REPLICAS, tasks=[worker_spec()]))
+                ids = self.scheduler.create_workers(Job(role=role, replicas=REPLICAS,
+                                                        tasks=[worker_spec(self.target)]))
             expect(ids == [f"{role}/{i}" for i in range(REPLICAS)], f"create_workers({role}) returned {ids}")
             self.workers[role] = self.scheduler.get_workers(role)
             self.out.ok(f"{role:<8} {' '.join(ids)} ready and configured · helm revision {self.revision()}",
@@ -117,7 +123,7 @@ class BanditDemo:
         started = time.monotonic()
         strategy = SchedulingStrategy(type="colocation", target="actor", fork=True)
         with self.out.waiting("ref: forking 2 rpc_server processes"):
-            ids = self.scheduler.create_workers(Job(role="ref", replicas=REPLICAS, tasks=[worker_spec()],
+            ids = self.scheduler.create_workers(Job(role="ref", replicas=REPLICAS, tasks=[worker_spec(self.target)],
                                                     scheduling_strategy=strategy))
         expect(ids == [f"ref/{i}" for i in range(REPLICAS)], f"fork of ref returned {ids}")
         self.workers["ref"] = self.scheduler.get_workers("ref")
@@ -141,11 +147,15 @@ class BanditDemo:
     def bad_update(self) -> None:
         self.out.step("A bad update, diagnosed and rolled back",
                       f"update_workers(Job('rollout', 2, image={MISSING_IMAGE}))")
-        if self.target.local:
+        if self.target.real_node:
+            self.out.note("(the real node's kubelet: the image is not on the node and no registry is reachable, so "
+                          "the pull policy is Never: ErrImageNeverPull)")
+        elif self.target.local:
             self.out.note("(simulated: the local cluster pulls no images; its fake kubelet, KWOK, fails pulls from "
                           "registry.invalid as a kubelet reports them: ErrImagePull, then ImagePullBackOff)")
         good, before = self.revision(), cluster.uids(self.pods())
-        self.scheduler.update_workers(Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(MISSING_IMAGE)]))
+        self.scheduler.update_workers(Job(role="rollout", replicas=REPLICAS,
+                                          tasks=[worker_spec(self.target, MISSING_IMAGE)]))
         self.out.ok(f"helm revision {self.revision()}: the StatefulSet replaces its pods from the highest ordinal")
         error = self.wait_for_failure()
         self.check_rollback(good, before, error)
@@ -166,7 +176,7 @@ class BanditDemo:
 
     def check_rollback(self, good: int, before: dict[str, str], error: WorkerFailedError) -> None:
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
-        expect(MISSING_IMAGE in text and ("ImagePullBackOff" in text or "ErrImagePull" in text),
+        expect(MISSING_IMAGE in text and any(reason in text for reason in PULL_FAILURES),
                "the diagnosis names neither the image nor the pull failure")
         latest = self.scheduler.history()[-1]
         expect(latest["description"] == f"Rollback to {good}",

@@ -249,11 +249,26 @@ install_kueue() {
   rm -rf "$root/.tools/etc/kueue" && mkdir -p "$root/.tools/etc/kueue" && cp -r "$cache/$key/config/." "$root/.tools/etc/kueue/"
 }
 
-all=(helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns node_packages kueue)
+# The real node's images: debootstrap waits on Debian's mirror, so it runs beside the Go builds.
+images_pid=
+install_node_images() {
+  if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap >/dev/null || [ ! -x "$root/.venv/bin/python" ]; then
+    return
+  fi
+  step "real node images (pause, the worker image's Debian rootfs): in the background, log $cache/node-images.log"
+  "$root/.venv/bin/python" "$root/tools/realnode_images.py" >"$cache/node-images.log" 2>&1 &
+  images_pid=$!
+}
+
+all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do
   declare -F "install_${tool//-/_}" >/dev/null || fail "unknown tool '$tool' (known: ${all[*]})"
   "install_${tool//-/_}"
 done
+if [ -n "$images_pid" ]; then
+  wait "$images_pid" || { tail -n 30 "$cache/node-images.log" >&2; fail "building the real node's images failed"; }
+  echo "    real node images ready"
+fi
 echo "tools ready in .tools/bin ($((SECONDS - start))s)"

@@ -67,7 +67,7 @@ from localcluster_settings import (
     resolve_worker_server,
 )
 from podrunner_processes import ProcessLedger
-from realnode import RealNode
+from realnode import NODE_CHOICES, RealNode
 
 # What tests, benchmarks and examples import from here.
 __all__ = ["AREAL_WORKER_PYTHON", "REPO_ROOT", "ClusterError", "LocalCluster", "NodeShape", "Ports",
@@ -98,6 +98,13 @@ class LocalCluster:
 
     def real_node(self) -> RealNode:
         return RealNode(self.state, self.pki, self.ports, self.server, self.kubeconfig, AREAL_WORKER_ENV)
+
+    def real_node_possible(self) -> bool:
+        """This machine can run the real node; says why not when it cannot."""
+        missing = self.real_node().missing()
+        if missing:
+            _say(f"no real node: {missing} (KWOK nodes only)")
+        return not missing
 
     def kueue(self) -> Component:
         """Kueue's controller manager (`up --kueue`); not in components(): it starts last and stops first."""
@@ -329,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
                          "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
                          f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another")
-    up.add_argument("--real-node", action="store_true",
-                    help="also start the real node (kubelet + containerd; root; see tools/realnode.py)")
+    up.add_argument("--real-node", nargs="?", const="real", choices=NODE_CHOICES, default="kwok",
+                    help="real: also start the real node (kubelet + containerd running real containers; root; see "
+                         "tools/realnode.py); auto: when this machine can run it; kwok (default): KWOK nodes only")
     up.add_argument("--kueue", action="store_true",
                     help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
                          f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
@@ -350,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ClusterError("--nodes must be at least 1")
             shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
                               gpu_resource=args.gpu_resource)
-            cluster.up(args.nodes, shape, workers=args.workers, real_node=args.real_node, kueue=args.kueue)
+            real_node = args.real_node == "real" or (args.real_node == "auto" and cluster.real_node_possible())
+            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

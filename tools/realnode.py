@@ -30,7 +30,7 @@ import localcluster_processes as processes
 import realnode_host as host
 from localcluster_pki import cert_kubeconfig, issue_cert
 from localcluster_processes import Component
-from localcluster_settings import ClusterError, Ports, binary
+from localcluster_settings import TOOLS_BIN, ClusterError, Ports, binary
 from realnode_config import (
     BRIDGE,
     NETWORK,
@@ -46,6 +46,9 @@ from realnode_config import (
 )
 from realnode_images import PAUSE_IMAGE, pause_image, worker_image
 from realnode_values import worker_values
+
+
+NODE_CHOICES = ("kwok", "real", "auto")  # `localcluster.py up --real-node` and `make ... NODE=`
 
 
 class RealNode:
@@ -70,13 +73,29 @@ class RealNode:
         inside = ["nsenter", f"--mount=/proc/{holder.pid() or 'self'}/ns/mnt", "--"]
         return [
             holder,
-            Component("containerd", [*inside, _system_binary("containerd"), f"--config={self.paths.containerd_config}"],
+            Component("containerd", [*inside, "containerd", f"--config={self.paths.containerd_config}"],
                       state, grace=15.0),
-            Component("kubelet", [*inside, *kubelet_argv(binary("kubelet"), self.paths)], state,
+            Component("kubelet", [*inside, *kubelet_argv(str(TOOLS_BIN / "kubelet"), self.paths)], state,
                       health_url=f"http://127.0.0.1:{self.ports.kubelet_healthz}/healthz", grace=15.0),
-            Component("coredns", [binary("coredns"), "-conf", str(self.paths.corefile)], state,
+            Component("coredns", [str(TOOLS_BIN / "coredns"), "-conf", str(self.paths.corefile)], state,
                       health_url=f"http://127.0.0.1:{self.ports.coredns_health}/health"),
         ]
+
+    def missing(self) -> str:
+        """What this machine lacks to run the node ("" when nothing, or when it runs)."""
+        if self.is_running():
+            return ""
+        try:
+            self._preflight()
+        except ClusterError as error:
+            return str(error)
+        return ""
+
+    def _preflight(self) -> None:
+        host.preflight(self.paths)
+        for name in ("containerd", "runc", "ctr", "debootstrap", "unshare", "nsenter"):
+            _system_binary(name)
+        binary("kubelet"), binary("coredns"), binary("kubectl")
 
     def is_running(self) -> bool:
         return all(c.pid() is not None for c in self.components())
@@ -92,7 +111,7 @@ class RealNode:
             say(f"real node {NODE_NAME} already running")
             return
         started = time.monotonic()
-        host.preflight(self.paths)
+        self._preflight()
         self.paths.root.mkdir(parents=True, exist_ok=True)
         host.save(self.paths)
         host.create_bridge()

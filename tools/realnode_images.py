@@ -135,6 +135,7 @@ def debian_rootfs() -> Path:
         return root
     if shutil.which("debootstrap") is None:
         raise ClusterError("debootstrap is missing: apt-get install debootstrap (the worker image's rootfs)")
+    _unmount_below(root)  # an interrupted debootstrap leaves its /proc and /sys mounted in the target
     shutil.rmtree(root, ignore_errors=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     _run(["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(root),
@@ -146,20 +147,32 @@ def debian_rootfs() -> Path:
     return root
 
 
+def base_layer() -> Layer:
+    """The Debian rootfs as a layer tar, packed once."""
+    rootfs = debian_rootfs()
+    tar = CACHE / f"{rootfs.name}.layer.tar"
+    if not tar.exists():
+        _layer_of_dir(rootfs, tar.with_suffix(".partial")).tar.rename(tar)
+    return Layer(tar, _sha256(tar))
+
+
+def _unmount_below(root: Path) -> None:
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
 def worker_image(environment: Path) -> Path:
     """The worker image's archive: the Debian rootfs layer and the engines layer; PATH starts with the bin/ of
     `environment` (AReaL's virtualenv, mounted from the host at that path)."""
+    environment = environment.resolve()
     rootfs = debian_rootfs()
-    engines = [path for path in ENGINE_SOURCES.values()]
-    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *engines)
+    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
     out = CACHE / f"areal-worker-{key}.tar"
     if out.exists():
         return out
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        base_tar = CACHE / f"{rootfs.name}.layer.tar"
-        if not base_tar.exists():
-            _layer_of_dir(rootfs, base_tar.with_suffix(".partial")).tar.rename(base_tar)
-        base = Layer(base_tar, _sha256(base_tar))
+        base = base_layer()
         engines_root = Path(tmp) / "engines"
         target = engines_root / ENGINES_DIR.lstrip("/")
         target.mkdir(parents=True)
@@ -172,3 +185,9 @@ def worker_image(environment: Path) -> Path:
         config = {"Env": [f"PATH={environment}/bin:{BASE_PATH}", f"PYTHONPATH={ENGINES_DIR}"],
                   "WorkingDir": "/tmp", "Cmd": ["python3"]}
         return docker_archive(out, WORKER_IMAGE, [base, layer], config)
+
+
+if __name__ == "__main__":
+    # `make tools` builds the slow parts ahead (the worker image's own layer needs AReaL's environment: at `up`).
+    print(pause_image())
+    print(base_layer().tar)

@@ -20,6 +20,8 @@ from .podwatch import is_ready, pod_index
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+# Pods whose log tail a time-out's diagnosis reads: the first few say why; a thousand would be a thousand requests.
+TIMEOUT_LOGS = 3
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # AReaL's colorlog colours its log lines
 READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
@@ -79,6 +81,7 @@ class ReleaseInspector:
         if admission is not None:  # one line for the whole group instead of one per gated pod
             lines[0] += f"; {admission.describe()}"
             pods = {index: pod for index, pod in pods.items() if pod not in gated}
+        logs_left = TIMEOUT_LOGS
         for index in range(replicas):
             pod = pods.get(index)
             if pod is None and admission is not None:
@@ -87,7 +90,10 @@ class ReleaseInspector:
                 lines.append(f"  {role}/{index}: no pod (StatefulSet events: kubectl -n {self.namespace} describe "
                              f"statefulset -l {naming.role_selector(self.release, role)})")
             elif not is_ready(pod):
-                problem = diagnosis.diagnose_pod(pod, events=self.events(pod))
+                read_log = bool(pod.spec.node_name) and logs_left > 0
+                logs_left -= read_log
+                log_tail = self.log_lines(pod, LOG_TAIL_LINES) if read_log else []
+                problem = diagnosis.diagnose_pod(pod, events=self.events(pod), log_tail=log_tail)
                 lines.append(problem.render() if problem is not None
                              else f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet")
         return "\n".join(lines)

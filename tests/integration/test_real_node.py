@@ -11,13 +11,15 @@ import ipaddress
 import json
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
-from areal_workers.errors import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
+from areal_workers.naming import LABEL_ROLE
+from areal_workers.errors import WorkerFailedError, WorkerTimeoutError
 from clusterlib import job, spec
 from localcluster import REPO_ROOT, LocalCluster
 from localcluster_settings import AREAL_WORKER_ENV
@@ -45,17 +47,16 @@ def real_node() -> None:
         cluster.up(real_node=True, timeout=300.0)
 
 
-@pytest.fixture
-def real_scheduler(real_node, kubeconfig, helm_executable, namespace, tmp_path):
-    """KubernetesSchedulers whose workers run on the real node, with the trial's --fileroot shared with this
-    process (AReaL's NFS name_resolve); deleted after the test."""
-    made = []
-    shared = tmp_path / "areal"
+def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, directory: Path):
+    """(make, made): KubernetesSchedulers whose workers run on the real node, with the trial's --fileroot shared
+    with this process (AReaL's NFS name_resolve)."""
+    made: list[KubernetesScheduler] = []
+    shared = directory / "areal"
     shared.mkdir()
     shared.chmod(0o777)  # the workers run as uid 1000
 
     def make(trial: str = "trial0", **overrides) -> KubernetesScheduler:
-        values = tmp_path / f"values-{len(made)}.json"
+        values = directory / f"values-{len(made)}.json"
         values.write_text(json.dumps({
             **worker_values(AREAL_WORKER_ENV, shared),
             "cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}))
@@ -67,11 +68,37 @@ def real_scheduler(real_node, kubeconfig, helm_executable, namespace, tmp_path):
         made.append(scheduler)
         return scheduler
 
-    yield make
+    return make, made
+
+
+def close_all(made: list[KubernetesScheduler]) -> None:
     for scheduler in made:
         if not scheduler.closed:
             scheduler.delete_workers()
         scheduler.close()
+
+
+@pytest.fixture
+def real_scheduler(real_node, kubeconfig, helm_executable, namespace, tmp_path):
+    """A test's own schedulers on the real node; deleted after the test."""
+    make, made = scheduler_factory(kubeconfig, helm_executable, namespace, tmp_path)
+    yield make
+    close_all(made)
+
+
+@pytest.fixture(scope="module")
+def actors(real_node, kube_client, kubeconfig, helm_executable, tmp_path_factory):
+    """One trial for the module's read-mostly tests (AReaL's server takes a while to start in a container): role
+    `actor`, 2 workers, in a namespace of its own. The test that deletes a pod runs last."""
+    core = client.CoreV1Api(kube_client)
+    namespace = f"t-real-node-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    make, made = scheduler_factory(kubeconfig, helm_executable, namespace, tmp_path_factory.mktemp("actors"))
+    scheduler = make()
+    scheduler.create_workers(job("actor", 2, [task()]))
+    yield scheduler
+    close_all(made)
+    core.delete_namespace(namespace, propagation_policy="Background")
 
 
 def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -80,7 +107,7 @@ def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.Co
 
 
 def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.V1Pod]:
-    pods = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/component={role}").items
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_ROLE}={role}").items
     return sorted(pods, key=lambda p: p.metadata.name)
 
 
@@ -94,30 +121,86 @@ def wait_until(predicate, what: str, timeout: float = 180.0):
     raise AssertionError(f"{what}: not within {timeout:.0f}s")
 
 
-def test_workers_run_as_containers_with_engines_forks_and_a_clean_delete(real_scheduler, core, namespace):
-    scheduler = real_scheduler()
-    scheduler.create_workers(job("actor", 2, [task()]))
-    workers = scheduler.get_workers("actor")
+def test_workers_run_as_containers_with_engines_and_forks(actors, core):
+    workers = actors.get_workers("actor")
     assert [w.id for w in workers] == ["actor/0", "actor/1"]
-    pods = role_pods(core, namespace, "actor")
+    pods = role_pods(core, actors.namespace, "actor")
+    assert len(pods) == 2
     for worker, pod in zip(workers, pods):
         assert pod.spec.node_name == NODE_NAME
+        assert pod.status.pod_ip == worker.ip
         assert ipaddress.ip_address(worker.ip) in ipaddress.ip_network(NETWORK)
-        assert pod.status.container_statuses[0].container_id.startswith("containerd://")
-        assert pod.status.container_statuses[0].ready  # the kubelet's own readiness probe said so
+        status = pod.status.container_statuses[0]
+        assert status.container_id.startswith("containerd://") and status.ready  # the kubelet's probe said so
+    assert pods[0].status.pod_ip != pods[1].status.pod_ip
 
-    asyncio.run(scheduler.create_engine("actor/0", ENGINE, "counter", 40))
-    assert scheduler.call_engine("actor/0", "increment", 2) == 42
+    asyncio.run(actors.create_engine("actor/0", ENGINE, "counter", 40))
+    assert actors.call_engine("actor/0", "increment", "counter", 2) == 42
 
-    scheduler.create_workers(job("ref", 2, [task()], type="colocation", target="actor", fork=True))
-    forks = scheduler.get_workers("ref")
+    actors.create_workers(job("ref", 2, [task()], type="colocation", target="actor", fork=True))
+    forks = actors.get_workers("ref")
     assert [f.ip for f in forks] == [w.ip for w in workers]  # a process inside the actor's container
     assert {f.worker_ports[0] for f in forks}.isdisjoint({w.worker_ports[0] for w in workers})
-    asyncio.run(scheduler.create_engine("ref/1", ENGINE, "counter", 7))
-    assert scheduler.call_engine("ref/1", "increment", 1) == 8
+    asyncio.run(actors.create_engine("ref/1", ENGINE, "counter", 7))
+    assert actors.call_engine("ref/1", "increment", "counter", 1) == 8
+    assert actors.call_engine("ref/1", "env", "counter", "HOSTNAME") == pods[1].metadata.name
+    actors.delete_workers("ref")
+    assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]
 
-    scheduler.delete_workers()
-    wait_until(lambda: not role_pods(core, namespace, "actor"), "actor pods deleted")
+
+def test_helm_test_resolves_workers_through_coredns(actors, core, kubeconfig, helm_executable):
+    actors.get_workers("actor")
+    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "-n", actors.namespace, "test",
+                             actors.release, "--timeout", "3m"], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    test_pod = next(p for p in core.list_namespaced_pod(actors.namespace).items
+                    if p.metadata.name.endswith("-test-health"))
+    assert test_pod.spec.node_name == NODE_NAME and test_pod.status.phase == "Succeeded"
+    assert "2/2 workers healthy" in core.read_namespaced_pod_log(test_pod.metadata.name, actors.namespace)
+
+
+def test_kubectl_logs_and_exec_reach_the_container(actors, core, kubeconfig):
+    actors.get_workers("actor")
+    pods = role_pods(core, actors.namespace, "actor")
+    logs = kubectl(kubeconfig, "-n", actors.namespace, "logs", pods[0].metadata.name)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.strip(), "the worker's log is empty"
+    peer = pods[1]
+    name = f"{peer.spec.hostname}.{peer.spec.subdomain}.{actors.namespace}.svc.cluster.local"
+    exec_ = kubectl(kubeconfig, "-n", actors.namespace, "exec", pods[0].metadata.name, "--", "python", "-c",
+                    f"import os, socket; print(os.getuid(), socket.gethostname(), socket.gethostbyname({name!r}))")
+    assert exec_.returncode == 0, exec_.stderr
+    assert exec_.stdout.split() == ["1000", pods[0].metadata.name, peer.status.pod_ip]  # CoreDNS answered
+
+
+def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
+    crash = "python3 -c 'import sys; print(\"no checkpoint at /ckpt/step-7\", flush=True); sys.exit(3)'"
+    actors.create_workers(job("crash", 1, [task(cmd=crash)]))
+    with pytest.raises(WorkerFailedError) as failed:
+        actors.get_workers("crash", timeout=180)
+    assert failed.value.exit_code == 3
+    assert "no checkpoint at /ckpt/step-7" in failed.value.stderr  # the container's log, read through the kubelet
+    assert "rolled back release" in "\n".join(failed.value.__notes__)
+    events = core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
+    assert any("Back-off restarting failed container" in (e.message or "") for e in events), \
+        [e.message for e in events]
+    assert not role_pods(core, actors.namespace, "crash") or wait_until(
+        lambda: not role_pods(core, actors.namespace, "crash"), "crash pods gone after the rollback")
+    assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
+
+
+def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(actors, core):
+    old = actors.get_workers("actor")[1]
+    asyncio.run(actors.create_engine(old.id, ENGINE, "lost", 1))
+    pod = role_pods(core, actors.namespace, "actor")[1]
+    core.delete_namespaced_pod(pod.metadata.name, actors.namespace)
+    replaced = wait_until(lambda: [p for p in role_pods(core, actors.namespace, "actor")
+                                   if p.metadata.uid != pod.metadata.uid and p.metadata.name == pod.metadata.name
+                                   and p.status.pod_ip], "pod recreated by the StatefulSet")
+    assert replaced[0].spec.node_name == NODE_NAME
+    with pytest.raises(WorkerFailedError) as failed:
+        actors.call_engine(old.id, "increment", "lost", 1, max_retries=2, retry_delay=0.5)
+    assert "engines are lost" in str(failed.value) or "RestartedAfterReady" in failed.value.stderr, failed.value
 
 
 def test_a_container_over_its_memory_limit_is_oomkilled_by_the_kernel(real_scheduler, core, namespace):
@@ -128,77 +211,14 @@ def test_a_container_over_its_memory_limit_is_oomkilled_by_the_kernel(real_sched
         scheduler.get_workers("hog", timeout=180)
     assert failed.value.exit_code == 137
     assert "OOMKilled" in failed.value.stderr
-    pod = role_pods(core, namespace, "hog")
-    terminated = [status.last_state.terminated or status.state.terminated
-                  for p in pod for status in p.status.container_statuses or []] if pod else []
-    # The release is rolled back or uninstalled at the failure; when the pod is still there, the kubelet says so.
-    assert all(t is None or t.reason == "OOMKilled" for t in terminated)
-
-
-def test_a_crash_loop_backs_off_for_real_and_is_reported_with_the_log(real_scheduler, core, namespace):
-    scheduler = real_scheduler()
-    scheduler.create_workers(job("steady", 1, [task()]))
-    scheduler.get_workers("steady")
-    crash = "python3 -c 'import sys; print(\"no checkpoint at /ckpt/step-7\", flush=True); sys.exit(3)'"
-    scheduler.create_workers(job("crash", 1, [task(cmd=crash)]))
-    with pytest.raises(WorkerFailedError) as failed:
-        scheduler.get_workers("crash", timeout=180)
-    assert failed.value.exit_code == 3
-    assert "no checkpoint at /ckpt/step-7" in failed.value.stderr  # the container's log, read from the kubelet
-    events = core.list_namespaced_event(namespace, field_selector="reason=BackOff").items
-    assert any("Back-off restarting failed container" in (e.message or "") for e in events), \
-        [e.message for e in events]
-    assert [w.id for w in scheduler.get_workers("steady")] == ["steady/0"]  # untouched by the rollback
-
-
-def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(real_scheduler, core, namespace):
-    scheduler = real_scheduler()
-    scheduler.create_workers(job("actor", 1, [task()]))
-    old = scheduler.get_workers("actor")[0]
-    asyncio.run(scheduler.create_engine("actor/0", ENGINE, "counter", 1))
-    pod = role_pods(core, namespace, "actor")[0]
-    core.delete_namespaced_pod(pod.metadata.name, namespace)
-    replaced = wait_until(lambda: [p for p in role_pods(core, namespace, "actor")
-                                   if p.metadata.uid != pod.metadata.uid and p.status.pod_ip], "pod recreated")
-    assert replaced[0].metadata.name == pod.metadata.name and replaced[0].spec.node_name == NODE_NAME
-    with pytest.raises(WorkerFailedError) as failed:
-        scheduler.call_engine(old.id, "increment", 1, max_retries=2, retry_delay=0.5)
-    assert "engines are lost" in str(failed.value) or "RestartedAfterReady" in failed.value.stderr
 
 
 def test_readiness_comes_from_the_kubelets_probe(real_scheduler, core, namespace):
     scheduler = real_scheduler(ready_timeout=45.0)
     mute = "python3 -c 'import time; time.sleep(3600)'"  # runs, never listens on the guard port
     scheduler.create_workers(job("mute", 1, [task(cmd=mute)]))
-    with pytest.raises((WorkerTimeoutError, WorkerCreationError)) as timed_out:
+    with pytest.raises(WorkerTimeoutError) as timed_out:
         scheduler.get_workers("mute", timeout=45)
     events = core.list_namespaced_event(namespace, field_selector="reason=Unhealthy").items
     assert any("Readiness probe failed" in (e.message or "") for e in events), [e.message for e in events]
-    assert "Readiness probe failed" in str(timed_out.value)
-
-
-def test_helm_test_resolves_workers_through_coredns(real_scheduler, core, namespace, kubeconfig, helm_executable):
-    scheduler = real_scheduler()
-    scheduler.create_workers(job("actor", 2, [task()]))
-    scheduler.get_workers("actor")
-    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "-n", namespace, "test",
-                             scheduler.release, "--timeout", "3m"], capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
-    test_pod = next(p for p in core.list_namespaced_pod(namespace).items if p.metadata.name.endswith("-test-health"))
-    assert test_pod.spec.node_name == NODE_NAME and test_pod.status.phase == "Succeeded"
-    log = core.read_namespaced_pod_log(test_pod.metadata.name, namespace)
-    assert ".svc.cluster.local" in log
-
-
-def test_kubectl_logs_and_exec_reach_the_container(real_scheduler, core, namespace, kubeconfig):
-    scheduler = real_scheduler()
-    scheduler.create_workers(job("actor", 1, [task()]))
-    scheduler.get_workers("actor")
-    pod = role_pods(core, namespace, "actor")[0].metadata.name
-    logs = kubectl(kubeconfig, "-n", namespace, "logs", pod)
-    assert logs.returncode == 0, logs.stderr
-    assert logs.stdout.strip(), "the worker's log is empty"
-    exec_ = kubectl(kubeconfig, "-n", namespace, "exec", pod, "--", "python", "-c",
-                    "import os, socket; print(os.getuid(), socket.gethostname())")
-    assert exec_.returncode == 0, exec_.stderr
-    assert exec_.stdout.split() == ["1000", pod]
+    assert "Readiness probe failed" in timed_out.value.diagnosis

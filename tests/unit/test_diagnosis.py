@@ -193,8 +193,17 @@ def test_container_creating_is_progressing() -> None:
 
 def test_running_not_ready_without_restarts_is_progressing() -> None:
     pod = make_pod(statuses=[container_status(running=True)], conditions=ready_conditions(False))
+    assert diagnose_pod(pod) is None
+
+
+def test_a_failing_readiness_probe_is_named_but_not_fatal() -> None:
+    pod = make_pod(statuses=[container_status(running=True)], conditions=ready_conditions(False))
     events = [make_event("Unhealthy", "Readiness probe failed: connection refused", count=3)]
-    assert diagnose_pod(pod, events=events) is None
+    problem = diagnose_pod(pod, events=events, log_tail=["loading torch"])
+    assert problem is not None and not problem.fatal and problem.reason == "ProbeFailing"
+    rendered = problem.render()
+    assert "Readiness probe failed: connection refused" in rendered and "GET /health" in rendered
+    assert "loading torch" in rendered
 
 
 def test_init_container_that_completed_is_fine() -> None:

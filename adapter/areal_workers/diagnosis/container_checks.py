@@ -266,3 +266,18 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
         advice = "the volume cannot be attached or mounted yet: check the PVC, its StorageClass and the CSI driver"
     return Problem(pod=_name(pod), reason=latest.reason, message=message, fatal=bool(match and match.group(1)),
                    advice=advice, node=pod.spec.node_name)
+
+
+def _probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
+    """A running container the kubelet's readiness or startup probe keeps failing: not fatal (the worker may still be
+    starting), but the kubelet's own words are the first thing to read when the wait times out."""
+    if pod.status.phase != "Running":
+        return None
+    failures = [e for e in events if e.reason == "Unhealthy" and "probe failed" in (e.message or "")]
+    latest = max(failures, key=lambda event: _event_time(event) or _EPOCH, default=None)
+    if latest is None:
+        return None
+    return Problem(pod=_name(pod), reason="ProbeFailing", message=latest.message or "", fatal=False,
+                   node=pod.spec.node_name, advice="the worker runs but does not answer its probe (GET /health on the guard port of the pod "
+                          "IP): it may still be starting, listen on another address or port, or be stuck; read its "
+                          "log tail below")

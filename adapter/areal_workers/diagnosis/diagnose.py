@@ -8,7 +8,7 @@ from datetime import datetime
 
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
-from .container_checks import _container_problem_of, _mount_problem, _Readiness
+from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness
 from .pod_checks import _deletion_problem, _disruption_problem, _node_problem, _phase_problem, _replaced_problem
 from .problem import Problem, _pod_events, _tail, event_lines
 from .scheduling import _scheduling_problem
@@ -49,6 +49,7 @@ def diagnose_pod(
         or _container_problem_of(pod, readiness)
         or _mount_problem(pod, pod_events)
         or _scheduling_problem(pod, nodes, pod_events, pods_by_node)
+        or _probe_problem(pod, pod_events)
     )
     if problem is None:
         return None
