@@ -234,7 +234,7 @@ EOF
 }
 
 install_kueue() {
-  step "kueue $KUEUE_VERSION (cold build: about 3 minutes on 2 cores)"
+  step "kueue $KUEUE_VERSION (cold build: 3 to 5 minutes on 2 idle cores)"
   local key=kueue-$KUEUE_VERSION
   go_build "$key" kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
   # The CRDs and webhook configurations the local process needs (tools/localcluster_kueue.py applies them).
