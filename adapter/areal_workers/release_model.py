@@ -109,6 +109,10 @@ class ReleaseModel:
                 entries[name] = {"fork": fork, "target": entries.get(fork["target"])}
         return entries
 
+    def pod_workloads(self) -> set[str]:
+        """The workloads with pods of their own: roles and pod-mode forks."""
+        return set(self._pod_entries())
+
     def changed_since(self, earlier: ReleaseModel | None) -> set[str]:
         """Workloads whose pods this revision creates or replaces relative to `earlier` (None: every one)."""
         before = earlier._pod_entries() if earlier is not None else {}

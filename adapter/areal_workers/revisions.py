@@ -175,8 +175,7 @@ class ReleaseDriver:
         change), so the StatefulSets of queued workloads that `values` change are deleted, and their pods waited
         gone, before the revision that re-creates them: Kueue then admits each as a new group. Returns them."""
         target = ReleaseModel(values=values)
-        current = self.model._pod_entries()
-        changed = sorted(w for w in target.changed_since(self.model) & set(current)
+        changed = sorted(w for w in target.changed_since(self.model) & self.model.pod_workloads()
                          if self.model.kueue_queue(w) or self.config.kueue_queue)
         for workload in changed:
             selector = naming.role_selector(self.name, workload)
@@ -220,7 +219,6 @@ class ReleaseDriver:
         if before is None:
             self.helm(self.releases.uninstall(self.name))
         else:
-            self._requeue_for(before)
             self.helm(self.releases.rollback(self.name, before))
 
     def uninstall(self) -> None:
