@@ -17,8 +17,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from localcluster_settings import NODE_NAME_PREFIX
 from podrunner_processes import StartFailure
+from realnode_config import NODE_NAME as REAL_NODE_NAME
 
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
 KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (benchmarks)
@@ -102,8 +102,8 @@ def pod_kind(pod: client.V1Pod) -> str | None:
     once, phase Succeeded or Failed from its exit code), "worker" (run and restarted), or None: without a `command` the
     container would run its image's entrypoint, which a machine without a container runtime does not have; a pod
     annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (tools/kwok/stages.yaml) and runs nothing; a pod
-    on a node that is not KWOK's (the real node's kubelet runs it) is not podrunner's either."""
-    if not (pod.spec.node_name or "").startswith(NODE_NAME_PREFIX):
+    on the real node is its kubelet's (tools/realnode.py)."""
+    if pod.spec.node_name in (None, REAL_NODE_NAME):
         return None
     containers = pod.spec.containers or []
     if not containers or not containers[0].command:

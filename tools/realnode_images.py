@@ -36,6 +36,7 @@ DEBIAN_PACKAGES = ("python3",)
 ENGINES_DIR = "/opt/areal-workers/python"
 ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
     "bandit_engines.py": REPO_ROOT / "examples" / "bandit_engines.py",
+    "bandit_config.py": REPO_ROOT / "examples" / "bandit_config.py",  # the experiment config /configure rebuilds
     "areal_engines.py": REPO_ROOT / "tests" / "support" / "areal_engines.py",
     "areal_workers_testing": REPO_ROOT / "tests" / "support" / "areal_workers_testing",
 }

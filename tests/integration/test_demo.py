@@ -1,8 +1,9 @@
 """`make demo`'s program (examples/bandit_demo.py) against the session's local cluster, in a namespace of its own.
 
-The demo runs as a user runs it, a subprocess, with its worker pods run by the local cluster's podrunner (AReaL's
+The demo runs as a user runs it, a subprocess: on the local cluster's real node when it runs (containers of the
+locally built image, as `make demo` does), else with its worker pods run by the local cluster's podrunner (AReaL's
 real rpc_server, examples/ on its PYTHONPATH); when that podrunner serves the reference guard instead, the demo
-brings its own (`--run-pods`) in a private namespace. Its output is checked step by step, and then the cluster
+brings its own (`--run-pods`, KWOK nodes) in a private namespace. Its output is checked step by step, and then the cluster
 and this machine: no release, no pod, no worker process of the demo's trial.
 """
 
@@ -93,8 +94,13 @@ def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(de
 
     failure = output[output.index(STEPS[5]):output.index(STEPS[6])]
     assert "get_workers('rollout') raised WorkerFailedError" in failure
-    assert f'Back-off pulling image "{MISSING_IMAGE}"' in failure and "ImagePullBackOff [fatal]" in failure
-    assert "simulated" in failure  # the output says what the local cluster simulates
+    if LocalCluster().real_node().is_running():  # `make demo` puts the workers on it: real containers
+        assert "the local cluster's real node" in output and "container of the locally built image" in output
+        assert f'"{MISSING_IMAGE}" is not present with pull policy of Never' in failure, failure
+        assert "ErrImageNeverPull [fatal]" in failure and "on node real-node-0" in failure
+    else:
+        assert f'Back-off pulling image "{MISSING_IMAGE}"' in failure and "ImagePullBackOff [fatal]" in failure
+        assert "simulated" in failure  # the output says what the local cluster simulates
     assert re.search(r"rolled back release \S+ to revision 3", failure), failure
     assert "(Rollback to 3)" in failure and "untouched, same pod UIDs: actor-0, actor-1, rollout-0" in failure
     history = output[output.index(STEPS[6]):output.index(STEPS[7])]

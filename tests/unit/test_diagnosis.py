@@ -833,3 +833,15 @@ def test_uncounted_scheduler_reason() -> None:
     problem = diagnose_pod(pending_pod(message))
     assert problem is not None and not problem.fatal
     assert "check the PVCs and their StorageClass" in problem.advice
+
+
+@pytest.mark.parametrize("phase,exit_code", [("Failed", 137), ("Succeeded", 0)])
+def test_a_pod_in_a_terminal_phase_because_it_is_being_deleted_is_terminating(phase: str, exit_code: int) -> None:
+    """A real kubelet sets Failed (a SIGKILL after the grace period) or Succeeded on a deleted pod whose container
+    stopped, e.g. the StatefulSet replacing it in an update: that is not the worker failing."""
+    pod = make_pod(phase=phase, statuses=[container_status(state_terminated=terminated(exit_code, "Error"))],
+                   conditions=ready_conditions(False))
+    pod.metadata.deletion_timestamp = NOW
+    problem = diagnose_pod(pod, was_ready=False)
+    assert problem is not None and problem.reason == "Terminating" and not problem.fatal
+    assert diagnose_pod(pod, was_ready=True).fatal  # a worker that was ready loses its engines either way

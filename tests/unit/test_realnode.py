@@ -133,7 +133,8 @@ def _pod(node: str | None) -> client.V1Pod:
                         spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", command=["x"])]))
 
 
-def test_podrunner_runs_only_pods_bound_to_kwok_nodes() -> None:
+def test_podrunner_leaves_the_real_nodes_pods_to_its_kubelet() -> None:
     assert pod_kind(_pod("kwok-node-0")) == "worker"
+    assert pod_kind(_pod("kwok-fault")) == "worker"  # any KWOK node, the fault tests' own included
     assert pod_kind(_pod("real-node-0")) is None  # the real kubelet runs it
     assert pod_kind(_pod(None)) is None

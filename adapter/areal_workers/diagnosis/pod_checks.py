@@ -38,6 +38,11 @@ def _replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
 
 def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
     status = pod.status
+    if pod.metadata.deletion_timestamp is not None and status.phase in ("Succeeded", "Failed") \
+            and (status.reason or "Error") == "Error":
+        # The kubelet gives a pod being deleted a terminal phase once its containers stopped (a SIGKILL after the
+        # grace period is exit code 137): that is the deletion's doing, which _deletion_problem judges.
+        return None
     if status.phase == "Succeeded":
         return Problem(pod=_name(pod), reason="Completed", fatal=True, exit_code=0,
                        message=status.message or "all containers exited with code 0",

@@ -1,0 +1,107 @@
+"""Time to the first Ready worker on the real node (kubelet + containerd + runc) against the same worker on a KWOK node
+run by podrunner, side by side in one run, alternating; AReaL's real rpc_server in both.
+
+    python bench/real_node_startup.py [--repeats 3]     # on the running local cluster, started with --real-node
+
+Each sample is one trial: create_workers(Job(role, 1)) then get_workers until the worker answers, then
+delete_workers. Writes bench/results/real-node-startup.json and .md (not part of `make bench`: the real node needs
+root and runs one per machine, while `make bench` runs on a cluster of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+for _path in (REPO / "tools",):
+    sys.path.insert(0, str(_path))
+
+from kubernetes import client, config as kube_config  # noqa: E402
+
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
+from localcluster_settings import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON  # noqa: E402
+from realnode_values import worker_values  # noqa: E402
+
+RESULTS = BENCH / "results"
+COMMAND = "python -m areal.infra.rpc.rpc_server"
+
+
+def values_for(where: str, shared: Path) -> dict:
+    cluster = {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}
+    if where == "real":
+        return {**worker_values(AREAL_WORKER_ENV, shared), "cluster": cluster}
+    return {"cluster": cluster, "workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"}}}
+
+
+def sample(where: str, kubeconfig: Path, namespace: str, work: Path) -> float:
+    shared = work / f"{where}-{uuid.uuid4().hex[:6]}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    values = shared / "values.json"
+    values.write_text(json.dumps(values_for(where, shared)))
+    settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=str(REPO / ".tools/bin/helm"),
+                    values_files=(str(values),), ready_timeout=600.0, helm_timeout=600.0)
+    if where == "kwok":
+        settings["python_executable"] = str(AREAL_WORKER_PYTHON)
+    scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="bench",
+                                    trial_name=f"{where}{uuid.uuid4().hex[:4]}")
+    try:
+        started = time.monotonic()
+        scheduler.create_workers(Job(role="actor", replicas=1, tasks=[
+            SchedulingSpec(cpu=0.25, gpu=0, mem=2, port_count=2, cmd=COMMAND)]))
+        scheduler.get_workers("actor")
+        return time.monotonic() - started
+    finally:
+        scheduler.delete_workers()
+        scheduler.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    cluster = LocalCluster()
+    if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
+        print("needs the local cluster with the real node and AReaL's server: "
+              "python tools/localcluster.py up --workers areal --real-node", file=sys.stderr)
+        return 1
+    core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    namespace = f"bench-real-node-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    seconds: dict[str, list[float]] = {"real": [], "kwok": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-real-node-") as work:
+            for repeat in range(args.repeats):
+                for where in ("real", "kwok") if repeat % 2 == 0 else ("kwok", "real"):
+                    seconds[where].append(sample(where, cluster.kubeconfig, namespace, Path(work)))
+                    print(f"{where}: {seconds[where][-1]:.1f}s", flush=True)
+    finally:
+        core.delete_namespace(namespace)
+    medians = {where: statistics.median(values) for where, values in seconds.items()}
+    result = {"repeats": args.repeats, "seconds": seconds, "median": medians,
+              "ratio_real_over_kwok": medians["real"] / medians["kwok"],
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "real-node-startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "real-node-startup.md").write_text(
+        f"# Time to the first Ready worker: real node vs KWOK + podrunner\n\n"
+        f"{result['when']}, {args.repeats} samples each, alternating; AReaL's rpc_server, 1 worker, 0.25 CPU.\n\n"
+        f"| node | samples (s) | median (s) |\n|---|---|---|\n"
+        + "".join(f"| {where} | {', '.join(f'{v:.1f}' for v in values)} | {medians[where]:.1f} |\n"
+                  for where, values in seconds.items())
+        + f"\nratio real / KWOK: {result['ratio_real_over_kwok']:.2f}\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
