@@ -32,10 +32,11 @@ areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the ca
 	PYTHON=$(PYTHON) tools/install-areal-worker.sh
 
 # NODE=real: also the real node (kubelet + containerd running real containers; root; docs/en/real-node.md); auto: when
-# this machine can run it.
+# this machine can run it. KUEUE=1: also Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
 NODE ?=
-cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real)
-	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE))
+KUEUE ?=
+cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1)
+	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE)) $(if $(filter 1,$(KUEUE)),--kueue)
 
 cluster-down: ## stop the local cluster and every worker process; leaves no process or port behind
 	$(PY) tools/localcluster.py down
@@ -86,7 +87,7 @@ AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_w
 	-m "not reference_guard_only" -k "not rbac"
 
 test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
-	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real); rc=$$?; \
+	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \

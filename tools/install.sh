@@ -233,6 +233,22 @@ platformCommand:
 EOF
 }
 
+install_kueue() {
+  step "kueue $KUEUE_VERSION (cold build: 3 to 5 minutes on 2 idle cores)"
+  local key=kueue-$KUEUE_VERSION
+  go_build "$key" kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
+  # The CRDs and webhook configurations the local process needs (tools/localcluster_kueue.py applies them).
+  if [ ! -f "$cache/$key/config/webhook/manifests.yaml" ]; then
+    local src; src=$(cd "$cache" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    [ -d "$src/config/components/crd/bases" ] || fail "kueue: config/components/crd/bases not found in the module ($src)"
+    rm -rf "$cache/$key/config" && mkdir -p "$cache/$key/config/crd" "$cache/$key/config/webhook"
+    cp "$src"/config/components/crd/bases/*.yaml "$cache/$key/config/crd/"
+    cp "$src/config/components/webhook/manifests.yaml" "$cache/$key/config/webhook/"
+    chmod -R u+w "$cache/$key/config"
+  fi
+  rm -rf "$root/.tools/etc/kueue" && mkdir -p "$root/.tools/etc/kueue" && cp -r "$cache/$key/config/." "$root/.tools/etc/kueue/"
+}
+
 # The real node's images: debootstrap waits on Debian's mirror, so it runs beside the Go builds.
 images_pid=
 install_node_images() {
@@ -244,7 +260,7 @@ install_node_images() {
   images_pid=$!
 }
 
-all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns)
+all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

@@ -8,7 +8,7 @@ runs itself. State lives under .tools/cluster/ and is wiped by `down`, so every 
 from an empty etcd and no process of the cluster or of its pods is left.
 
     python tools/localcluster.py up [--nodes 2 --cpu 64 --memory 512Gi --gpus 8 --pods 110]
-                                    [--workers auto|areal|reference] [--real-node]
+                                    [--workers auto|areal|reference] [--real-node] [--kueue]
     python tools/localcluster.py down
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
@@ -20,6 +20,9 @@ one per machine): pods that select it run as real containers of locally built im
 A second cluster beside the first: set AREAL_WORKERS_CLUSTER_PORT_BASE (ports), AREAL_WORKERS_CLUSTER_DIR
 (state; its admin kubeconfig is written inside it) and AREAL_WORKERS_CLUSTER_POD_OCTET (pods get
 127.<octet>.<node>.x; default 20) to values of its own.
+
+`up --kueue` also runs Kueue's controller manager (tools/localcluster_kueue.py); its webhooks act only in namespaces
+labelled areal-workers.local/kueue=true. A later `up` without it keeps a running Kueue; `down` stops it.
 """
 
 # This module is LocalCluster and the command line (its docstring is `--help`). The rest: localcluster_settings
@@ -30,6 +33,7 @@ A second cluster beside the first: set AREAL_WORKERS_CLUSTER_PORT_BASE (ports), 
 from __future__ import annotations
 
 import argparse
+import base64
 import shutil
 import subprocess
 import sys
@@ -38,6 +42,7 @@ from pathlib import Path
 
 import yaml
 
+import localcluster_kueue as kueue_setup
 import localcluster_processes as processes
 from localcluster_components import control_plane_components, podrunner_component
 from localcluster_nodes import NodeShape, node_manifest
@@ -101,6 +106,10 @@ class LocalCluster:
             _say(f"no real node: {missing} (KWOK nodes only)")
         return not missing
 
+    def kueue(self) -> Component:
+        """Kueue's controller manager (`up --kueue`); not in components(): it starts last and stops first."""
+        return kueue_setup.component(self.state, self.ports, self.kubeconfig)
+
     def components(self) -> list[Component]:
         """Everything `up` starts but the real node, in start order."""
         return [*self.control_plane(), self.podrunner(self.podrunner_workers() or "reference")]
@@ -128,13 +137,17 @@ class LocalCluster:
         node = self.real_node()
         if node.paths.root.exists():
             states.update(node.status())
+        kueue = self.kueue()
+        if kueue.pid() is not None:
+            states["kueue"] = "running" if self._healthy(kueue) else "not running"
         return states
 
     def up(self, nodes: int = 2, shape: NodeShape | None = None, timeout: float = 120.0,
-           workers: str | None = None, real_node: bool = False) -> None:
+           workers: str | None = None, real_node: bool = False, kueue: bool = False) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
         worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
-        `real_node` adds the real node (its first start builds its images: minutes)."""
+        `real_node` adds the real node (its first start builds its images: minutes). `kueue` also starts Kueue (a
+        running one is kept either way)."""
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
@@ -144,9 +157,12 @@ class LocalCluster:
         self._ensure_podrunner(workers, time.monotonic() + timeout)
         if real_node:
             self.real_node().up(timeout, _say)
+        if kueue:
+            self._ensure_kueue(time.monotonic() + timeout)
         _say(f"kubeconfig: {self.kubeconfig}")
 
     def down(self) -> None:
+        self.stop_kueue()
         self.real_node().down(_say)
         processes.stop(self.components())
         self._kill_leftover_workers()
@@ -168,12 +184,49 @@ class LocalCluster:
         processes.start(component)
         self._wait_healthy(component, time.monotonic() + timeout)
 
+    def _ensure_kueue(self, deadline: float) -> None:
+        """Kueue's CRDs, its process, then its webhook configurations (only once it answers: they fail closed)."""
+        component = self.kueue()
+        if component.pid() is not None and self._healthy(component):
+            _say("kueue already running")
+            return
+        processes.stop([component])
+        binary("kueue")  # a clear error when `make tools` did not build it
+        crds = kueue_setup.crd_files()
+        if not crds:
+            raise ClusterError(f"no Kueue CRDs in {kueue_setup.KUEUE_CONFIG}: run `make tools`")
+        started = time.monotonic()
+        self.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={crd}" for crd in crds))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds))
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}))
+        kueue_setup.prepare(self.state, self.pki, self.ports)
+        processes.start(component)
+        self._wait_healthy(component, deadline)
+        ca_bundle = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        configurations = kueue_setup.webhook_configurations(
+            kueue_setup.webhook_manifests(), f"https://127.0.0.1:{self.ports.kueue_webhook}", ca_bundle)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
+        _say(f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
+             f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
+
+    def stop_kueue(self) -> None:
+        """Its webhook configurations go first: with them and without Kueue, labelled namespaces refuse pods."""
+        component = self.kueue()
+        if component.pid() is None:
+            return
+        if self._healthy(self.control_plane()[1]):
+            for kind, name in kueue_setup.WEBHOOK_CONFIGURATIONS:
+                self.kubectl("delete", kind.lower(), name, "--ignore-not-found")
+        processes.stop([component])
+
     def _control_plane_running(self) -> bool:
         control_plane = self.control_plane()
         return all(c.pid() is not None for c in control_plane) and self._healthy(control_plane[1])
 
     def _start_control_plane(self, deadline: float) -> None:
-        processes.stop(self.components())
+        processes.stop([self.kueue(), *self.components()])
         self._kill_leftover_workers()
         self._check_ports_free()
         for sub in ("logs", "pids", "kubeconfigs"):
@@ -286,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--real-node", nargs="?", const="real", choices=NODE_CHOICES, default="kwok",
                     help="real: also start the real node (kubelet + containerd running real containers; root; see "
                          "tools/realnode.py); auto: when this machine can run it; kwok (default): KWOK nodes only")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
+                         f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
     commands.add_parser("down", help="stop every process, the pods' included, and remove the cluster state")
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")
     commands.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
@@ -303,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
                               gpu_resource=args.gpu_resource)
             real_node = args.real_node == "real" or (args.real_node == "auto" and cluster.real_node_possible())
-            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node)
+            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -68,6 +68,19 @@ class Ports:
     def podrunner(self) -> int:
         return self.base + 7
 
+    # Kueue (`up --kueue`, tools/localcluster_kueue.py): well above the control plane's, so other additions fit below.
+    @property
+    def kueue_webhook(self) -> int:
+        return self.base + 20
+
+    @property
+    def kueue_health(self) -> int:
+        return self.base + 21
+
+    @property
+    def kueue_metrics(self) -> int:
+        return self.base + 22
+
     def all(self) -> dict[str, tuple[str, int]]:
         """Component -> (address, port) it listens on."""
         return {
@@ -78,6 +91,9 @@ class Ports:
             "kube-scheduler": ("127.0.0.1", self.scheduler),
             "kwok": (KUBELET_IP, self.kwok),
             "podrunner": ("127.0.0.1", self.podrunner),
+            "kueue-webhook": ("127.0.0.1", self.kueue_webhook),
+            "kueue-health": ("127.0.0.1", self.kueue_health),
+            "kueue-metrics": ("127.0.0.1", self.kueue_metrics),
         }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kubernetes import client, config as kube_config
 
+from .admission import AdmissionReader
 from .config import KubernetesSchedulerConfig
 from .guard_client import GuardClient, Liveness
 from .inspector import ReleaseInspector
@@ -50,7 +51,8 @@ def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness,
     return Backend(
         releases=Releases(config),
         pods=PodWatch(core, config.namespace),
-        inspector=ReleaseInspector(core, config.namespace, release),
+        inspector=ReleaseInspector(core, config.namespace, release,
+                                   AdmissionReader(client.CustomObjectsApi(api_client), config.namespace)),
         statefulsets=client.AppsV1Api(api_client),
         # A pod check costs an API request: made before retries and after connection errors, not per call.
         guard=GuardClient(liveness=liveness, check_first_attempt=False),

@@ -17,7 +17,7 @@ CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 # The environment variables of AReaL PR #1316 (honoured for compatibility), then the trainer-lifetime ones of
-# areal-workers (set by `areal-workers submit` for a trainer in the cluster).
+# areal-workers (set by `areal-workers submit` for a trainer in the cluster), then the Kueue queue of its roles.
 ENVIRONMENT = {
     "AREAL_K8S_NAMESPACE": "namespace",
     "AREAL_K8S_CONTEXT": "context",
@@ -28,6 +28,8 @@ ENVIRONMENT = {
     "AREAL_K8S_LEASE_GRACE_SECONDS": "lease_grace_seconds",
     "AREAL_K8S_OWNER_POD": "owner_pod",
     "AREAL_K8S_OWNER_POD_UID": "owner_pod_uid",
+    "AREAL_K8S_KUEUE_QUEUE": "kueue_queue",
+    "AREAL_K8S_KUEUE_PRIORITY_CLASS": "kueue_priority_class",
 }
 # The namespace when AREAL_K8S_NAMESPACE is unset; then the pod's own (SERVICE_ACCOUNT_NAMESPACE_FILE).
 NAMESPACE_FALLBACK_VARIABLE = "KUBERNETES_NAMESPACE"
@@ -85,6 +87,11 @@ class KubernetesSchedulerConfig:
         owner_pod / owner_pod_uid: the trainer's own pod when it runs in the cluster (set from the downward API by
             `areal-workers submit`): the release's objects get it as ownerReference, so Kubernetes' garbage
             collector deletes the workers when the trainer's pod goes.
+        kueue_queue: a Kueue LocalQueue of the namespace that admits every role this scheduler creates, each as one
+            group (all its workers or none); None: not queued. Changing a queued role's size or pods re-creates its
+            StatefulSet (the role is queued and admitted again, with fresh workers).
+        kueue_priority_class: the Kueue WorkloadPriorityClass of those roles (admission order, preemption); None:
+            the pods' priority.
     """
 
     namespace: str = "default"
@@ -117,6 +124,8 @@ class KubernetesSchedulerConfig:
     lease_grace_seconds: float = 300.0
     owner_pod: str | None = None
     owner_pod_uid: str | None = None
+    kueue_queue: str | None = None
+    kueue_priority_class: str | None = None
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -143,6 +152,9 @@ class KubernetesSchedulerConfig:
         if bool(self.owner_pod) != bool(self.owner_pod_uid):
             raise ConfigError("owner_pod and owner_pod_uid go together (AREAL_K8S_OWNER_POD and "
                               "AREAL_K8S_OWNER_POD_UID, from the downward API's metadata.name and metadata.uid)")
+        if self.kueue_priority_class and not self.kueue_queue:
+            raise ConfigError("kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that "
+                              "admits the roles")
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 

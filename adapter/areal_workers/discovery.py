@@ -14,6 +14,9 @@ from .podwatch import PodWatch, WaitTimedOut, all_ready, pod_index
 from .release_model import ReleaseModel
 from .revisions import ReleaseDriver
 
+# How often a wait for a Kueue-queued role re-reads its Workload (an inadmissible verdict changes no pod).
+ADMISSION_RECHECK_SECONDS = 2.0
+
 
 class WorkerFinder:
     def __init__(self, driver: ReleaseDriver, pods: PodWatch, inspector: ReleaseInspector,
@@ -36,9 +39,16 @@ class WorkerFinder:
         def check(pod: client.V1Pod) -> None:
             self.raise_if_failed(workload, pod, epoch, nodes)
 
+        def check_admission(pods: dict[str, client.V1Pod]) -> None:
+            error = self.inspector.admission_failure(workload, pods)
+            if error is not None:
+                raise error
+
+        queued = model.kueue_queue(workload) is not None
+        recheck = (ADMISSION_RECHECK_SECONDS, check_admission) if queued else None
         try:
             pods = self.pods.wait(naming.role_selector(self.driver.name, workload), all_ready(replicas), timeout,
-                                  on_pod=check)
+                                  on_pod=check, on_idle=recheck)
         except WaitTimedOut as timed_out:
             error = WorkerTimeoutError(workload, timeout)
             raise attach_diagnosis(error, self.inspector.timeout_diagnosis(workload, replicas, timed_out.pods)) \
@@ -77,6 +87,9 @@ class WorkerFinder:
         pods, _ = self.pods.list(naming.role_selector(self.driver.name, pod_role))
         pod = next((p for p in pods if pod_index(p) == index), None)
         if pod is None or pod.status.pod_ip != worker.ip:
+            preempted = self.inspector.admission_failure(role, {p.metadata.name: p for p in pods})
+            if preempted is not None:  # Kueue took the workers back: say so, not "gone"
+                raise preempted
             raise WorkerFailedError(worker.id, -1, f"the pod of worker {worker.id} ({worker.ip}) is gone "
                                                    f"or was replaced; its engines are lost")
         self.raise_if_failed(role, pod, self.driver.epoch(pod_role), self.inspector.nodes())

@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from . import diagnosis, naming
+from .admission import Admission, AdmissionReader, is_gated, workload_name
 from .errors import WorkerFailedError, attach_diagnosis
 from .podwatch import is_ready, pod_index
 
@@ -26,9 +27,11 @@ READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
 
 class ReleaseInspector:
-    def __init__(self, core: client.CoreV1Api, namespace: str, release: str) -> None:
+    def __init__(self, core: client.CoreV1Api, namespace: str, release: str,
+                 admission: AdmissionReader | None = None) -> None:
         self.core = core
         self.namespace, self.release = namespace, release
+        self.admission = admission  # Kueue Workloads (None: not read)
         self._may_list_nodes = True
 
     # --- diagnosis -------------------------------------------------------------------------------
@@ -38,6 +41,10 @@ class ReleaseInspector:
         """AReaL's error for a pod with a fatal problem (judged from status and nodes; events and logs are read
         only then), or None while the pod is healthy or still progressing."""
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
+        if problem is not None and (problem.fatal or is_gated(pod)) and workload_name(pod):
+            admission = self.admission_of(pod)  # Kueue's word: preempted or never admissible, not a crash
+            if admission is not None and admission.fatal:
+                return self._admission_failure(role, pod, admission)
         if problem is None or not problem.fatal:
             return None
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
@@ -47,11 +54,38 @@ class ReleaseInspector:
                                   problem.exit_code_or(-1), problem.render())
         return attach_diagnosis(error, problem.render())  # type: ignore[return-value]
 
+    def admission_of(self, pod: client.V1Pod) -> Admission | None:
+        """Where the Kueue Workload of `pod` stands (None: not queued by Kueue, or unknown)."""
+        return self.admission.of_pod(pod) if self.admission is not None else None
+
+    def local_queue_exists(self, queue: str) -> bool | None:
+        return self.admission.local_queue_exists(queue) if self.admission is not None else None
+
+    def admission_failure(self, role: str, pods: dict[str, client.V1Pod]) -> WorkerFailedError | None:
+        """AReaL's error when the Kueue Workload of a role's pods can never be admitted or was preempted."""
+        grouped = sorted((pod for pod in pods.values() if workload_name(pod)), key=lambda pod: not is_gated(pod))
+        admission = self.admission_of(grouped[0]) if grouped else None
+        return self._admission_failure(role, grouped[0], admission) if admission and admission.fatal else None
+
+    @staticmethod
+    def _admission_failure(role: str, pod: client.V1Pod, admission: Admission) -> WorkerFailedError:
+        index = pod_index(pod)
+        error = WorkerFailedError(naming.worker_id(role, index if index is not None else 0), -1,
+                                  f"{role}: {admission.describe()}")
+        return attach_diagnosis(error, f"{role}: {admission.describe()}")  # type: ignore[return-value]
+
     def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
         lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]
+        gated = [pod for pod in pods.values() if is_gated(pod) and workload_name(pod)]
+        admission = self.admission_of(gated[0]) if gated else None
+        if admission is not None:  # one line for the whole group instead of one per gated pod
+            lines[0] += f"; {admission.describe()}"
+            pods = {index: pod for index, pod in pods.items() if pod not in gated}
         logs_left = TIMEOUT_LOGS
         for index in range(replicas):
             pod = pods.get(index)
+            if pod is None and admission is not None:
+                continue
             if pod is None:
                 lines.append(f"  {role}/{index}: no pod (StatefulSet events: kubectl -n {self.namespace} describe "
                              f"statefulset -l {naming.role_selector(self.release, role)})")

@@ -323,6 +323,8 @@ def base_values(config: KubernetesSchedulerConfig, experiment: str, trial: str,
         defaults["terminationGracePeriodSeconds"] = config.termination_grace_seconds
     if offload:
         defaults["offload"] = {"enabled": True}
+    if config.kueue_queue:
+        defaults["kueue"] = {"queueName": config.kueue_queue, "priorityClass": config.kueue_priority_class or ""}
     if defaults:
         values["workerDefaults"] = defaults
     if config.service_account:

@@ -52,9 +52,11 @@ class PodWatch:
         self.core.delete_namespaced_pod(name, self.namespace)
 
     def wait(self, selector: str, done: Callable[[dict[str, client.V1Pod]], bool], timeout: float,
-             on_pod: Callable[[client.V1Pod], None] | None = None) -> dict[str, client.V1Pod]:
+             on_pod: Callable[[client.V1Pod], None] | None = None,
+             on_idle: tuple[float, Callable[[dict[str, client.V1Pod]], None]] | None = None) -> dict[str, client.V1Pod]:
         """Watches pods matching `selector` (by name) until `done(pods)`; `on_pod` sees every pod state and may
-        raise to stop the wait. Raises WaitTimedOut at the deadline."""
+        raise to stop the wait. `on_idle` (seconds, check): the check also sees the pods every that many seconds,
+        for state kept elsewhere than in the pods (a Kueue Workload). Raises WaitTimedOut at the deadline."""
         deadline = time.monotonic() + timeout
         pods: dict[str, client.V1Pod] = {}
         version: str | None = None
@@ -71,7 +73,11 @@ class PodWatch:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitTimedOut(self._by_index(pods))
+                if on_idle is not None:
+                    remaining = min(remaining, on_idle[0])
                 version = self._follow(selector, version, remaining, pods, done, on_pod)
+                if on_idle is not None and version is not None and not done(pods):
+                    on_idle[1](pods)
             except ApiException as error:
                 if error.status in (401, 403, 404):
                     raise

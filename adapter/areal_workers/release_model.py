@@ -83,6 +83,11 @@ class ReleaseModel:
             return self.pod_role(self.forks[role]["target"])
         return self.colocations.get(role, role)
 
+    def kueue_queue(self, workload: str) -> str | None:
+        """The Kueue LocalQueue that admits a role's or pod-mode fork's workers (None: not queued)."""
+        entry = self.roles.get(workload) or self.forks.get(workload) or {}
+        return entry.get("kueue_queue") or None
+
     def ports(self, role: str) -> list[str]:
         """The guard port and extra ports the chart gave the pods of `role` (a role or a pod-mode fork)."""
         entry = self.roles.get(role) or self.forks.get(role)
@@ -103,6 +108,10 @@ class ReleaseModel:
             if fork.get("mode", "process") == "pod":
                 entries[name] = {"fork": fork, "target": entries.get(fork["target"])}
         return entries
+
+    def pod_workloads(self) -> set[str]:
+        """The workloads with pods of their own: roles and pod-mode forks."""
+        return set(self._pod_entries())
 
     def changed_since(self, earlier: ReleaseModel | None) -> set[str]:
         """Workloads whose pods this revision creates or replaces relative to `earlier` (None: every one)."""

@@ -16,8 +16,9 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from . import capacity, name_records, naming
+from . import admission, capacity, name_records, naming
 from .config import KubernetesSchedulerConfig
 from .errors import SchedulerError, WorkerCreationError
 from .inspector import ReleaseInspector
@@ -37,6 +38,8 @@ class StatefulSets(Protocol):
     def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
 
     def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+
+    def delete_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
 
 
 class ReleaseDriver:
@@ -135,11 +138,13 @@ class ReleaseDriver:
         AReaL's schedulers do at start); `helm template` renders the revision only for these."""
         before = self.model.revision
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
-        if nodes or before is None:
+        if nodes or before is None or (workloads and self.config.kueue_queue):
             manifests = self.helm(self.releases.render(self.name, values), key)
             self._check_capacity(manifests, workloads, nodes, key)
+            self._check_queues(manifests, workloads, key)
             if before is None:
                 self._clear_name_records(manifests)
+        self.requeue(values)
         try:
             written = self.loop.run(self.releases.apply(self.name, values, description))
         except HelmError as error:
@@ -155,6 +160,45 @@ class ReleaseDriver:
                                       "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
         for problem in problems:
             logger.warning("capacity check: %s", problem)
+
+    def _check_queues(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
+        """A queued workload's LocalQueue must exist: Kueue would hold its pods forever without a word."""
+        for queue in sorted(admission.queues_of(manifests, workloads)):
+            if self.inspector.local_queue_exists(queue) is False:
+                raise WorkerCreationError(key, f"Kueue LocalQueue {queue!r} not found in namespace {self.namespace}",
+                                          f"create it (kind LocalQueue, apiVersion kueue.x-k8s.io/v1beta2, pointing at "
+                                          f"a ClusterQueue) or set kueue_queue (AREAL_K8S_KUEUE_QUEUE, values "
+                                          f"kueue.queueName) to one of: kubectl -n {self.namespace} get localqueues")
+
+    def requeue(self, values: dict[str, Any]) -> list[str]:
+        """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
+        change), so the StatefulSets of queued workloads that `values` change are deleted, and their pods waited
+        gone, before the revision that re-creates them: Kueue then admits each as a new group. Returns them."""
+        target = ReleaseModel(values=values)
+        changed = sorted(w for w in target.changed_since(self.model) & self.model.pod_workloads()
+                         if self.model.kueue_queue(w) or self.config.kueue_queue)
+        for workload in changed:
+            selector = naming.role_selector(self.name, workload)
+            names = [s.metadata.name for s in self.statefulsets.list_namespaced_stateful_set(
+                self.namespace, label_selector=selector).items]
+            for name in names:
+                self.statefulsets.delete_namespaced_stateful_set(name, self.namespace, propagation_policy="Background")
+            self._wait_statefulsets_gone(names)
+            self.wait_gone(selector)
+            logger.info("re-creating the Kueue-queued StatefulSet(s) %s: Kueue admits them again", ", ".join(names))
+        return changed
+
+    def _wait_statefulsets_gone(self, names: list[str]) -> None:
+        deadline = time.monotonic() + self.config.helm_timeout
+        for name in names:
+            while time.monotonic() < deadline:
+                try:
+                    self.statefulsets.read_namespaced_stateful_set(name, self.namespace)
+                except ApiException as error:
+                    if error.status == 404:
+                        break
+                    raise
+                time.sleep(0.2)
 
     def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
         topology_maps = [m for m in manifests if m.get("kind") == "ConfigMap"
@@ -248,11 +292,20 @@ class ReleaseDriver:
         """`helm rollback` to `target`, then what a StatefulSet rollback leaves undone: the pods of workloads the
         target lacks are waited gone, and pods stuck on the abandoned revision are replaced (their names returned)."""
         before = self.model.workloads()
+        self._requeue_for(target)
         self.helm(self.releases.rollback(self.name, target))
         self.reload()
         for workload in before - self.model.workloads():
             self.wait_gone(naming.role_selector(self.name, workload))
         return self.replace_stuck_pods()
+
+    def _requeue_for(self, revision: int) -> None:
+        """Before a rollback to `revision`: its queued workloads that differ are re-created (see requeue)."""
+        if not self.model.installed:
+            return
+        values = self._good_values.get(revision) or self.helm(self.releases.values(self.name, revision))
+        if values is not None:
+            self.requeue(values)
 
     def replace_stuck_pods(self) -> list[str]:
         """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a

@@ -114,6 +114,14 @@ FAILURES = {
                              {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u3", "controller": True}]},
         "ownerReferences[1] and ownerReferences[2] both set controller: true, and an object has at most one controller; set controller: false on all but one",
     ),
+    "kueue label on pods": (
+        {"roles": {"a": role(podLabels={"kueue.x-k8s.io/queue-name": "lq"})}},
+        "podLabels.kueue.x-k8s.io/queue-name, set in roles.a or workerDefaults: Kueue labels on pods would queue each worker alone; set kueue.queueName (and kueue.priorityClass) instead, which queue the role as one group",
+    ),
+    "kueue priority without a queue": (
+        {"roles": {"a": role(kueue={"priorityClass": "high"})}},
+        "a: kueue.priorityClass \"high\" is set without kueue.queueName (in roles.a or workerDefaults); set kueue.queueName to the role's LocalQueue or remove kueue.priorityClass",
+    ),
     "reaper without an image": (
         {"reaper": {"enabled": True, "image": {"repository": " "}}},
         "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0",
@@ -131,7 +139,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 19
+    assert len(formats) == 21
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

@@ -44,8 +44,8 @@ def test_the_suites_fail_on_a_broken_template(tmp_path):
     shutil.copytree(CHART, chart)
     helpers = chart / "templates" / "_helpers.tpl"
     text = helpers.read_text()
-    assert "trunc 43 $full" in text
-    helpers.write_text(text.replace("trunc 43 $full", "trunc 42 $full"))
+    assert "trunc (sub $limit 9 | int) $full" in text
+    helpers.write_text(text.replace("trunc (sub $limit 9 | int) $full", "trunc (sub $limit 10 | int) $full"))
     result = helm_unittest(chart)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output

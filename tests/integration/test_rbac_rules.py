@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import yaml
@@ -53,6 +53,16 @@ def create_a_crashing_role(scheduler: KubernetesScheduler) -> object:
     return scheduler.get_workers("broken", timeout=60)
 
 
+def create_queued(scheduler: KubernetesScheduler) -> object:
+    """A role queued in a Kueue LocalQueue: its queue is read before the revision that queues it."""
+    queued = type(scheduler)(config=replace(scheduler.config, kueue_queue="lq"), experiment_name="exp",
+                             trial_name="queued")
+    try:
+        return queued.create_workers(job("actor", 1))
+    finally:
+        queued.close()
+
+
 def diagnosis_without(missing: str, present: str) -> Callable[[Exception], None]:
     """The crash is still reported, without the section the rule provides; the other section shows the
     diagnosis did run."""
@@ -88,11 +98,15 @@ CASES = {
                                                      trial_name="trial0"),
                    lambda error: (isinstance(error, SchedulerError) and "403" in str(error)
                                   and "leases in coordination.k8s.io" in str(error)) or pytest.fail(repr(error))),
+    # A queued role's LocalQueue is read before the revision that queues it (ReleaseDriver._check_queues).
+    "localqueues": Case("localqueues", nothing, create_queued),
 }
+# Rules whose loss shows only on a cluster with Kueue admitting pods: shown in test_kueue.py.
+TESTED_IN_TEST_KUEUE = {"workloads"}
 
 
 def test_every_rule_of_the_role_has_a_case():
-    covered = {case.resource for case in CASES.values()}
+    covered = {case.resource for case in CASES.values()} | TESTED_IN_TEST_KUEUE
     assert all(covered & set(rule["resources"]) for rule in FULL_RULES), [
         rule["resources"] for rule in FULL_RULES if not covered & set(rule["resources"])]
 

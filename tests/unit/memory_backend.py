@@ -177,7 +177,8 @@ class MemoryPods:
     def delete(self, name: str) -> None:
         self.cluster.pods.pop(name, None)
 
-    def wait(self, selector: str, done: Any, timeout: float, on_pod: Any = None) -> dict[str, client.V1Pod]:
+    def wait(self, selector: str, done: Any, timeout: float, on_pod: Any = None,
+             on_idle: Any = None) -> dict[str, client.V1Pod]:
         self.cluster.waits.append(selector)
         pods = {pod.metadata.name: pod for pod in self.cluster.select(selector)}
         for pod in pods.values():
@@ -209,6 +210,12 @@ class MemoryInspector:
     def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
         return f"{role}: not ready"
 
+    def admission_failure(self, role: str, pods: dict[str, client.V1Pod]) -> WorkerFailedError | None:
+        return None  # no Kueue here
+
+    def local_queue_exists(self, queue: str) -> bool | None:
+        return True
+
     def ready_revision(self) -> int | None:
         return self.cluster.ready_revision
 
@@ -227,6 +234,9 @@ class MemoryStatefulSets:
         raise AssertionError("no StatefulSets here")
 
     def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no StatefulSets here")
+
+    def delete_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
         raise AssertionError("no StatefulSets here")
 
 

@@ -23,6 +23,8 @@ ALL_VARIABLES = {
     "AREAL_K8S_LEASE_GRACE_SECONDS": "60",
     "AREAL_K8S_OWNER_POD": "trainer-x7k2p",
     "AREAL_K8S_OWNER_POD_UID": "3f1c2a9e-0000-4000-8000-000000000001",
+    "AREAL_K8S_KUEUE_QUEUE": "rl",
+    "AREAL_K8S_KUEUE_PRIORITY_CLASS": "research-high",
 }
 
 
@@ -116,6 +118,12 @@ def test_external_ownership_requires_release_name():
     assert config.release_name == "their-release"
 
 
+def test_a_kueue_priority_class_needs_its_queue():
+    with pytest.raises(ConfigError, match="kueue_priority_class needs kueue_queue"):
+        KubernetesSchedulerConfig(kueue_priority_class="high")
+    assert KubernetesSchedulerConfig(kueue_queue="rl").kueue_priority_class is None
+
+
 def test_image_pull_policy_message_lists_the_choices():
     with pytest.raises(ConfigError) as info:
         KubernetesSchedulerConfig(image_pull_policy="sometimes")
@@ -141,6 +149,7 @@ def test_from_env_reads_every_variable():
     assert dict(config.node_selector) == {"pool": "gpu", "zone": "a"}
     assert config.lease_grace_seconds == 60
     assert (config.owner_pod, config.owner_pod_uid) == ("trainer-x7k2p", "3f1c2a9e-0000-4000-8000-000000000001")
+    assert (config.kueue_queue, config.kueue_priority_class) == ("rl", "research-high")
     # everything else keeps its default
     default = KubernetesSchedulerConfig()
     for field in dataclasses.fields(KubernetesSchedulerConfig):

@@ -46,9 +46,12 @@ def test_the_variables_are_the_ones_from_env_reads():
     """The page's variables come from the tables from_env uses: a variable from_env honours is set by its row."""
     sample = {"node_selector": "pool=gpu", "termination_grace_seconds": "7", "image_pull_policy": "Never",
               "lease_grace_seconds": "60"}
-    # The owner pod's name and uid are set together (from the downward API); each row still sets its own field.
+    # The owner pod's name and uid are set together (from the downward API), a Kueue priority class with its queue;
+    # each row still sets its own field.
     companions = {"AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
-                  "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"}}
+                  "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"},
+                  # A Kueue priority class needs the queue it orders.
+                  "AREAL_K8S_KUEUE_PRIORITY_CLASS": {"AREAL_K8S_KUEUE_QUEUE": "lq"}}
     for variable in config_docs.variables():
         config = KubernetesSchedulerConfig.from_env({variable.name: sample.get(variable.field, "some-text"),
                                                      **companions.get(variable.name, {})})

@@ -39,12 +39,15 @@ Object name of a role's StatefulSet and Service: "<fullname>-<role>" with "_" ->
 At most 52 characters, because the StatefulSet controller adds a controller-revision-hash
 label "<statefulset>-<10 char hash>" to every pod and label values stop at 63.
 Longer names are cut to 43 characters plus "-" and 8 hex digits of the full name's sha256.
-Params: root, key.
+A role queued in Kueue stops at 45: Kueue labels its pods with its Workload's name,
+"statefulset-<statefulset>-<5 char hash>", and a longer one breaks admission.
+Params: root, key, limit (optional, default 52).
 */}}
 {{- define "areal-workers.objectName" -}}
 {{- $full := printf "%s-%s" (include "areal-workers.fullname" .root) (replace "_" "-" .key) -}}
-{{- if gt (len $full) 52 -}}
-{{- printf "%s-%s" (trunc 43 $full | trimSuffix "-") (sha256sum $full | trunc 8) -}}
+{{- $limit := .limit | default 52 | int -}}
+{{- if gt (len $full) $limit -}}
+{{- printf "%s-%s" (trunc (sub $limit 9 | int) $full | trimSuffix "-") (sha256sum $full | trunc 8) -}}
 {{- else -}}
 {{- $full -}}
 {{- end -}}
@@ -85,6 +88,18 @@ app.kubernetes.io/component: worker
 areal.io/role: {{ .workload.name | quote }}
 {{- if .workload.target }}
 areal.io/fork-target: {{ .workload.target | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Kueue's labels on a role's StatefulSet (not its pods: Kueue labels those of the group itself). Params: config. */}}
+{{- define "areal-workers.kueueLabels" -}}
+{{- with .config.kueue }}
+{{- if .queueName }}
+kueue.x-k8s.io/queue-name: {{ .queueName | quote }}
+{{- with .priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -252,7 +267,8 @@ command if given, then its overrides; one pod per target worker.
 {{- end -}}
 {{- end -}}
 {{- range $w := $items -}}
-{{- $_ := set $w "objectName" (include "areal-workers.objectName" (dict "root" $ "key" $w.name)) -}}
+{{- $limit := ternary 45 52 (not (empty ($w.config.kueue | default dict).queueName)) -}}
+{{- $_ := set $w "objectName" (include "areal-workers.objectName" (dict "root" $ "key" $w.name "limit" $limit)) -}}
 {{- $port := int (include "areal-workers.guardPort" (dict "root" $ "config" $w.config)) -}}
 {{- $_ = set $w "guardPort" $port -}}
 {{- $extra := list -}}

@@ -85,6 +85,15 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- fail (printf "podLabels.%s, set in %s, is a label the chart manages; remove it" $label $w.source) -}}
 {{- end -}}
 {{- end -}}
+{{- range $label, $_ := $cfg.podLabels -}}
+{{- if hasPrefix "kueue.x-k8s.io/" $label -}}
+{{- fail (printf "podLabels.%s, set in %s: Kueue labels on pods would queue each worker alone; set kueue.queueName (and kueue.priorityClass) instead, which queue the role as one group" $label $w.source) -}}
+{{- end -}}
+{{- end -}}
+{{- $kueue := $cfg.kueue | default dict -}}
+{{- if and $kueue.priorityClass (not $kueue.queueName) -}}
+{{- fail (printf "%s: kueue.priorityClass %q is set without kueue.queueName (in %s); set kueue.queueName to the role's LocalQueue or remove kueue.priorityClass" $w.name $kueue.priorityClass $w.source) -}}
+{{- end -}}
 {{- range $ann, $_ := $cfg.podAnnotations -}}
 {{- if hasPrefix "areal.io/" $ann -}}
 {{- fail (printf "podAnnotations.%s, set in %s, is an annotation the chart manages; remove it" $ann $w.source) -}}
