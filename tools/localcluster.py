@@ -8,7 +8,7 @@ runs itself. State lives under .tools/cluster/ and is wiped by `down`, so every 
 from an empty etcd and no process of the cluster or of its pods is left.
 
     python tools/localcluster.py up [--nodes 2 --cpu 64 --memory 512Gi --gpus 8 --pods 110]
-                                    [--workers auto|areal|reference]
+                                    [--workers auto|areal|reference] [--argocd]
     python tools/localcluster.py down
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+import localcluster_argocd as argocd
 import localcluster_processes as processes
 from localcluster_components import control_plane_components, podrunner_component
 from localcluster_nodes import NodeShape, node_manifest
@@ -90,6 +91,10 @@ class LocalCluster:
         """Everything `up` starts, in start order."""
         return [*self.control_plane(), self.podrunner(self.podrunner_workers() or "reference")]
 
+    def argocd(self) -> list[Component]:
+        """Argo CD's processes (`up --argocd`): redis, repo-server, application controller."""
+        return argocd.components(self.state, self.ports, self.kubeconfig)
+
     def podrunner_workers(self) -> str | None:
         """The worker server of the running podrunner ("areal" or "reference"), None when it does not run."""
         flags = [arg for arg in self.podrunner().running_argv() if arg.startswith("--workers=")]
@@ -110,12 +115,16 @@ class LocalCluster:
             states[component.name] = "running" if running else "not running"
         if states.get("podrunner") == "running":
             states["podrunner"] += f" ({self.podrunner_workers()} worker server)"
+        for component in self.argocd():
+            if component.pid() is not None:
+                states[component.name] = "running" if self._healthy(component) else "not running"
         return states
 
     def up(self, nodes: int = 2, shape: NodeShape | None = None, timeout: float = 120.0,
-           workers: str | None = None) -> None:
+           workers: str | None = None, with_argocd: bool = False) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
-        worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto."""
+        worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
+        `with_argocd`: Argo CD too (ensure_argocd)."""
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
@@ -123,10 +132,42 @@ class LocalCluster:
             self._start_control_plane(time.monotonic() + timeout)
         self.ensure_nodes(nodes, shape, timeout)
         self._ensure_podrunner(workers, time.monotonic() + timeout)
+        if with_argocd:
+            self.ensure_argocd(timeout)
         _say(f"kubeconfig: {self.kubeconfig}")
 
+    def ensure_argocd(self, timeout: float = 120.0) -> None:
+        """Starts Argo CD on the running control plane unless it answers already: its settings objects are applied
+        first (idempotent), then redis, repo-server and the application controller."""
+        components = self.argocd()
+        if all(c.pid() is not None and self._healthy(c) for c in components):
+            _say("Argo CD already running")
+            return
+        argocd.check_installed()
+        processes.stop(components)
+        for directory in ("argocd/tmp", "argocd/home"):
+            (self.state / directory).mkdir(parents=True, exist_ok=True)
+        self.kubectl("apply", "--server-side", "--force-conflicts",
+                     *(f"--filename={crd}" for crd in argocd.crd_files()))
+        self._wait_established(["applications.argoproj.io", "appprojects.argoproj.io"], time.monotonic() + 60)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(argocd.settings_manifests(self.server, self.pki)))
+        deadline = time.monotonic() + timeout
+        for component in components:
+            started = time.monotonic()
+            processes.start(component)
+            self._wait_healthy(component, deadline)
+            _say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
+
+    def _wait_established(self, crds: list[str], deadline: float) -> None:
+        """(`kubectl wait` fails outright on a CRD whose status has no conditions yet, as just after its creation.)"""
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        while any(self.kubectl("get", f"crd/{crd}", f"-o=jsonpath={jsonpath}") != "True" for crd in crds):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"CRDs {', '.join(crds)} not Established in time")
+            time.sleep(0.2)
+
     def down(self) -> None:
-        processes.stop(self.components())
+        processes.stop([*self.components(), *self.argocd()])
         self._kill_leftover_workers()
         busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
                 if not port_free(host, port)]
@@ -151,7 +192,7 @@ class LocalCluster:
         return all(c.pid() is not None for c in control_plane) and self._healthy(control_plane[1])
 
     def _start_control_plane(self, deadline: float) -> None:
-        processes.stop(self.components())
+        processes.stop([*self.components(), *self.argocd()])
         self._kill_leftover_workers()
         self._check_ports_free()
         for sub in ("logs", "pids", "kubeconfigs"):
@@ -261,7 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
                          "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
                          f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another")
-    commands.add_parser("down", help="stop every process, the pods' included, and remove the cluster state")
+    up.add_argument("--argocd", action="store_true",
+                    help="Argo CD too: redis, repo-server and application controller on 127.0.0.1 (`make tools` "
+                         "builds argocd; redis-server is Debian's); `down` stops them")
+    commands.add_parser("down", help="stop every process, the pods' and Argo CD's included, and remove the cluster "
+                                     "state")
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")
     commands.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
     sa = commands.add_parser("sa-kubeconfig", help="write a kubeconfig for a ServiceAccount token")
@@ -277,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ClusterError("--nodes must be at least 1")
             shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
                               gpu_resource=args.gpu_resource)
-            cluster.up(args.nodes, shape, workers=args.workers)
+            cluster.up(args.nodes, shape, workers=args.workers, with_argocd=args.argocd)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

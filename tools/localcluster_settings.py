@@ -67,6 +67,23 @@ class Ports:
     def podrunner(self) -> int:
         return self.base + 7
 
+    # Argo CD (`up --argocd`, tools/localcluster_argocd.py), well above the control plane's ports.
+    @property
+    def argocd_redis(self) -> int:
+        return self.base + 30
+
+    @property
+    def argocd_repo_server(self) -> int:
+        return self.base + 31
+
+    @property
+    def argocd_repo_server_metrics(self) -> int:
+        return self.base + 32
+
+    @property
+    def argocd_controller_metrics(self) -> int:
+        return self.base + 33
+
     def all(self) -> dict[str, tuple[str, int]]:
         """Component -> (address, port) it listens on."""
         return {
@@ -77,6 +94,10 @@ class Ports:
             "kube-scheduler": ("127.0.0.1", self.scheduler),
             "kwok": (KUBELET_IP, self.kwok),
             "podrunner": ("127.0.0.1", self.podrunner),
+            "argocd-redis": ("127.0.0.1", self.argocd_redis),
+            "argocd-repo-server": ("127.0.0.1", self.argocd_repo_server),
+            "argocd-repo-server-metrics": ("127.0.0.1", self.argocd_repo_server_metrics),
+            "argocd-application-controller-metrics": ("127.0.0.1", self.argocd_controller_metrics),
         }
 
 
