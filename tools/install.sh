@@ -185,7 +185,7 @@ EOF
 }
 
 install_argocd() {
-  step "argocd $ARGOCD_VERSION (application controller + repo-server for the GitOps tests; cold build: about 5 minutes on 2 cores)"
+  step "argocd $ARGOCD_VERSION (application controller + repo-server for the GitOps tests; cold build: about 15 CPU-minutes)"
   local key=argocd-$ARGOCD_VERSION
   local module=github.com/argoproj/argo-cd/v3
   local extras=(crds/application-crd.yaml crds/appproject-crd.yaml hack/git-verify-wrapper.sh hack/gpg-wrapper.sh)
