@@ -198,6 +198,9 @@ def gitops(kubeconfig, kube_client, tmp_path_factory):
     yield state
     custom.delete_namespaced_custom_object(GROUP, VERSION, ARGOCD_NAMESPACE, PLURAL, state.name)
     core.delete_namespace(namespace, propagation_policy="Background")
+    # The workers hold GPUs of the shared nodes: later tests count on them being free.
+    wait_for(lambda: namespace not in {n.metadata.name for n in core.list_namespace().items}, SYNC_TIMEOUT,
+             lambda: f"namespace {namespace} not deleted")
     runner.stop()
     for what, seconds in state.latencies.items():
         print(f"[argocd] {what}: {seconds:.1f}s")
