@@ -27,6 +27,7 @@ A second cluster beside the first: set AREAL_WORKERS_CLUSTER_PORT_BASE (ports), 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -159,9 +160,13 @@ class LocalCluster:
             _say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
 
     def _wait_established(self, crds: list[str], deadline: float) -> None:
-        """(`kubectl wait` fails outright on a CRD whose status has no conditions yet, as just after its creation.)"""
-        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
-        while any(self.kubectl("get", f"crd/{crd}", f"-o=jsonpath={jsonpath}") != "True" for crd in crds):
+        """(`kubectl wait` and a jsonpath filter fail outright on a CRD whose status has no conditions yet, as just
+        after its creation.)"""
+        def established(crd: str) -> bool:
+            status = json.loads(self.kubectl("get", f"crd/{crd}", "-o=json")).get("status") or {}
+            return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or [])
+
+        while not all(established(crd) for crd in crds):
             if time.monotonic() > deadline:
                 raise ClusterError(f"CRDs {', '.join(crds)} not Established in time")
             time.sleep(0.2)

@@ -135,8 +135,7 @@ def wait_for(check, timeout: float, describe):
 
 def make_repository(path: Path) -> str:
     """A git repository laid out like this one (the chart and the values file), on branch main."""
-    shutil.copytree(REPO_ROOT / "charts" / "areal-workers", path / "charts" / "areal-workers",
-                    ignore=shutil.ignore_patterns("tests", "*.tgz"))
+    shutil.copytree(REPO_ROOT / "charts" / "areal-workers", path / "charts" / "areal-workers")
     (path / "examples").mkdir()
     shutil.copy(REPO_ROOT / VALUES, path / VALUES)
     local = {**copy.deepcopy(RUN_PODS), **lane_values(selected_lane(), path.parent / "areal")}
@@ -217,7 +216,17 @@ def test_the_application_syncs_the_chart_from_git_and_the_workers_come_up(gitops
     listed = subprocess.run([helm_executable, "list", "-a", "-q", "-n", gitops.namespace,
                              f"--kubeconfig={gitops.kubeconfig}"], check=True, capture_output=True, text=True)
     assert listed.stdout.strip() == ""
-    # The chart's `helm test` Pod (hook "test") is neither created nor reported missing.
+    # The chart renders its `helm test` Pod (hook "test") from these values; Argo CD neither creates it nor reports
+    # it missing.
+    chart = gitops.repo / gitops.application["spec"]["source"]["path"]
+    rendered = subprocess.run(
+        [helm_executable, "template", gitops.release, str(chart), "-n", gitops.namespace,
+         *(arg for name in gitops.application["spec"]["source"]["helm"]["valueFiles"]
+           for arg in ("-f", str((chart / name).resolve())))],
+        check=True, capture_output=True, text=True).stdout
+    hooks = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Pod"
+             and d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert len(hooks) == 1
     pods = client.CoreV1Api(gitops.api).list_namespaced_pod(
         gitops.namespace, label_selector="app.kubernetes.io/component=test").items
     assert pods == [] and not any(kind == "Pod" for kind, _ in kinds)
