@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -165,7 +166,7 @@ def gitops(kubeconfig, kube_client, tmp_path_factory):
     from localcluster import LocalCluster
     from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 
-    if __import__("os").environ.get("AREAL_WORKERS_KUBECONFIG"):
+    if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs Argo CD and worker processes beside the local cluster: local cluster only")
     cluster = LocalCluster()
     cluster.ensure_argocd()
