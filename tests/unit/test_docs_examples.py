@@ -7,7 +7,8 @@ The convention (docs/en/testing.md, "Documentation tests"): a fenced block with 
   the rendered manifests pass `kubeconform -strict` against the pinned Kubernetes' schemas;
 - a **manifest example** when every YAML document in it has `apiVersion` and `kind`: each passes
   `kubeconform -strict`; an Argo CD Application (no offline schema exists for it) must point at a directory of
-  this repository, and when that is the chart its inline Helm values are rendered and validated as above;
+  this repository, and when that is the chart its Helm values (valueFiles inside this repository, then the inline
+  values) are rendered and validated as above;
 - an **AReaL config fragment** when its first line is a comment starting with `# AReaL config`: it must parse as
   YAML (AReaL's own config classes are not checked here);
 - a **job file** of the `areal-workers` command when its first line is a comment that mentions `job file`: it is
