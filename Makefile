@@ -8,6 +8,8 @@ PYTEST_ARGS ?=
 # The server worker pods run on the local cluster: auto (AReaL's rpc_server once `make areal-worker` ran, else the
 # reference guard), areal or reference. Empty: $AREAL_WORKERS_WORKER, else auto; a running podrunner is kept.
 WORKERS ?=
+# ARGOCD=1: cluster-up starts Argo CD beside the cluster (redis, repo-server, application controller on 127.0.0.1).
+ARGOCD ?=
 # The local cluster's admin kubeconfig (.tools/kubeconfig, or that of the cluster AREAL_WORKERS_CLUSTER_DIR names).
 CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
@@ -33,12 +35,14 @@ areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the ca
 
 # NODE=real: also the real node (kubelet + containerd running real containers; root; docs/en/real-node.md); auto: when
 # this machine can run it. KUEUE=1: also Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
+# ARGOCD=1: also Argo CD (redis, repo-server, application controller).
 NODE ?=
 KUEUE ?=
-cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1)
-	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE)) $(if $(filter 1,$(KUEUE)),--kueue)
+ARGOCD ?=
+cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1, ARGOCD=1)
+	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE)) $(if $(filter 1,$(KUEUE)),--kueue) $(if $(ARGOCD),--argocd)
 
-cluster-down: ## stop the local cluster and every worker process; leaves no process or port behind
+cluster-down: ## stop the local cluster, every worker process and Argo CD; leaves no process or port behind
 	$(PY) tools/localcluster.py down
 
 cluster-status: ## exit 0 when the local control plane and podrunner answer (shows the worker server)
@@ -87,7 +91,7 @@ AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_w
 	-m "not reference_guard_only" -k "not rbac"
 
 test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
-	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue; rc=$$?; \
+	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \

@@ -260,7 +260,55 @@ install_node_images() {
   images_pid=$!
 }
 
-all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue)
+install_argocd() {
+  step "argocd $ARGOCD_VERSION (application controller + repo-server for the GitOps tests; cold build: about 15 CPU-minutes)"
+  local key=argocd-$ARGOCD_VERSION
+  local module=github.com/argoproj/argo-cd/v3
+  local extras=(crds/application-crd.yaml crds/appproject-crd.yaml hack/git-verify-wrapper.sh hack/gpg-wrapper.sh)
+  if ! cached "$key" argocd; then
+    local dir; dir=$(go_wrapper_dir "$key")
+    (
+      cd "$dir"
+      export GOTOOLCHAIN=$ARGOCD_GO_TOOLCHAIN CGO_ENABLED=0
+      go mod init areal-workers.local/argocd-build >/dev/null 2>&1
+      run_logged argocd "$dir/download.log" go mod download "$module@$ARGOCD_VERSION"
+      local src; src=$(go mod download -json "$module@$ARGOCD_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+      # Upstream's replaces apply only in its own module: copy them. Its gitops-engine replace points at a
+      # directory the module zip leaves out, so use the published gitops-engine module of the same version.
+      sed -n '/^replace (/,/^)/p' "$src/go.mod" | sed -n 's#^[[:space:]]*\([^ /][^ ]*\) => \([^ ]*\) \(v[^ ]*\)$#\1=\2@\3#p' \
+        | while read -r replace; do go mod edit -replace "$replace"; done
+      go mod edit -replace "github.com/argoproj/argo-cd/gitops-engine/v3=github.com/argoproj/argo-cd/gitops-engine/v3@$ARGOCD_VERSION"
+      # The application controller's metrics listener is hard-wired to 0.0.0.0 (no flag); every server here
+      # binds loopback, so the build uses a copy of the module (its docs left out) with that one line changed.
+      tar -C "$src" --exclude=./docs -cf - . | (mkdir -p argo-cd && tar -C argo-cd -xf -) && chmod -R u+w argo-cd
+      local file=argo-cd/controller/appcontroller.go
+      grep -q '"0.0.0.0:%d", metricsPort' "$file" || fail "argocd: the metrics listen line moved in $file; update install.sh"
+      sed -i 's/"0.0.0.0:%d", metricsPort/"127.0.0.1:%d", metricsPort/' "$file"
+      go mod edit -replace "$module=./argo-cd"
+      echo "    resolving modules"
+      run_logged argocd "$dir/get.log" go get "$module/cmd@$ARGOCD_VERSION"
+      echo "    compiling (log: $dir/build.log)"
+      mkdir -p out
+      run_logged argocd "$dir/build.log" go build -trimpath \
+        -ldflags "-s -w -X $module/common.version=${ARGOCD_VERSION#v}" -o out/argocd "$module/cmd"
+      # The CRDs (applied by the local cluster) and the wrappers repo-server runs from PATH; the module zip
+      # drops exec bits.
+      for extra in "${extras[@]}"; do
+        local from=$src/manifests/$extra mode=0644; [ -f "$from" ] || { from=$src/$extra; mode=0755; }
+        install -D -m "$mode" "$from" "out/$(basename "$extra")"
+      done
+    )
+    rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
+    link "$cache/$key" argocd
+  fi
+  # One binary, several programs: it dispatches on the name it is run as.
+  for name in argocd-repo-server argocd-application-controller; do ln -sfn "$cache/$key/argocd" "$bin/$name"; done
+  mkdir -p "$root/.tools/etc/argocd"
+  for extra in "${extras[@]}"; do cp -p "$cache/$key/$(basename "$extra")" "$root/.tools/etc/argocd/"; done
+}
+
+all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue
+     argocd)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

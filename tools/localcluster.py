@@ -8,7 +8,7 @@ runs itself. State lives under .tools/cluster/ and is wiped by `down`, so every 
 from an empty etcd and no process of the cluster or of its pods is left.
 
     python tools/localcluster.py up [--nodes 2 --cpu 64 --memory 512Gi --gpus 8 --pods 110]
-                                    [--workers auto|areal|reference] [--real-node] [--kueue]
+                                    [--workers auto|areal|reference] [--real-node] [--kueue] [--argocd]
     python tools/localcluster.py down
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,7 @@ from pathlib import Path
 
 import yaml
 
+import localcluster_argocd as argocd
 import localcluster_kueue as kueue_setup
 import localcluster_processes as processes
 from localcluster_components import control_plane_components, podrunner_component
@@ -114,6 +116,10 @@ class LocalCluster:
         """Everything `up` starts but the real node, in start order."""
         return [*self.control_plane(), self.podrunner(self.podrunner_workers() or "reference")]
 
+    def argocd(self) -> list[Component]:
+        """Argo CD's processes (`up --argocd`): redis, repo-server, application controller."""
+        return argocd.components(self.state, self.ports, self.kubeconfig)
+
     def podrunner_workers(self) -> str | None:
         """The worker server of the running podrunner ("areal" or "reference"), None when it does not run."""
         flags = [arg for arg in self.podrunner().running_argv() if arg.startswith("--workers=")]
@@ -140,14 +146,18 @@ class LocalCluster:
         kueue = self.kueue()
         if kueue.pid() is not None:
             states["kueue"] = "running" if self._healthy(kueue) else "not running"
+        for component in self.argocd():
+            if component.pid() is not None:
+                states[component.name] = "running" if self._healthy(component) else "not running"
         return states
 
     def up(self, nodes: int = 2, shape: NodeShape | None = None, timeout: float = 120.0,
-           workers: str | None = None, real_node: bool = False, kueue: bool = False) -> None:
+           workers: str | None = None, real_node: bool = False, kueue: bool = False,
+           with_argocd: bool = False) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
         worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
         `real_node` adds the real node (its first start builds its images: minutes). `kueue` also starts Kueue (a
-        running one is kept either way)."""
+        running one is kept either way). `with_argocd`: Argo CD too (ensure_argocd)."""
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
@@ -159,12 +169,48 @@ class LocalCluster:
             self.real_node().up(timeout, _say)
         if kueue:
             self._ensure_kueue(time.monotonic() + timeout)
+        if with_argocd:
+            self.ensure_argocd(timeout)
         _say(f"kubeconfig: {self.kubeconfig}")
+
+    def ensure_argocd(self, timeout: float = 120.0) -> None:
+        """Starts Argo CD on the running control plane unless it answers already: its settings objects are applied
+        first (idempotent), then redis, repo-server and the application controller."""
+        components = self.argocd()
+        if all(c.pid() is not None and self._healthy(c) for c in components):
+            _say("Argo CD already running")
+            return
+        argocd.check_installed()
+        processes.stop(components)
+        for directory in ("argocd/tmp", "argocd/home"):
+            (self.state / directory).mkdir(parents=True, exist_ok=True)
+        self.kubectl("apply", "--server-side", "--force-conflicts",
+                     *(f"--filename={crd}" for crd in argocd.crd_files()))
+        self._wait_established(["applications.argoproj.io", "appprojects.argoproj.io"], time.monotonic() + 60)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(argocd.settings_manifests(self.server, self.pki)))
+        deadline = time.monotonic() + timeout
+        for component in components:
+            started = time.monotonic()
+            processes.start(component)
+            self._wait_healthy(component, deadline)
+            _say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
+
+    def _wait_established(self, crds: list[str], deadline: float) -> None:
+        """(`kubectl wait` and a jsonpath filter fail outright on a CRD whose status has no conditions yet, as just
+        after its creation.)"""
+        def established(crd: str) -> bool:
+            status = json.loads(self.kubectl("get", f"crd/{crd}", "-o=json")).get("status") or {}
+            return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or [])
+
+        while not all(established(crd) for crd in crds):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"CRDs {', '.join(crds)} not Established in time")
+            time.sleep(0.2)
 
     def down(self) -> None:
         self.stop_kueue()
         self.real_node().down(_say)
-        processes.stop(self.components())
+        processes.stop([*self.components(), *self.argocd()])
         self._kill_leftover_workers()
         busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
                 if not port_free(host, port)]
@@ -226,7 +272,7 @@ class LocalCluster:
         return all(c.pid() is not None for c in control_plane) and self._healthy(control_plane[1])
 
     def _start_control_plane(self, deadline: float) -> None:
-        processes.stop([self.kueue(), *self.components()])
+        processes.stop([self.kueue(), *self.components(), *self.argocd()])
         self._kill_leftover_workers()
         self._check_ports_free()
         for sub in ("logs", "pids", "kubeconfigs"):
@@ -342,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--kueue", action="store_true",
                     help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
                          f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
-    commands.add_parser("down", help="stop every process, the pods' included, and remove the cluster state")
+    up.add_argument("--argocd", action="store_true",
+                    help="Argo CD too: redis, repo-server and application controller on 127.0.0.1 (`make tools` "
+                         "builds argocd; redis-server is Debian's); `down` stops them")
+    commands.add_parser("down", help="stop every process, the pods' and Argo CD's included, and remove the cluster "
+                                     "state")
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")
     commands.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
     sa = commands.add_parser("sa-kubeconfig", help="write a kubeconfig for a ServiceAccount token")
@@ -359,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
                               gpu_resource=args.gpu_resource)
             real_node = args.real_node == "real" or (args.real_node == "auto" and cluster.real_node_possible())
-            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue)
+            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue,
+                       with_argocd=args.argocd)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -22,8 +22,9 @@ class Component:
     name: str
     argv: list[str]
     state: Path
-    health_url: str | None = None
+    health_url: str | None = None  # http(s)://... answering 200, or tcp://host:port accepting connections
     grace: float = 10.0  # seconds between SIGTERM and SIGKILL on stop
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of `up`
     log: Path = field(init=False)
     pidfile: Path = field(init=False)
 
@@ -61,14 +62,21 @@ def start(component: Component) -> None:
     for directory in (component.log.parent, component.pidfile.parent):
         directory.mkdir(parents=True, exist_ok=True)
     with open(component.log, "ab") as log:
-        process = subprocess.Popen(component.argv, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(component.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, env={**os.environ, **component.env})
     component.pidfile.write_text(str(process.pid))
 
 
 def healthy(component: Component, pki: Path) -> bool:
     """The component's health endpoint answers 200 (the apiserver's checked with the admin certificate of `pki`)."""
     if component.health_url is None:
+        return True
+    if component.health_url.startswith("tcp://"):
+        host, _, port = component.health_url.removeprefix("tcp://").rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        except OSError:
+            return False
         return True
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     if component.name == "kube-apiserver":

@@ -81,6 +81,23 @@ class Ports:
     def kueue_metrics(self) -> int:
         return self.base + 22
 
+    # Argo CD (`up --argocd`, tools/localcluster_argocd.py), well above the control plane's ports.
+    @property
+    def argocd_redis(self) -> int:
+        return self.base + 40
+
+    @property
+    def argocd_repo_server(self) -> int:
+        return self.base + 41
+
+    @property
+    def argocd_repo_server_metrics(self) -> int:
+        return self.base + 42
+
+    @property
+    def argocd_controller_metrics(self) -> int:
+        return self.base + 43
+
     def all(self) -> dict[str, tuple[str, int]]:
         """Component -> (address, port) it listens on."""
         return {
@@ -94,6 +111,10 @@ class Ports:
             "kueue-webhook": ("127.0.0.1", self.kueue_webhook),
             "kueue-health": ("127.0.0.1", self.kueue_health),
             "kueue-metrics": ("127.0.0.1", self.kueue_metrics),
+            "argocd-redis": ("127.0.0.1", self.argocd_redis),
+            "argocd-repo-server": ("127.0.0.1", self.argocd_repo_server),
+            "argocd-repo-server-metrics": ("127.0.0.1", self.argocd_repo_server_metrics),
+            "argocd-application-controller-metrics": ("127.0.0.1", self.argocd_controller_metrics),
         }
 
 

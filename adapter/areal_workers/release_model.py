@@ -22,7 +22,8 @@ __all__ = ["ReleaseModel"]
 @dataclass(frozen=True)
 class ReleaseModel:
     """`values`: the release's user-supplied values (what `helm get values` returns); `topology`: the chart's
-    topology.json rendered from them; `revision`: the helm revision (None: no release). Never mutated: every
+    topology.json rendered from them; `revision`: the helm revision (None: no release, or an external install helm
+    has no record of, whose model is its topology alone). Never mutated: every
     change produces new values, and the next revision produces a new model."""
 
     values: dict[str, Any] = field(default_factory=dict)
@@ -33,7 +34,8 @@ class ReleaseModel:
 
     @property
     def installed(self) -> bool:
-        return self.revision is not None
+        """A helm revision, or (an external install helm has no record of, e.g. Argo CD's) a rendered topology."""
+        return self.revision is not None or bool(self.topology)
 
     @property
     def roles(self) -> dict[str, dict[str, Any]]:

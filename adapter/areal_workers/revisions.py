@@ -76,8 +76,7 @@ class ReleaseDriver:
         revision = self.helm(self.releases.recover(self.name))
         if revision is None:
             if self.config.ownership == "external":
-                raise SchedulerError(f"release {self.name!r} not found in namespace {self.namespace!r}: "
-                                     f"install it first (helm install {self.name} ...) or fix release_name")
+                return self._adopt_rendered()
             return self.model
         self.reload()
         logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
@@ -86,13 +85,30 @@ class ReleaseDriver:
         self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
         return self.model
 
+    def _adopt_rendered(self) -> ReleaseModel:
+        """An external install without a helm record: Argo CD (or any `helm template | kubectl apply`) applies what
+        the chart renders, and the chart's topology ConfigMap is then the whole model (it names every role, fork
+        and port); there are no revisions."""
+        self.reload()
+        if not self.model.installed:
+            raise SchedulerError(
+                f"release {self.name!r} not found in namespace {self.namespace!r}: neither a helm release nor the "
+                f"chart's topology ConfigMap (labels {naming.release_selector(self.name)},"
+                f"{naming.LABEL_COMPONENT}=topology) is there. Install it first (helm install {self.name} ..., or an "
+                f"Argo CD Application with spec.source.helm.releaseName: {self.name} synced to this namespace), or "
+                f"fix release_name / namespace")
+        logger.info("adopted release %s from its rendered topology (no helm record: applied by a GitOps tool)",
+                    self.name)
+        return self.model
+
     def reload(self, written: Snapshot | None = None) -> ReleaseModel:
         """The model of the release's current revision, read as an adopter reads it (`written`: helm's record of
         the revision an upgrade just wrote, which spares a `helm status` and a `helm get values`)."""
         snapshot = written or self.helm(self.releases.snapshot(self.name))
         previous = self.model
         if snapshot is None:
-            self.model = ReleaseModel()
+            rendered = self.inspector.topology() if self.config.ownership == "external" else {}
+            self.model = ReleaseModel(topology=rendered)
         else:
             revision, values = snapshot
             self.model = ReleaseModel(values=values, topology=self.inspector.topology(), revision=revision)

@@ -15,7 +15,8 @@ def test_argocd_application_points_at_the_chart_and_its_values_render(render):
     source = app["spec"]["source"]
     assert source["path"] == "charts/areal-workers" and (REPO / source["path"] / "Chart.yaml").is_file()
     assert app["spec"]["destination"]["namespace"]
-    values = source["helm"]["valuesObject"]
+    (values_file,) = source["helm"]["valueFiles"]  # values live in Git, beside the Application
+    values = yaml.safe_load((REPO / source["path"] / values_file).read_text())
     docs = render(values, release=source["helm"]["releaseName"], namespace=app["spec"]["destination"]["namespace"])
     assert {sts(docs, r)["spec"]["replicas"] for r in values["roles"]} == {2}
     assert template_text(values).stdout == template_text(values).stdout

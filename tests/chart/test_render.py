@@ -12,7 +12,7 @@ EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
 
 
 def test_examples_exist():
-    assert [p.name for p in EXAMPLES] == ["values-example.yaml", "values-gpu.yaml"]
+    assert [p.name for p in EXAMPLES] == ["values-argocd.yaml", "values-example.yaml", "values-gpu.yaml"]
 
 
 @pytest.mark.parametrize("values_file", [None, *EXAMPLES], ids=lambda p: p.name if p else "default")

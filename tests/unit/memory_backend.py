@@ -41,6 +41,7 @@ class MemoryCluster:
         self.pods: dict[str, client.V1Pod] = {}
         self.ready_revision: int | None = None
         self.waits: list[str] = []  # selectors waited on
+        self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
         self.applied: list[dict[str, Any]] = []
         self._uids = itertools.count(1)
 
@@ -131,13 +132,13 @@ class MemoryReleases:
         self.cluster = cluster
 
     async def current(self, name: str) -> Revision | None:
-        return self.cluster.current()
+        return self.cluster.current() if self.cluster.helm_record else None
 
     async def recover(self, name: str) -> Revision | None:
-        return self.cluster.current()
+        return await self.current(name)
 
     async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
-        current = self.cluster.current()
+        current = await self.current(name)
         return None if current is None else (current.revision, copy.deepcopy(current.values))
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ The convention (docs/en/testing.md, "Documentation tests"): a fenced block with 
   the rendered manifests pass `kubeconform -strict` against the pinned Kubernetes' schemas;
 - a **manifest example** when every YAML document in it has `apiVersion` and `kind`: each passes
   `kubeconform -strict`; an Argo CD Application (no offline schema exists for it) must point at a directory of
-  this repository, and when that is the chart its inline Helm values are rendered and validated as above;
+  this repository, and when that is the chart its Helm values (valueFiles inside this repository, then the inline
+  values) are rendered and validated as above;
 - an **AReaL config fragment** when its first line is a comment starting with `# AReaL config`: it must parse as
   YAML (AReaL's own config classes are not checked here);
 - a **job file** of the `areal-workers` command when its first line is a comment that mentions `job file`: it is
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from areal_workers.release import merge_values
 from docslib import REPO, Block, documents, parse
 from kubeconform_schemas import KUBECONFORM, has_schema, kubeconform
 
@@ -155,9 +157,16 @@ def application_problems(application: dict, tmp_path: Path) -> list[str]:
     if helm is not None and not problems:
         if not (path / "Chart.yaml").is_file():
             return [f"spec.source.helm is set but {source['path']} is not a chart"]
-        values = helm.get("valuesObject") or yaml.safe_load(helm.get("values") or "{}") or {}
-        problems += values_problems(json.dumps(values), tmp_path, release=helm.get("releaseName") or "example",
-                                    namespace=destination["namespace"], chart=path)
+        layers = []
+        for name in helm.get("valueFiles") or []:  # relative to the source path, inside the repository
+            file = (path / name).resolve()
+            if REPO not in file.parents or not file.is_file():
+                return [f"spec.source.helm.valueFiles: {name} is not a file of this repository"]
+            layers.append(yaml.safe_load(file.read_text()) or {})
+        layers.append(helm.get("valuesObject") or yaml.safe_load(helm.get("values") or "{}") or {})
+        problems += values_problems(json.dumps(merge_values(*layers)), tmp_path,
+                                    release=helm.get("releaseName") or "example", namespace=destination["namespace"],
+                                    chart=path)
     return problems
 
 
@@ -258,8 +267,12 @@ def test_a_manifest_of_an_unknown_kind_fails(tmp_path):
 
 def test_a_broken_application_fails(tmp_path):
     app = yaml.safe_load((REPO / "examples" / "argocd-application.yaml").read_text())
-    app["spec"]["source"]["helm"]["valuesObject"]["roles"]["actor"]["replicas"] = "two"
+    assert application_problems(app, tmp_path) == []
+    app["spec"]["source"]["helm"]["valuesObject"] = {"roles": {"actor": {"replicas": "two"}}}
     assert application_problems(app, tmp_path)
+    del app["spec"]["source"]["helm"]["valuesObject"]
+    app["spec"]["source"]["helm"]["valueFiles"] = ["../../../outside.yaml"]
+    assert "not a file of this repository" in application_problems(app, tmp_path)[0]
     app["spec"]["source"]["path"] = "charts/missing"
     assert "not a directory" in application_problems(app, tmp_path)[0]
 

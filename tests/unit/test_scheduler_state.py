@@ -9,7 +9,13 @@ import pytest
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy
-from areal_workers.errors import WorkerCreationError, WorkerFailedError, WorkerNotFoundError, WorkerTimeoutError
+from areal_workers.errors import (
+    SchedulerError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
 from memory_backend import GUARD_PORT, MemoryCluster, MemoryGuard, memory_connect
 
 pytestmark = pytest.mark.unit
@@ -222,6 +228,28 @@ def test_an_external_release_is_only_discovered(make_scheduler, cluster):
         with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
             change()
     assert descriptions(cluster) == ["create actor: 1 worker(s)"]
+
+
+def test_an_external_install_without_a_helm_record_is_read_from_its_rendered_topology(make_scheduler, cluster):
+    """What Argo CD leaves: the chart's objects, its topology ConfigMap included, and no helm release."""
+    make_scheduler().create_workers(job("actor", 2))
+    cluster.helm_record = False
+    external = make_scheduler(ownership="external")
+    assert external.driver.model.installed and external.driver.model.revision is None
+    assert [w.id for w in external.get_workers("actor")] == ["actor/0", "actor/1"]
+    with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
+        external.scale_workers("actor", 3)
+    with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
+        external.delete_workers()
+    assert descriptions(cluster) == ["create actor: 2 worker(s)"]
+
+
+def test_an_external_release_that_is_nowhere_names_both_ways_to_install_it(make_scheduler):
+    with pytest.raises(SchedulerError) as missing:
+        make_scheduler(ownership="external")
+    message = str(missing.value)
+    assert "neither a helm release nor the chart's topology ConfigMap" in message
+    assert f"releaseName: {RELEASE}" in message and f"helm install {RELEASE}" in message
 
 
 def test_async_calls_find_known_workers_on_the_callers_loop(make_scheduler, cluster):
