@@ -33,8 +33,6 @@ labelled areal-workers.local/kueue=true. A later `up` without it keeps a running
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import shutil
 import subprocess
 import sys
@@ -50,6 +48,7 @@ from localcluster_components import control_plane_components, podrunner_componen
 from localcluster_nodes import NodeShape, node_manifest
 from localcluster_pki import cert_kubeconfig, ensure_pki, service_account_kubeconfig
 from localcluster_processes import Component, port_free
+from localcluster_processes import say as _say
 from localcluster_settings import (
     ADMIN_KUBECONFIG,
     AREAL_WORKER_ENV,
@@ -174,38 +173,8 @@ class LocalCluster:
         _say(f"kubeconfig: {self.kubeconfig}")
 
     def ensure_argocd(self, timeout: float = 120.0) -> None:
-        """Starts Argo CD on the running control plane unless it answers already: its settings objects are applied
-        first (idempotent), then redis, repo-server and the application controller."""
-        components = self.argocd()
-        if all(c.pid() is not None and self._healthy(c) for c in components):
-            _say("Argo CD already running")
-            return
-        argocd.check_installed()
-        processes.stop(components)
-        for directory in ("argocd/tmp", "argocd/home"):
-            (self.state / directory).mkdir(parents=True, exist_ok=True)
-        self.kubectl("apply", "--server-side", "--force-conflicts",
-                     *(f"--filename={crd}" for crd in argocd.crd_files()))
-        self._wait_established(["applications.argoproj.io", "appprojects.argoproj.io"], time.monotonic() + 60)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(argocd.settings_manifests(self.server, self.pki)))
-        deadline = time.monotonic() + timeout
-        for component in components:
-            started = time.monotonic()
-            processes.start(component)
-            self._wait_healthy(component, deadline)
-            _say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
-
-    def _wait_established(self, crds: list[str], deadline: float) -> None:
-        """(`kubectl wait` and a jsonpath filter fail outright on a CRD whose status has no conditions yet, as just
-        after its creation.)"""
-        def established(crd: str) -> bool:
-            status = json.loads(self.kubectl("get", f"crd/{crd}", "-o=json")).get("status") or {}
-            return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or [])
-
-        while not all(established(crd) for crd in crds):
-            if time.monotonic() > deadline:
-                raise ClusterError(f"CRDs {', '.join(crds)} not Established in time")
-            time.sleep(0.2)
+        """Starts Argo CD on the running control plane unless it answers already (localcluster_argocd.ensure)."""
+        argocd.ensure(self, timeout)
 
     def down(self) -> None:
         self.stop_kueue()
@@ -231,41 +200,11 @@ class LocalCluster:
         self._wait_healthy(component, time.monotonic() + timeout)
 
     def _ensure_kueue(self, deadline: float) -> None:
-        """Kueue's CRDs, its process, then its webhook configurations (only once it answers: they fail closed)."""
-        component = self.kueue()
-        if component.pid() is not None and self._healthy(component):
-            _say("kueue already running")
-            return
-        processes.stop([component])
-        binary("kueue")  # a clear error when `make tools` did not build it
-        crds = kueue_setup.crd_files()
-        if not crds:
-            raise ClusterError(f"no Kueue CRDs in {kueue_setup.KUEUE_CONFIG}: run `make tools`")
-        started = time.monotonic()
-        self.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={crd}" for crd in crds))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds))
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}))
-        kueue_setup.prepare(self.state, self.pki, self.ports)
-        processes.start(component)
-        self._wait_healthy(component, deadline)
-        ca_bundle = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        configurations = kueue_setup.webhook_configurations(
-            kueue_setup.webhook_manifests(), f"https://127.0.0.1:{self.ports.kueue_webhook}", ca_bundle)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
-        _say(f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
-             f"{kueue_setup.MANAGED_NAMESPACE_LABEL}=true)")
+        kueue_setup.ensure(self, deadline)
 
     def stop_kueue(self) -> None:
-        """Its webhook configurations go first: with them and without Kueue, labelled namespaces refuse pods."""
-        component = self.kueue()
-        if component.pid() is None:
-            return
-        if self._healthy(self.control_plane()[1]):
-            for kind, name in kueue_setup.WEBHOOK_CONFIGURATIONS:
-                self.kubectl("delete", kind.lower(), name, "--ignore-not-found")
-        processes.stop([component])
+        """Its webhook configurations first, then the process (localcluster_kueue.stop)."""
+        kueue_setup.stop(self)
 
     def _control_plane_running(self) -> bool:
         control_plane = self.control_plane()
@@ -364,8 +303,6 @@ class LocalCluster:
                 f"{PORT_BASE_VARIABLE} (now {self.ports.base})")
 
 
-def _say(message: str) -> None:
-    print(f"[localcluster] {message}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,11 +11,18 @@ import json
 import os
 import secrets
 import shutil
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localcluster_processes import Component
+import yaml
+
+import localcluster_processes as processes
+from localcluster_processes import Component, say
 from localcluster_settings import REPO_ROOT, TOOLS_BIN, ClusterError, Ports
+
+if TYPE_CHECKING:
+    from localcluster import LocalCluster
 
 NAMESPACE = "argocd"
 ETC = REPO_ROOT / ".tools" / "etc" / "argocd"  # CRDs and the wrapper scripts repo-server runs from PATH
@@ -101,3 +108,38 @@ def settings_manifests(server: str, pki: Path) -> list[dict[str, Any]]:
          "stringData": {"name": CLUSTER_NAME, "server": server,
                         "config": json.dumps({"tlsClientConfig": tls})}},
     ]
+
+
+def ensure(cluster: LocalCluster, timeout: float = 120.0) -> None:
+    """Starts Argo CD on the running control plane unless it answers already: its settings objects are applied
+    first (idempotent), then redis, repo-server and the application controller."""
+    components = cluster.argocd()
+    if all(c.pid() is not None and cluster._healthy(c) for c in components):
+        say("Argo CD already running")
+        return
+    check_installed()
+    processes.stop(components)
+    for directory in ("argocd/tmp", "argocd/home"):
+        (cluster.state / directory).mkdir(parents=True, exist_ok=True)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts",
+                 *(f"--filename={crd}" for crd in crd_files()))
+    _wait_established(cluster, ["applications.argoproj.io", "appprojects.argoproj.io"], time.monotonic() + 60)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(settings_manifests(cluster.server, cluster.pki)))
+    deadline = time.monotonic() + timeout
+    for component in components:
+        started = time.monotonic()
+        processes.start(component)
+        cluster._wait_healthy(component, deadline)
+        say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
+
+def _wait_established(cluster: LocalCluster, crds: list[str], deadline: float) -> None:
+    """(`kubectl wait` and a jsonpath filter fail outright on a CRD whose status has no conditions yet, as just
+    after its creation.)"""
+    def established(crd: str) -> bool:
+        status = json.loads(cluster.kubectl("get", f"crd/{crd}", "-o=json")).get("status") or {}
+        return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or [])
+
+    while not all(established(crd) for crd in crds):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"CRDs {', '.join(crds)} not Established in time")
+        time.sleep(0.2)

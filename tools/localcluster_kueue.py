@@ -14,16 +14,22 @@ ends with the process.
 
 from __future__ import annotations
 
+import base64
 import copy
 import shlex
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from localcluster_pki import issue_cert
-from localcluster_processes import Component
-from localcluster_settings import REPO_ROOT, TOOLS_BIN, Ports
+import localcluster_processes as processes
+from localcluster_processes import Component, say
+from localcluster_settings import REPO_ROOT, TOOLS_BIN, ClusterError, Ports, binary
+
+if TYPE_CHECKING:
+    from localcluster import LocalCluster
 
 KUEUE_CONFIG = REPO_ROOT / ".tools" / "etc" / "kueue"
 MANAGED_NAMESPACE_LABEL = "areal-workers.local/kueue"
@@ -124,3 +130,41 @@ def crd_files() -> list[Path]:
 def webhook_manifests() -> list[dict[str, Any]]:
     path = KUEUE_CONFIG / "webhook" / "manifests.yaml"
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def ensure(cluster: LocalCluster, deadline: float) -> None:
+    """Kueue's CRDs, its process, then its webhook configurations (only once it answers: they fail closed)."""
+    component = cluster.kueue()
+    if component.pid() is not None and cluster._healthy(component):
+        say("kueue already running")
+        return
+    processes.stop([component])
+    binary("kueue")  # a clear error when `make tools` did not build it
+    crds = crd_files()
+    if not crds:
+        raise ClusterError(f"no Kueue CRDs in {KUEUE_CONFIG}: run `make tools`")
+    started = time.monotonic()
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={crd}" for crd in crds))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds))
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}))
+    prepare(cluster.state, cluster.pki, cluster.ports)
+    processes.start(component)
+    cluster._wait_healthy(component, deadline)
+    ca_bundle = base64.b64encode((cluster.pki / "ca.crt").read_bytes()).decode()
+    configurations = webhook_configurations(
+        webhook_manifests(), f"https://127.0.0.1:{cluster.ports.kueue_webhook}", ca_bundle)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
+    say(f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
+         f"{MANAGED_NAMESPACE_LABEL}=true)")
+
+def stop(cluster: LocalCluster) -> None:
+    """Its webhook configurations go first: with them and without Kueue, labelled namespaces refuse pods."""
+    component = cluster.kueue()
+    if component.pid() is None:
+        return
+    if cluster._healthy(cluster.control_plane()[1]):
+        for kind, name in WEBHOOK_CONFIGURATIONS:
+            cluster.kubectl("delete", kind.lower(), name, "--ignore-not-found")
+    processes.stop([component])

@@ -137,3 +137,7 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def say(message: str) -> None:
+    print(f"[localcluster] {message}", flush=True)
