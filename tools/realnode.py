@@ -63,6 +63,10 @@ class RealNode:
         self.kubeconfig = kubeconfig
         self.environment = environment  # AReaL's virtualenv, mounted into worker pods
 
+    @property
+    def _namespace_file(self) -> Path:
+        return self.paths.root / "mount-namespace"
+
     # --- components ------------------------------------------------------------------------------
 
     def components(self) -> list[Component]:
@@ -122,6 +126,8 @@ class RealNode:
         holder, containerd, kubelet, coredns = self.components()
         processes.start(holder)
         holder, containerd, kubelet, coredns = self.components()  # nsenter needs the holder's pid
+        # Kept for `down`: the namespace's processes are found by it even if the holder died first.
+        self._namespace_file.write_text(host.mount_namespace(holder.pid()) or "")
         processes.start(containerd)
         self._wait_containerd(containerd, deadline)
         for archive in images:
@@ -191,7 +197,8 @@ class RealNode:
             return
         holder, containerd, kubelet, coredns = self.components()
         processes.stop([kubelet, coredns])
-        namespace = host.mount_namespace(holder.pid())
+        namespace = host.mount_namespace(holder.pid()) or (
+            self._namespace_file.read_text() if self._namespace_file.exists() else None)
         killed = host.kill_namespace_processes(namespace, keep=holder.pid()) if namespace else 0
         processes.stop([containerd, holder])
         host.restore(self.paths)
