@@ -128,3 +128,14 @@ def wait_for_text(path: Path, timeout: float = 60.0) -> str:
         assert time.monotonic() < deadline, f"{path} not written in {timeout}s"
         time.sleep(0.2)
     return path.read_text()
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):
+    """The first truthy value of `predicate()`, polled every `interval` seconds; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not reached in {timeout:.0f}s")

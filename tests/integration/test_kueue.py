@@ -9,7 +9,6 @@ Each test gets a namespace labelled for Kueue (its webhooks act nowhere else), a
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,7 +17,7 @@ from kubernetes import client
 
 from areal_workers import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
 from areal_workers.admission import ADMISSION_GATE, GROUP, POD_GROUP_LABEL, VERSION
-from clusterlib import job, spec
+from clusterlib import job, spec, wait_for
 
 GPU = "nvidia.com/gpu"
 QUEUE = "lq"
@@ -96,16 +95,6 @@ def role_pods(core: client.CoreV1Api, namespace: str, trial: str, role: str = "a
 def gpu_holders(core: client.CoreV1Api, namespace: str, trial: str) -> list[str]:
     """Pods of the trial bound to a node (holding their GPUs there)."""
     return [pod.metadata.name for pod in role_pods(core, namespace, trial) if pod.spec.node_name]
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached in {timeout}s")
 
 
 def gpu_job(replicas: int, gpus: int):

@@ -10,7 +10,6 @@ import asyncio
 import ipaddress
 import json
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from kubernetes import client
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.naming import LABEL_ROLE
 from areal_workers.errors import WorkerFailedError, WorkerTimeoutError
-from clusterlib import job, spec
+from clusterlib import job, spec, wait_for
 from localcluster import REPO_ROOT, LocalCluster
 from localcluster_settings import AREAL_WORKER_ENV
 from realnode_config import NETWORK, NODE_NAME
@@ -111,16 +110,6 @@ def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.
     return sorted(pods, key=lambda p: p.metadata.name)
 
 
-def wait_until(predicate, what: str, timeout: float = 180.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s")
-
-
 def test_workers_run_as_containers_with_engines_and_forks(actors, core):
     workers = actors.get_workers("actor")
     assert [w.id for w in workers] == ["actor/0", "actor/1"]
@@ -184,8 +173,8 @@ def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
     events = core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
     assert any("Back-off restarting failed container" in (e.message or "") for e in events), \
         [e.message for e in events]
-    assert not role_pods(core, actors.namespace, "crash") or wait_until(
-        lambda: not role_pods(core, actors.namespace, "crash"), "crash pods gone after the rollback")
+    assert not role_pods(core, actors.namespace, "crash") or wait_for(
+        lambda: not role_pods(core, actors.namespace, "crash"), 180, "crash pods gone after the rollback")
     assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
 
 
@@ -194,9 +183,9 @@ def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(actors, co
     asyncio.run(actors.create_engine(old.id, ENGINE, "lost", 1))
     pod = role_pods(core, actors.namespace, "actor")[1]
     core.delete_namespaced_pod(pod.metadata.name, actors.namespace)
-    replaced = wait_until(lambda: [p for p in role_pods(core, actors.namespace, "actor")
+    replaced = wait_for(lambda: [p for p in role_pods(core, actors.namespace, "actor")
                                    if p.metadata.uid != pod.metadata.uid and p.metadata.name == pod.metadata.name
-                                   and p.status.pod_ip], "pod recreated by the StatefulSet")
+                                   and p.status.pod_ip], 180, "pod recreated by the StatefulSet")
     assert replaced[0].spec.node_name == NODE_NAME
     with pytest.raises(WorkerFailedError) as failed:
         actors.call_engine(old.id, "increment", "lost", 1, max_retries=2, retry_delay=0.5)
