@@ -25,8 +25,6 @@ SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.
            "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
-# Debian's packages the node runs (`make tools` installs them; tools/install.sh install_node_packages).
-PACKAGES = ("containerd", "runc", "containernetworking-plugins", "debootstrap", "iptables")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -25,7 +26,11 @@ from localcluster_settings import AREAL_WORKER_ENV
 from realnode_config import NETWORK, NODE_NAME
 from realnode_values import worker_values
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # The node joins this checkout's local cluster; against another cluster ($AREAL_WORKERS_KUBECONFIG) there is none.
+    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
+]
 
 KUBECTL = REPO_ROOT / ".tools" / "bin" / "kubectl"
 ENGINE = "areal_engines.Counter"
