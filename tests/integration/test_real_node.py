@@ -170,14 +170,20 @@ def test_kubectl_logs_and_exec_reach_the_container(actors, core, kubeconfig):
 def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
     crash = "python3 -c 'import sys; print(\"no checkpoint at /ckpt/step-7\", flush=True); sys.exit(3)'"
     actors.create_workers(job("crash", 1, [task(cmd=crash)]))
+    # The kubelet's own back-off first (the scheduler rolls the role back at the first exit it sees, which may come
+    # before the kubelet has backed off once): the container waits in CrashLoopBackOff and the kubelet says why.
+    backing_off = wait_for(lambda: [p for p in role_pods(core, actors.namespace, "crash") if any(
+        s.state.waiting and s.state.waiting.reason == "CrashLoopBackOff" for s in p.status.container_statuses or [])],
+        180, "the kubelet backing off the crashing container")
+    assert backing_off[0].spec.node_name == NODE_NAME
+    assert backing_off[0].status.container_statuses[0].restart_count >= 1
+    wait_for(lambda: [e for e in core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
+                      if "Back-off restarting failed container" in (e.message or "")], 60, "the kubelet's BackOff event")
     with pytest.raises(WorkerFailedError) as failed:
         actors.get_workers("crash", timeout=180)
     assert failed.value.exit_code == 3
     assert "no checkpoint at /ckpt/step-7" in failed.value.stderr  # the container's log, read through the kubelet
     assert "rolled back release" in "\n".join(failed.value.__notes__)
-    events = core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
-    assert any("Back-off restarting failed container" in (e.message or "") for e in events), \
-        [e.message for e in events]
     assert not role_pods(core, actors.namespace, "crash") or wait_for(
         lambda: not role_pods(core, actors.namespace, "crash"), 180, "crash pods gone after the rollback")
     assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
