@@ -42,6 +42,11 @@ def release_selector(release: str) -> str:
     return f"{LABEL_INSTANCE}={release}"
 
 
+def helm_test_pods_selector(release: str) -> str:
+    """The release's `helm test` hook Pods (kept after a run for `helm test --logs`; helm uninstall leaves them)."""
+    return f"{LABEL_INSTANCE}={release},{LABEL_COMPONENT}=test"
+
+
 def role_selector(release: str, role: str) -> str:
     return f"{LABEL_INSTANCE}={release},{LABEL_ROLE}={role}"
 

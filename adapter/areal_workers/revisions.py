@@ -239,6 +239,15 @@ class ReleaseDriver:
 
     def uninstall(self) -> None:
         self.helm(self.releases.uninstall(self.name))
+        # The chart keeps its `helm test` Pod after a run and helm uninstall leaves hooks: without this it would
+        # outlive the release (and the wait below would wait for it until the time-out).
+        test_pods, _ = self.pods.list(naming.helm_test_pods_selector(self.name))
+        for pod in test_pods:
+            try:
+                self.pods.delete(pod.metadata.name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
         self.wait_gone(naming.release_selector(self.name))
         self.reload()
         self.good_revision = None
@@ -256,8 +265,8 @@ class ReleaseDriver:
     def wait_gone(self, selector: str) -> None:
         try:
             self.pods.wait(selector, none_left, self.config.helm_timeout)
-        except WaitTimedOut as timed_out:
-            names = ", ".join(p.metadata.name for p in timed_out.pods.values())
+        except WaitTimedOut:
+            names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
             logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
 
     # --- the last all-ready revision and the rollback to it ------------------------------------

@@ -215,7 +215,9 @@ def test_a_container_over_its_memory_limit_is_oomkilled_by_the_kernel(real_sched
 
 def test_readiness_comes_from_the_kubelets_probe(real_scheduler, core, namespace):
     scheduler = real_scheduler(ready_timeout=45.0)
-    mute = "python3 -c 'import time; time.sleep(3600)'"  # runs, never listens on the guard port
+    # Runs, never listens on the guard port; stops on SIGTERM (PID 1 of a container ignores it unless it has a handler,
+    # which would keep the pod for the whole grace period after the test).
+    mute = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(3600)'"
     scheduler.create_workers(job("mute", 1, [task(cmd=mute)]))
     with pytest.raises(WorkerTimeoutError) as timed_out:
         scheduler.get_workers("mute", timeout=45)

@@ -244,11 +244,19 @@ def test_delete_with_reverse_order_stops_rank_zero_last(make_scheduler, core):
     assert core.list_namespaced_pod(scheduler.namespace).items == []
 
 
-def test_delete_all_removes_the_release_and_everything_it_made(make_scheduler, core, kube_client):
+def test_delete_all_removes_the_release_and_everything_it_made(make_scheduler, core, kube_client, kubeconfig,
+                                                              helm_executable):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     scheduler.create_workers(job("rollout", 1))
     scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
+    scheduler.get_workers("actor")
+    scheduler.get_workers("rollout")
+    # The platform engineer's `helm test`: its hook Pod is kept after the run, and helm uninstall leaves it.
+    subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "-n", scheduler.namespace, "test",
+                    scheduler.release, "--timeout", "2m"], check=True, capture_output=True, timeout=180)
+    assert [p.metadata.name for p in core.list_namespaced_pod(scheduler.namespace).items
+            if p.metadata.name.endswith("-test-health")]
     scheduler.delete_workers()
     namespace = scheduler.namespace
     assert core.list_namespaced_pod(namespace).items == []
