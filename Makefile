@@ -39,7 +39,12 @@ areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the ca
 NODE ?=
 KUEUE ?=
 ARGOCD ?=
-cluster-up: tools areal-worker ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1, ARGOCD=1)
+# Cold, the tools' Go builds (CPU-bound) and AReaL's worker environment (a 7 GB download and unpack) run side by side;
+# warm, both are skipped in seconds.
+TOOLS_AND_WORKER = $(MAKE) --no-print-directory -j2 --output-sync=target tools areal-worker
+
+cluster-up: ## start the local control plane, KWOK nodes and podrunner (no-op when running; WORKERS=areal|reference, NODE=real, KUEUE=1, ARGOCD=1)
+	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up $(if $(WORKERS),--workers $(WORKERS)) $(if $(NODE),--real-node $(NODE)) $(if $(filter 1,$(KUEUE)),--kueue) $(if $(ARGOCD),--argocd)
 
 cluster-down: ## stop the local cluster, every worker process and Argo CD; leaves no process or port behind
@@ -55,7 +60,8 @@ DEMO_ARGS ?=
 IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
 KUBECTL_LOCAL = kubectl --kubeconfig $(CLUSTER_KUBECONFIG)
-demo: tools areal-worker ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
+demo: ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
+	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto)
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
@@ -90,7 +96,8 @@ AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_w
 	tests/integration/test_areal_conformance.py tests/integration/test_areal_scheduler_semantics.py \
 	-m "not reference_guard_only" -k "not rbac"
 
-test: tools areal-worker ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+test: ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \

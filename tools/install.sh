@@ -261,8 +261,10 @@ install_node_images() {
 }
 
 install_argocd() {
-  step "argocd $ARGOCD_VERSION (application controller + repo-server for the GitOps tests; cold build: about 15 CPU-minutes)"
-  local key=argocd-$ARGOCD_VERSION
+  step "argocd $ARGOCD_VERSION (application controller + repo-server for the GitOps tests)"
+  # Keyed by our main too (tools/argocd_main.go.txt: only the two programs the local cluster runs).
+  local main=$root/tools/argocd_main.go.txt
+  local key; key=argocd-$ARGOCD_VERSION-$(sha256sum "$main" | cut -c1-8)
   local module=github.com/argoproj/argo-cd/v3
   local extras=(crds/application-crd.yaml crds/appproject-crd.yaml hack/git-verify-wrapper.sh hack/gpg-wrapper.sh)
   if ! cached "$key" argocd; then
@@ -289,8 +291,9 @@ install_argocd() {
       run_logged argocd "$dir/get.log" go get "$module/cmd@$ARGOCD_VERSION"
       echo "    compiling (log: $dir/build.log)"
       mkdir -p out
+      cp "$main" main.go
       run_logged argocd "$dir/build.log" go build -trimpath \
-        -ldflags "-s -w -X $module/common.version=${ARGOCD_VERSION#v}" -o out/argocd "$module/cmd"
+        -ldflags "-s -w -X $module/common.version=${ARGOCD_VERSION#v}" -o out/argocd .
       # The CRDs (applied by the local cluster) and the wrappers repo-server runs from PATH; the module zip
       # drops exec bits.
       for extra in "${extras[@]}"; do

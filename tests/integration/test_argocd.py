@@ -310,6 +310,36 @@ def test_the_adapter_discovers_and_calls_the_workers_of_the_argo_owned_release(g
         scheduler.close()
 
 
+def test_the_cli_shows_the_argo_owned_group_and_leaves_its_changes_to_git(gitops, capsys, monkeypatch):
+    """The 3 a.m. view works without a helm release (the chart's topology ConfigMap is the model); history,
+    rollback and down, which are helm operations, refuse and say where the revisions live."""
+    from areal_workers.cli.main import main
+    from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
+
+    monkeypatch.setenv("PATH", f"{REPO_ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = main(["--kubeconfig", str(gitops.kubeconfig), "-n", gitops.namespace, *argv])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, err = cli("status", "-o", "json")
+    assert code == EXIT_OK, out + err
+    [trial] = json.loads(out)["trials"]
+    assert trial["release"] == gitops.release and trial["revision"] is None
+    assert trial["helm_status"] == "applied without helm"
+    assert {(r["name"], r["ready"], r["replicas"]) for r in trial["roles"]} == {("actor", 2, 2), ("rollout", 3, 3)}
+    code, table, _ = cli("status")
+    assert code == EXIT_OK and "applied without helm" in table and "5/5 workers ready" in table
+    code, out, err = cli("diagnose", "actor/0")
+    assert code == EXIT_OK, out + err
+    for argv in (("history",), ("rollback",), ("down", "--yes")):
+        code, out, err = cli(*argv)
+        assert code == EXIT_USAGE and "applied without helm" in err and "Git" in err, (argv, out, err)
+    assert gitops.statefulset("actor").spec.replicas == 2
+    assert gitops.status()["sync"]["status"] == "Synced"
+
+
 def test_a_managed_scheduler_cannot_take_the_argo_owned_release_over(gitops, helm_executable):
     """The adapter's own changes are helm upgrades: helm refuses objects it did not create, so nothing of the
     Argo-owned group changes (the adapter scales a group only when it owns it; Git does here)."""

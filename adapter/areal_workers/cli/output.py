@@ -46,7 +46,8 @@ def _ready_text(ready: bool, fatal: bool) -> Text:
 
 
 def trial_renderable(status: TrialStatus) -> Group:
-    revision = f"revision {status.revision} ({status.helm_status})" if status.revision else "not installed"
+    revision = (f"revision {status.revision} ({status.helm_status})" if status.revision
+                else status.helm_status if status.roles else "not installed")
     good = f", last all-ready revision {status.ready_revision}" if status.ready_revision else ""
     ready = sum(w.ready for w in status.workers)
     header = Text.assemble((status.release, "bold"), f"  experiment {status.experiment}, trial {status.trial} · ",

@@ -13,16 +13,17 @@ from .output import Format, console, emit, table
 from .session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
-def _history(session: Session, release: str) -> list[Any]:
+def _history(session: Session, release: str, doing: str) -> list[Any]:
     entries = session.helm(session.releases.history(release), f"reading the history of {release}")
     if not entries:
+        session.refuse_external(release, session.model(release), doing)  # raises: not found, or not helm's
         raise CliError(f"release {release} not found in namespace {session.namespace}", EXIT_NOT_FOUND)
     return entries
 
 
 def history(session: Session, fmt: Format) -> int:
     release = session.release()
-    entries = _history(session, release)
+    entries = _history(session, release, "show the helm history of")
     ready = session.kube(session.inspector(release).ready_revision, f"reading the topology of {release}")
     rows = [{"revision": e.revision, "updated": e.updated.isoformat(), "status": e.status.value,
              "all_ready": e.revision == ready, "description": e.description or ""} for e in entries]
@@ -48,7 +49,7 @@ def _default_target(driver: ReleaseDriver, revisions: list[int]) -> int:
 
 def rollback(session: Session, revision: int | None, wait: bool, timeout: float, fmt: Format) -> int:
     release = session.release()
-    revisions = [e.revision for e in _history(session, release)]
+    revisions = [e.revision for e in _history(session, release, "roll back")]
     if revision is not None and revision not in revisions:
         raise CliError(f"release {release} keeps revisions {', '.join(map(str, revisions))}; no revision "
                        f"{revision} (areal-workers history)", EXIT_NOT_FOUND)
@@ -98,6 +99,7 @@ def _wait_ready(session: Session, driver: ReleaseDriver, timeout: float) -> bool
 def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
     release = session.release()
     model = session.model(release)
+    session.refuse_external(release, model, "delete")
     pods, _ = session.kube(session.pods().list, "listing worker pods", naming.release_selector(release))
     summary = (f"release {release} (experiment {model.topology.get('experiment')}, trial "
                f"{model.topology.get('trial')}) in namespace {session.namespace}: {len(pods)} worker pod(s), "

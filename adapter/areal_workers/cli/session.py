@@ -197,14 +197,30 @@ class Session:
         return ReleaseInspector(self.core, self.namespace, release)
 
     def model(self, release: str) -> ReleaseModel:
-        """The release's current revision as the scheduler reads it (values and rendered topology)."""
+        """The release's current revision as the scheduler reads it (values and rendered topology); for a group
+        applied without helm (Argo CD syncing the chart), its rendered topology alone, with no revision."""
         snapshot = self.helm(self.releases.snapshot(release), f"reading release {release}")
+        topology = self.kube(self.inspector(release).topology, f"reading the topology of {release}")
         if snapshot is None:
+            return self.external_model(release, topology)
+        revision, values = snapshot
+        return ReleaseModel(values=values, topology=topology, revision=revision)
+
+    def external_model(self, release: str, topology: dict[str, Any]) -> ReleaseModel:
+        """The model of a release helm has no record of: its rendered topology, when the chart's objects are there."""
+        if not topology:
             raise CliError(f"release {release} not found in namespace {self.namespace} "
                            f"(areal-workers status -n {self.namespace} lists the trials)", EXIT_NOT_FOUND)
-        revision, values = snapshot
-        topology = self.kube(self.inspector(release).topology, f"reading the topology of {release}")
-        return ReleaseModel(values=values, topology=topology, revision=revision)
+        return ReleaseModel(topology=topology)
+
+    def refuse_external(self, release: str, model: ReleaseModel, doing: str) -> None:
+        """Changes to a group applied without helm belong to its owner (Git, through Argo CD: docs/en/gitops.md)."""
+        if model.revision is None:
+            raise CliError(
+                f"cannot {doing} {release}: it was applied without helm (no helm release, only the chart's objects, "
+                f"e.g. synced by Argo CD), so its revisions live in Git: change the values there "
+                f"(`argocd app history` / `argocd app rollback` for the Application), or delete the Application",
+                EXIT_USAGE)
 
     def driver(self, release: str) -> ReleaseDriver:
         """The scheduler's own release driver, adopted (for changes: rollback)."""

@@ -23,6 +23,7 @@ from .session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliErr
 from .status_view import TrialStatus, trial_status
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
+EXTERNAL_STATUS = "applied without helm"
 
 
 class TrialReader:
@@ -35,12 +36,12 @@ class TrialReader:
 
     def read(self, release: str) -> tuple[ReleaseModel, str, int | None]:
         current = self.session.helm(self.session.releases.current(release), f"reading release {release}")
-        if current is None:
-            raise CliError(f"release {release} not found in namespace {self.session.namespace} "
-                           f"(areal-workers status -n {self.session.namespace} lists the trials)", EXIT_NOT_FOUND)
-        values = self.session.helm(current.values(), f"reading the values of {release}")
         inspector = self.session.inspector(release)
         topology = self.session.kube(inspector.topology, f"reading the topology of {release}")
+        if current is None:  # applied without helm (Argo CD syncing the chart): no helm status, no revisions
+            self.models[release] = (self.session.external_model(release, topology), EXTERNAL_STATUS, None)
+            return self.models[release]
+        values = self.session.helm(current.values(), f"reading the values of {release}")
         ready = self.session.kube(inspector.ready_revision, f"reading the topology of {release}")
         self.models[release] = (ReleaseModel(values, topology, current.revision), current.status.value, ready)
         return self.models[release]
