@@ -15,6 +15,7 @@ import time
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from areal_workers import SchedulerError, WorkerCreationError, WorkerFailedError, WorkerTimeoutError
 from clusterlib import HOLD, job, spec
@@ -257,6 +258,21 @@ def fault_node(core, index: int, prefix: str) -> tuple[str, dict]:
     return name, placement
 
 
+def remove_fault_node(core, name: str) -> None:
+    """Deletes the node and force-deletes its pods: no kubelet is left to confirm their end, and Kubernetes' pod GC
+    would take them only after its quarantine (the test's teardown would wait for it)."""
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+    deletions = [lambda: core.delete_node(name)] + [
+        lambda pod=pod: core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        for pod in pods]
+    for delete in deletions:
+        try:
+            delete()
+        except ApiException as error:
+            if error.status != 404:  # already gone
+                raise
+
+
 def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
     node_name, placement = fault_node(core, 250, "kwok-fault")
     try:
@@ -271,7 +287,7 @@ def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube
             scheduler.get_workers("pinned", timeout=30)
         assert "NodeNotReady" in failed.value.stderr and node_name in failed.value.stderr
     finally:
-        core.delete_node(node_name)
+        remove_fault_node(core, node_name)
 
 
 def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
@@ -289,6 +305,7 @@ def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
     assert ("NodeGone" in failed.value.stderr and node_name in failed.value.stderr) or \
         "deleted and recreated after the worker was ready" in failed.value.stderr, failed.value.stderr
     assert pod_uids(core, scheduler.namespace, "actor") == actor
+    remove_fault_node(core, node_name)  # its pods, which the pod GC would take only after its quarantine
 
 
 def wait_node_ready(core, name: str) -> None:
