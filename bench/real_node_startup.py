@@ -1,11 +1,15 @@
 """Time to the first Ready worker on the real node (kubelet + containerd + runc) against the same worker on a KWOK node
 run by podrunner, side by side in one run, alternating; AReaL's real rpc_server in both.
 
-    python bench/real_node_startup.py [--repeats 3]     # on the running local cluster, started with --real-node
+    python bench/real_node_startup.py [--repeats 3] [--cpu 1]   # on the running local cluster, with --real-node
+
+The worker's CPU request is also its limit (the chart's requests are limits): on the real node the kernel enforces it
+(CFS quota) while podrunner's processes on KWOK nodes run unlimited, so --cpu 0.25 shows the quota's cost and --cpu 1
+the node's own. Results go to bench/results/real-node-startup-cpu<cpu>.json and .md.
 
 Each sample is one trial: create_workers(Job(role, 1)) then get_workers until the worker answers, then
-delete_workers. Writes bench/results/real-node-startup.json and .md (not part of `make bench`: the real node needs
-root and runs one per machine, while `make bench` runs on a cluster of its own).
+delete_workers. Not part of `make bench`: the real node needs root and runs one per machine, while `make bench` runs on a
+cluster of its own.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def values_for(where: str, shared: Path) -> dict:
     return {"cluster": cluster, "workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"}}}
 
 
-def sample(where: str, kubeconfig: Path, namespace: str, work: Path) -> float:
+def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float) -> float:
     shared = work / f"{where}-{uuid.uuid4().hex[:6]}"
     shared.mkdir()
     shared.chmod(0o777)
@@ -57,7 +61,7 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path) -> float:
     try:
         started = time.monotonic()
         scheduler.create_workers(Job(role="actor", replicas=1, tasks=[
-            SchedulingSpec(cpu=0.25, gpu=0, mem=2, port_count=2, cmd=COMMAND)]))
+            SchedulingSpec(cpu=cpu, gpu=0, mem=2, port_count=2, cmd=COMMAND)]))
         scheduler.get_workers("actor")
         return time.monotonic() - started
     finally:
@@ -68,6 +72,7 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu", type=float, default=1.0, help="the worker's CPU request and limit (default 1)")
     args = parser.parse_args()
     cluster = LocalCluster()
     if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
@@ -82,19 +87,20 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-real-node-") as work:
             for repeat in range(args.repeats):
                 for where in ("real", "kwok") if repeat % 2 == 0 else ("kwok", "real"):
-                    seconds[where].append(sample(where, cluster.kubeconfig, namespace, Path(work)))
+                    seconds[where].append(sample(where, cluster.kubeconfig, namespace, Path(work), args.cpu))
                     print(f"{where}: {seconds[where][-1]:.1f}s", flush=True)
     finally:
         core.delete_namespace(namespace)
     medians = {where: statistics.median(values) for where, values in seconds.items()}
-    result = {"repeats": args.repeats, "seconds": seconds, "median": medians,
+    result = {"repeats": args.repeats, "cpu": args.cpu, "seconds": seconds, "median": medians,
               "ratio_real_over_kwok": medians["real"] / medians["kwok"],
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "real-node-startup.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "real-node-startup.md").write_text(
+    name = f"real-node-startup-cpu{args.cpu:g}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(
         f"# Time to the first Ready worker: real node vs KWOK + podrunner\n\n"
-        f"{result['when']}, {args.repeats} samples each, alternating; AReaL's rpc_server, 1 worker, 0.25 CPU.\n\n"
+        f"{result['when']}, {args.repeats} samples each, alternating; AReaL's rpc_server, 1 worker, {args.cpu:g} CPU.\n\n"
         f"| node | samples (s) | median (s) |\n|---|---|---|\n"
         + "".join(f"| {where} | {', '.join(f'{v:.1f}' for v in values)} | {medians[where]:.1f} |\n"
                   for where, values in seconds.items())
