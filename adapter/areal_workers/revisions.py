@@ -18,12 +18,12 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import admission, capacity, name_records, naming
+from . import admission, capacity, diagnosis, name_records, naming
 from .config import KubernetesSchedulerConfig
 from .errors import SchedulerError, WorkerCreationError
 from .inspector import ReleaseInspector
 from .loop_thread import LoopThread
-from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, none_left, pod_index
+from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
 from .release import HelmError, Releases, Snapshot, helm_error_text
 from .release_model import ReleaseModel
 
@@ -263,11 +263,25 @@ class ReleaseDriver:
         self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
 
     def wait_gone(self, selector: str) -> None:
+        """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
+        confirm their end (Kubernetes removes them when the node returns or is deleted), so waiting for them would
+        only run into the time-out. Without read access to nodes every pod is waited for."""
+        nodes = self.inspector.nodes()
+
+        def stranded(pod: client.V1Pod) -> bool:
+            return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
+
         try:
-            self.pods.wait(selector, none_left, self.config.helm_timeout)
+            left = self.pods.wait(selector, lambda pods: all(stranded(p) for p in pods.values()),
+                                  self.config.helm_timeout)
         except WaitTimedOut:
             names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
             logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
+            return
+        if left:
+            logger.warning("not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
+                           "returns or is deleted): %s", len(left), ", ".join(
+                               f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())))
 
     # --- the last all-ready revision and the rollback to it ------------------------------------
 

@@ -8,6 +8,7 @@ can hold, an apiserver restart, a deleted pod); written into pod or node status 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -51,17 +52,14 @@ def wait_for_pods(core, namespace: str, role: str, count: int, scheduled: bool =
 
 
 def in_background(function, *args, **kwargs):
-    """Runs function in a thread; returns a callable giving (result, error, seconds from start)."""
+    """Runs function in a thread; returns a callable giving (result, error)."""
     outcome: dict = {}
 
     def run():
-        started = time.monotonic()
         try:
             outcome["result"] = function(*args, **kwargs)
         except (SchedulerError, AssertionError) as error:
             outcome["error"] = error
-        outcome["ended"] = time.monotonic()
-        outcome["started"] = started
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -69,14 +67,13 @@ def in_background(function, *args, **kwargs):
     def join(timeout: float = 90.0):
         thread.join(timeout)
         assert not thread.is_alive(), "the call did not return"
-        return outcome.get("result"), outcome.get("error"), outcome["ended"]
+        return outcome.get("result"), outcome.get("error")
 
     return join
 
 
-def inject(core, pod: client.V1Pod, status: dict) -> float:
+def inject(core, pod: client.V1Pod, status: dict) -> None:
     core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": status})
-    return time.monotonic()
 
 
 def test_crash_loop_on_create_fails_fast_and_rolls_back(make_scheduler, core):
@@ -108,16 +105,15 @@ def test_image_pull_backoff_is_reported_with_the_kubelet_message_and_rolled_back
     pods = wait_for_pods(core, scheduler.namespace, "pulling", 2)
     join = in_background(scheduler.get_workers, "pulling", timeout=60)
     time.sleep(0.5)
-    injected = inject(core, pods[1], {"phase": "Pending", "containerStatuses": [{
+    inject(core, pods[1], {"phase": "Pending", "containerStatuses": [{
         "name": "worker", "image": "registry.example/areal:missing", "imageID": "", "ready": False,
         "restartCount": 0, "state": {"waiting": {
             "reason": "ImagePullBackOff",
             "message": 'Back-off pulling image "registry.example/areal:missing": not found'}}}]})
-    _, error, ended = join()
-    assert isinstance(error, WorkerFailedError), error
+    _, error = join()
+    assert isinstance(error, WorkerFailedError), error  # found in the pod's state, not a time-out
     assert error.worker_id == "pulling/1"
     assert "ImagePullBackOff" in error.stderr and "registry.example/areal:missing" in error.stderr
-    assert ended - injected < 5
     assert descriptions(scheduler)[-1] == "Rollback to 1"
     assert pod_uids(core, scheduler.namespace, "actor") == actor
 
@@ -132,7 +128,7 @@ def test_oom_killed_worker_reports_exit_137_and_memory_advice(make_scheduler, co
         "name": "worker", "image": "x", "imageID": "", "ready": False, "restartCount": 1,
         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
         "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]})
-    _, error, _ = join()
+    _, error = join()
     assert isinstance(error, WorkerFailedError), error
     assert error.exit_code == 137
     assert "OOMKilled" in error.stderr and "SIGKILL" in error.stderr and "1Gi" in error.stderr
@@ -147,7 +143,7 @@ def test_evicted_pod_fails_the_role(make_scheduler, core):
     time.sleep(0.5)
     inject(core, pod, {"phase": "Failed", "reason": "Evicted",
                        "message": "The node was low on resource: memory. Threshold quantity: 100Mi."})
-    _, error, _ = join()
+    _, error = join()
     assert isinstance(error, WorkerFailedError), error
     assert "Evicted" in error.stderr and "low on resource: memory" in error.stderr
 
@@ -157,11 +153,10 @@ def test_a_gpu_request_no_node_can_hold_is_diagnosed_from_the_real_scheduler(mak
     scheduler = make_scheduler(capacity_check="off")
     scheduler.create_workers(job("actor", 1))
     scheduler.get_workers("actor")
-    started = time.monotonic()
     scheduler.create_workers(job("huge", 2, [spec(gpu=16)]))
     with pytest.raises(WorkerFailedError) as failed:
         scheduler.get_workers("huge", timeout=60)
-    assert time.monotonic() - started < 30  # failed at once, not at the time-out
+    # WorkerFailedError: failed on the scheduler's verdict, not at the time-out (WorkerTimeoutError)
     text = failed.value.stderr
     assert "Unschedulable" in text and "Insufficient nvidia.com/gpu" in text
     assert "16 nvidia.com/gpu" in text and "8" in text
@@ -215,7 +210,7 @@ def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_schedu
     for pod in replaced:  # release the hold: pods start
         core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
                                   {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
-    workers, error, _ = join()
+    workers, error = join()
     assert error is None, error
     assert [w.id for w in workers] == ["rollout/0", "rollout/1", "rollout/2"]
     assert descriptions(scheduler) == ["create rollout: 3 worker(s)"]
@@ -234,7 +229,7 @@ def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
     for pod in pods:
         core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
                                   {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
-    workers, error, _ = join()
+    workers, error = join()
     assert error is None, getattr(error, "diagnosis", error)
     assert [w.id for w in workers] == ["rollout/0", "rollout/1"]
     assert len(pod_uids(core, scheduler.namespace, "rollout")) == 2
@@ -273,19 +268,46 @@ def remove_fault_node(core, name: str) -> None:
                 raise
 
 
-def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core, kube_client):
+def make_node_not_ready(core, node_name: str) -> None:
+    """KWOK stops managing the node (HOLD) and its status says what a node controller says of a silent kubelet."""
+    core.patch_node(node_name, {"metadata": {"annotations": HOLD}})
+    core.patch_node_status(node_name, {"status": {"conditions": [{
+        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status."}]}})
+
+
+def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core):
     node_name, placement = fault_node(core, 250, "kwok-fault")
     try:
         scheduler = make_scheduler(extra_values=placement)
         scheduler.create_workers(job("pinned", 1))
         scheduler.get_workers("pinned")
-        core.patch_node(node_name, {"metadata": {"annotations": HOLD}})
-        core.patch_node_status(node_name, {"status": {"conditions": [{
-            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-            "message": "Kubelet stopped posting node status."}]}})
+        make_node_not_ready(core, node_name)
         with pytest.raises(WorkerFailedError) as failed:
             scheduler.get_workers("pinned", timeout=30)
         assert "NodeNotReady" in failed.value.stderr and node_name in failed.value.stderr
+    finally:
+        remove_fault_node(core, node_name)
+
+
+def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_scheduler, core, caplog):
+    node_name, placement = fault_node(core, 252, "kwok-silent")
+    try:
+        scheduler = make_scheduler(extra_values=placement)
+        scheduler.create_workers(job("pinned", 1))
+        scheduler.create_workers(job("actor", 1))
+        scheduler.get_workers("pinned")
+        scheduler.get_workers("actor")
+        make_node_not_ready(core, node_name)
+        [pinned] = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=pinned").items
+        core.patch_namespaced_pod(pinned.metadata.name, scheduler.namespace, {"metadata": {"annotations": {
+            **HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}})  # tools/kwok/stages.yaml: never finalized
+        with caplog.at_level(logging.INFO, logger="areal_workers.revisions"):
+            scheduler.delete_workers()
+        assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text
+        assert "still terminating after" not in caplog.text
+        [left] = core.list_namespaced_pod(scheduler.namespace).items  # the actor's pod is gone, waited for
+        assert left.spec.node_name == node_name and left.metadata.deletion_timestamp is not None
     finally:
         remove_fault_node(core, node_name)
 
@@ -384,7 +406,7 @@ def test_concurrent_calls_from_several_threads_are_serialized(make_scheduler):
     scheduler = make_scheduler()
     joins = [in_background(scheduler.create_workers, job(f"role{i}", 1)) for i in range(4)]
     outcomes = [join() for join in joins]
-    assert [error for _, error, _ in outcomes] == [None] * 4
+    assert [error for _, error in outcomes] == [None] * 4
     assert len(scheduler.history()) == 4
     for i in range(4):
         assert [w.id for w in scheduler.get_workers(f"role{i}")] == [f"role{i}/0"]

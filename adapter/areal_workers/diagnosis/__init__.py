@@ -42,6 +42,7 @@ Fatal or not, and why:
 from .container_checks import signal_name
 from .diagnose import diagnose_pod
 from .nodes import NodeFit, describe_selector, node_fit
+from .pod_checks import node_problem
 from .problem import MAX_LINE_CHARS, MAX_RENDER_LINES, Problem, event_lines, summarize_role
 from .resources import format_quantity, pod_requests
 from .scheduling import scheduling_advice
@@ -56,6 +57,7 @@ __all__ = [
     "event_lines",
     "format_quantity",
     "node_fit",
+    "node_problem",
     "pod_requests",
     "scheduling_advice",
     "signal_name",

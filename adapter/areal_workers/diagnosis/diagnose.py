@@ -9,7 +9,7 @@ from datetime import datetime
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
 from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness
-from .pod_checks import _deletion_problem, _disruption_problem, _node_problem, _phase_problem, _replaced_problem
+from .pod_checks import _deletion_problem, _disruption_problem, node_problem, _phase_problem, _replaced_problem
 from .problem import Problem, _pod_events, _tail, event_lines
 from .scheduling import _scheduling_problem
 
@@ -44,7 +44,7 @@ def diagnose_pod(
         _replaced_problem(pod, ready_pod)
         or _phase_problem(pod, readiness)
         or _disruption_problem(pod)
-        or _node_problem(pod, nodes)
+        or node_problem(pod, nodes)
         or _deletion_problem(pod, readiness.was_ready)
         or _container_problem_of(pod, readiness)
         or _mount_problem(pod, pod_events)

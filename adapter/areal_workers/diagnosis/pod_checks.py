@@ -138,7 +138,8 @@ def _node_not_ready_advice(node: str) -> str:
             "force-delete the pod, then restart the role")
 
 
-def _node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
+def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
+    """NodeNotReady or NodeGone when the pod's node is unreachable or deleted (nothing to say without nodes)."""
     node_name = pod.spec.node_name
     if pod.status.reason == "NodeLost":
         return Problem(pod=_name(pod), reason="NodeNotReady", fatal=True, node=node_name,
