@@ -123,7 +123,7 @@ kube_build() {
 }
 
 install_kubernetes() {
-  step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: about 11 minutes on 2 cores)"
+  step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: 7 to 11 minutes on 2 cores)"
   kube_build "kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler
 }
 
