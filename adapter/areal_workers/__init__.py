@@ -2,6 +2,7 @@
 
 from .config import ConfigError, KubernetesSchedulerConfig
 from .errors import (
+    ClusterAccessError,
     EngineCallError,
     EngineCreationError,
     EngineImportError,
@@ -22,6 +23,7 @@ from .scheduler import KubernetesScheduler
 from .areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 
 __all__ = [
+    "ClusterAccessError",
     "ConfigError",
     "EngineCallError",
     "EngineCreationError",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kubernetes import client, config as kube_config
 
+from . import cluster_access
 from .admission import AdmissionReader
 from .config import KubernetesSchedulerConfig
 from .guard_client import GuardClient, Liveness
@@ -26,6 +27,8 @@ class Backend:
     statefulsets: StatefulSets
     guard: GuardClient
     lease: ReleaseLease | None = None  # the trainer's heartbeat for the release (None: not kept)
+    # Raises ClusterAccessError unless the namespace exists and this identity may work in it.
+    check_access: Callable[[], None] = lambda: None
 
 
 Connect = Callable[[KubernetesSchedulerConfig, str, Liveness], Backend]
@@ -58,4 +61,5 @@ def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness,
         guard=GuardClient(liveness=liveness, check_first_attempt=False),
         lease=ReleaseLease(client.CoordinationV1Api(api_client), config.namespace, release, config.lease_grace_seconds)
         if config.lease_grace_seconds > 0 and config.ownership == "managed" else None,
+        check_access=lambda: cluster_access.check_namespace(core, config.namespace),
     )

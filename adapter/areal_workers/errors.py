@@ -26,6 +26,7 @@ __all__ = [
     "WorkerTimeoutError",
     "InvalidRequestError",
     "InvalidSchedulerSetupError",
+    "ClusterAccessError",
     "attach_diagnosis",
     "USING_AREAL_EXCEPTIONS",
 ]
@@ -132,6 +133,16 @@ class InvalidRequestError(WorkerCreationError, ValueError):  # type: ignore[misc
 
 class InvalidSchedulerSetupError(SchedulerError, ValueError):  # type: ignore[misc, valid-type]
     """The scheduler cannot be constructed as asked (e.g. no experiment or trial name): AReaL raises ValueError."""
+
+
+class ClusterAccessError(SchedulerError):  # type: ignore[misc, valid-type]
+    """The scheduler cannot work in its namespace: the API server does not answer ("unreachable"), the namespace
+    does not exist ("namespace-missing") or is being deleted ("namespace-terminating"), or this identity may not
+    act there ("forbidden"). `cause` holds that word; the message says what to change."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        self.cause = cause
+        super().__init__(message)
 
 
 def attach_diagnosis(error: BaseException, diagnosis: str) -> BaseException:

@@ -16,7 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from . import naming
+from . import cluster_access, naming
+from .errors import ClusterAccessError
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +56,24 @@ class ReleaseLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
-        """Takes the Lease (creates it, or takes it over from a predecessor) and renews it from now on."""
-        self.renew()
+        """Takes the Lease (creates it, or takes it over from a predecessor) and renews it from now on. A request
+        that fails raises ClusterAccessError naming the cause (API server, namespace, permission)."""
+        try:
+            self.renew()
+        except (ApiException, HTTPError, OSError) as error:
+            cause = cluster_access.api_failure(error, self.namespace, self.coordination.api_client.configuration.host,
+                                               "keep the trainer's Lease (leases in coordination.k8s.io)")
+            if cause is None:
+                raise
+            raise ClusterAccessError(cause.cause, f"{cause}; or set lease_grace_seconds=0 "
+                                                  f"(AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and "
+                                                  f"without the reaper's clean-up)") from error
+        self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.release}", daemon=True)
         self._thread.start()
 
@@ -95,6 +111,7 @@ class ReleaseLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+            self._thread = None
 
     def delete(self) -> None:
         try:

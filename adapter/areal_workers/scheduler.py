@@ -14,8 +14,6 @@ import logging
 import threading
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from . import backend as backend_module
 from . import fork_ops, job_values, naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
@@ -24,7 +22,6 @@ from .discovery import WorkerFinder
 from .errors import (
     InvalidRequestError,
     InvalidSchedulerSetupError,
-    SchedulerError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
@@ -60,29 +57,39 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
         self.loop = LoopThread(f"areal-workers-{self.release}")
-        parts = connect(self.config, self.release, self._check_alive)
-        self.guard = parts.guard
-        self.held = HeldWorkers()
-        self.driver = ReleaseDriver(self.release, self.config, parts.releases, parts.inspector, parts.pods,
-                                    parts.statefulsets, self.loop)
-        self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
-        self.forks = fork_ops.ForkOperations(self.driver, self.finder, self.guard, self.loop, self.held,
-                                             parts.inspector, self.config, self.experiment_name, self.trial_name)
-        self._lock = threading.RLock()
-        self.driver.adopt()
-        self.lease = parts.lease
-        if self.lease is not None:
-            self._take_lease(self.lease)
-
-    def _take_lease(self, lease: ReleaseLease) -> None:
+        parts = None
         try:
-            lease.start()
-        except ApiException as error:
+            parts = connect(self.config, self.release, self._check_alive)
+            parts.check_access()
+            self.guard = parts.guard
+            self.held = HeldWorkers()
+            self.driver = ReleaseDriver(self.release, self.config, parts.releases, parts.inspector, parts.pods,
+                                        parts.statefulsets, self.loop)
+            self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
+            self.forks = fork_ops.ForkOperations(self.driver, self.finder, self.guard, self.loop, self.held,
+                                                 parts.inspector, self.config, self.experiment_name, self.trial_name)
+            self._lock = threading.RLock()
+            self.driver.adopt()
+            self.lease = parts.lease
+            if self.driver.model.installed:  # a restarted trainer holds its release's Lease from the start
+                self._hold_lease()
+        except BaseException:
+            if parts is not None:
+                parts.guard.close()
             self.loop.close()
-            raise SchedulerError(
-                f"cannot keep the lease of release {self.release} in namespace {self.namespace} "
-                f"({error.status} {error.reason}): apply rbac/ (leases in coordination.k8s.io), or set "
-                f"lease_grace_seconds=0 (AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without one") from None
+            raise
+
+    def _hold_lease(self) -> None:
+        """Takes the trainer's Lease once there is a release for it to keep alive (adopted, or about to be
+        installed): a scheduler that never creates workers leaves nothing behind."""
+        if self.lease is not None and not self.lease.running:
+            self.lease.start()
+
+    def _drop_lease(self) -> None:
+        """After the release is gone (uninstalled, or a first install that failed)."""
+        if self.lease is not None:
+            self.lease.stop()
+            self.lease.delete()
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -150,7 +157,15 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                                           f"scheduling_strategy.type must be 'separation' or 'colocation', "
                                           f"got {strategy.type!r}")
             values = self._role_values(role, spec, replicas)
-            self.driver.apply(values, f"create {role}: {replicas} worker(s)", role, (role,))
+            first = not self.driver.model.installed
+            if first:
+                self._hold_lease()
+            try:
+                self.driver.apply(values, f"create {role}: {replicas} worker(s)", role, (role,))
+            except BaseException:
+                if first and not self.driver.model.installed:
+                    self._drop_lease()
+                raise
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
                 self._configure(self.get_workers(role))
             return [naming.worker_id(role, i) for i in range(replicas)]
@@ -285,6 +300,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             for role in model.roles:
                 self.driver.scale_down_to_rank_zero(role)
         self.driver.uninstall()
+        self._drop_lease()
 
     def _destroy_engines(self, roles: list[str]) -> None:
         """engine.destroy() on the known workers of `roles` before they go, bounded by destroy_timeout; a worker
@@ -395,8 +411,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             return
         if self.lease is not None:  # a release left installed is reaped once the lease is older than its grace
             self.lease.stop()
-            if not self.driver.model.installed:
-                self.lease.delete()
         self.guard.close()
         self.loop.run(self.guard.aclose())  # the async session of the helper loop (used by forks)
         self.loop.close()

@@ -14,10 +14,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
 from areal_workers.backend import Backend
 from areal_workers.errors import WorkerFailedError
+from areal_workers.release import HelmError
 from areal_workers.podwatch import WaitTimedOut, pod_index
 
 GUARD_PORT = 8000
@@ -43,6 +45,7 @@ class MemoryCluster:
         self.waits: list[str] = []  # selectors waited on
         self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
         self.applied: list[dict[str, Any]] = []
+        self.fail_next_apply: str | None = None  # helm's stderr for the next install/upgrade, which then fails
         self._uids = itertools.count(1)
 
     # --- the release ----------------------------------------------------------------------------
@@ -149,6 +152,9 @@ class MemoryReleases:
         return []
 
     async def apply(self, name: str, values: dict[str, Any], description: str) -> tuple[int, dict[str, Any]]:
+        if self.cluster.fail_next_apply is not None:
+            stderr, self.cluster.fail_next_apply = self.cluster.fail_next_apply, None
+            raise HelmError(1, b"", stderr.encode())
         self.cluster.applied.append(copy.deepcopy(values))
         written = self.cluster.write(values, description)
         return written.revision, copy.deepcopy(written.values)
@@ -283,10 +289,60 @@ class MemoryGuard:
         pass
 
 
-def memory_connect(cluster: MemoryCluster, guard: MemoryGuard | None = None) -> Any:
-    """A `connect` for KubernetesScheduler that wires it to `cluster`."""
+class MemoryLeases:
+    """create/read/replace/list/delete of Leases with resourceVersions, as the apiserver does them."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, client.V1Lease] = {}
+        self.version = 0
+        self.before_delete = lambda name: None
+
+    def _stored(self, lease: client.V1Lease) -> client.V1Lease:
+        self.version += 1
+        lease = copy.deepcopy(lease)
+        lease.metadata.resource_version = str(self.version)
+        self.leases[lease.metadata.name] = lease
+        return lease
+
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> client.V1Lease:
+        if body.metadata.name in self.leases:
+            raise ApiException(status=409, reason="AlreadyExists")
+        return self._stored(body)
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+        if name not in self.leases:
+            raise ApiException(status=404, reason="NotFound")
+        return copy.deepcopy(self.leases[name])
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease) -> client.V1Lease:
+        if self.leases[name].metadata.resource_version != body.metadata.resource_version:
+            raise ApiException(status=409, reason="Conflict")
+        return self._stored(body)
+
+    def list_namespaced_lease(self, namespace: str, label_selector: str) -> client.V1LeaseList:
+        return client.V1LeaseList(items=[copy.deepcopy(lease) for lease in self.leases.values()
+                                         if label_selector in (lease.metadata.labels or {})])
+
+    def delete_namespaced_lease(self, name: str, namespace: str, body: client.V1DeleteOptions | None = None) -> None:
+        self.before_delete(name)
+        if name not in self.leases:
+            raise ApiException(status=404, reason="NotFound")
+        wanted = body.preconditions.resource_version if body and body.preconditions else None
+        if wanted is not None and wanted != self.leases[name].metadata.resource_version:
+            raise ApiException(status=409, reason="Conflict")
+        del self.leases[name]
+
+
+def memory_connect(cluster: MemoryCluster, guard: MemoryGuard | None = None, lease: Any = None,
+                   access_error: BaseException | None = None) -> Any:
+    """A `connect` for KubernetesScheduler that wires it to `cluster` (`lease`: a ReleaseLease to hold;
+    `access_error`: what the namespace check raises)."""
+    def check_access() -> None:
+        if access_error is not None:
+            raise access_error
+
     def connect(config: Any, release: str, liveness: Any) -> Backend:
         return Backend(releases=MemoryReleases(cluster), pods=MemoryPods(cluster),  # type: ignore[arg-type]
                        inspector=MemoryInspector(cluster), statefulsets=MemoryStatefulSets(),  # type: ignore[arg-type]
-                       guard=guard or MemoryGuard())  # type: ignore[arg-type]
+                       guard=guard or MemoryGuard(), lease=lease, check_access=check_access)  # type: ignore[arg-type]
     return connect

@@ -3,7 +3,6 @@ expiry after the grace period, and a Lease renewed between the reaper's list and
 
 from __future__ import annotations
 
-import copy
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -13,53 +12,10 @@ from kubernetes.client.exceptions import ApiException
 
 from areal_workers.lease import LEASE_LABEL, ReleaseLease, lease_body, lease_name, renew_interval
 from areal_workers.reaper import lease_states, reap
+from memory_backend import MemoryLeases
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
-
-
-class MemoryLeases:
-    """create/read/replace/list/delete of Leases with resourceVersions, as the apiserver does them."""
-
-    def __init__(self) -> None:
-        self.leases: dict[str, client.V1Lease] = {}
-        self.version = 0
-        self.before_delete = lambda name: None
-
-    def _stored(self, lease: client.V1Lease) -> client.V1Lease:
-        self.version += 1
-        lease = copy.deepcopy(lease)
-        lease.metadata.resource_version = str(self.version)
-        self.leases[lease.metadata.name] = lease
-        return lease
-
-    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> client.V1Lease:
-        if body.metadata.name in self.leases:
-            raise ApiException(status=409, reason="AlreadyExists")
-        return self._stored(body)
-
-    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
-        if name not in self.leases:
-            raise ApiException(status=404, reason="NotFound")
-        return copy.deepcopy(self.leases[name])
-
-    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease) -> client.V1Lease:
-        if self.leases[name].metadata.resource_version != body.metadata.resource_version:
-            raise ApiException(status=409, reason="Conflict")
-        return self._stored(body)
-
-    def list_namespaced_lease(self, namespace: str, label_selector: str) -> client.V1LeaseList:
-        return client.V1LeaseList(items=[copy.deepcopy(lease) for lease in self.leases.values()
-                                         if label_selector in (lease.metadata.labels or {})])
-
-    def delete_namespaced_lease(self, name: str, namespace: str, body: client.V1DeleteOptions | None = None) -> None:
-        self.before_delete(name)
-        if name not in self.leases:
-            raise ApiException(status=404, reason="NotFound")
-        wanted = body.preconditions.resource_version if body and body.preconditions else None
-        if wanted is not None and wanted != self.leases[name].metadata.resource_version:
-            raise ApiException(status=409, reason="Conflict")
-        del self.leases[name]
 
 
 def test_renew_interval_leaves_room_for_missed_renewals():
@@ -140,6 +96,6 @@ def test_renewals_go_on_after_the_apiserver_was_unreachable():
     while api.leases[lease_name("aw-a")].metadata.resource_version == version or failures["left"]:
         assert time.monotonic() < deadline, "no renewal after the apiserver came back"
         time.sleep(0.05)
-    assert lease._thread is not None and lease._thread.is_alive()
+    assert lease.running
     lease.stop()
-    assert not lease._thread.is_alive()
+    assert not lease.running
