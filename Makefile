@@ -8,11 +8,14 @@ PYTEST_ARGS ?=
 # The server worker pods run on the local cluster: auto (AReaL's rpc_server once `make areal-worker` ran, else the
 # reference guard), areal or reference. Empty: $AREAL_WORKERS_WORKER, else auto; a running podrunner is kept.
 WORKERS ?=
-# ARGOCD=1: cluster-up starts Argo CD beside the cluster (redis, repo-server, application controller on 127.0.0.1).
-ARGOCD ?=
-# The local cluster's admin kubeconfig (.tools/kubeconfig, or that of the cluster AREAL_WORKERS_CLUSTER_DIR names).
-CLUSTER_KUBECONFIG = $(shell $(PY) tools/localcluster.py kubeconfig)
+# The local cluster's admin kubeconfig (.tools/kubeconfig, or that of the cluster AREAL_WORKERS_CLUSTER_DIR names), as
+# a command substitution the shell runs when the recipe line runs: a `$(shell ...)` would run when make expands the
+# whole recipe, before its first lines have made the virtualenv and the cluster.
+CLUSTER_KUBECONFIG = "$$($(PY) tools/localcluster.py kubeconfig)"
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+# AReaL's environment (`make areal-worker`) with this checkout's package on its path: what runs AReaL's own
+# controllers, i.e. the demo's trainer.
+AREAL_PY = PYTHONPATH=$(CURDIR)/adapter .tools/areal-worker/bin/python
 
 .PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs chart-docs clean bench bench-full
 
@@ -71,7 +74,7 @@ ifeq ($(IN_CLUSTER),1)
 	  --image local/areal-trainer:dev --name bandit-demo-trainer -- \
 	  python $(CURDIR)/examples/bandit_demo.py --namespace $(DEMO_NAMESPACE) --local-cluster-pod $(DEMO_ARGS)
 else
-	$(PY) examples/bandit_demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
+	$(AREAL_PY) examples/bandit_demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
 endif
 
 quickstart: cluster-up ## the chart alone: local cluster, the chart installed with the example topology, helm test

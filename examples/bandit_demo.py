@@ -5,18 +5,24 @@
     python examples/bandit_demo.py --help       # any cluster: --kubeconfig, --namespace, --image
 
 What it does, step by step, checking each result (exit status 1 at the first surprise):
- 1. create_workers: an actor role and a rollout role, 2 workers each, running AReaL's rpc_server, configured with
-    the experiment config;
- 2. a reference role forked into the actor's pods (colocation with fork=True: AReaL's process fork);
- 3. the worker table (pods read from the API server) ;
- 4. engines on every worker (examples/bandit_engines.py: CPU subclasses of AReaL's TrainEngine);
+ 1. the workers: an actor role through AReaL's own TrainController (its `initialize` creates the workers through
+    the scheduler, sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, creates the engines and has them form a gloo
+    group across their pods), and a rollout role through create_workers; 2 workers each, running AReaL's
+    rpc_server, configured with the experiment config;
+ 2. a reference role forked into the actor's pods (TrainController again, colocation with fork=True: AReaL's
+    process fork);
+ 3. the worker table (pods read from the API server);
+ 4. the rollout role's engines (examples/bandit_engines.py: CPU subclasses of AReaL's TrainEngine);
  5. a few iterations of REINFORCE on a multi-armed bandit: the rollout engines sample actions and rewards, the
-    reference engines score them, the actor engines compute and apply the gradient, the new weights go to the
-    rollout engines; the mean reward rises;
+    reference controller scores them, the actor controller splits the batch over its ranks, which all-reduce their
+    gradients over gloo and step; the new weights go to the rollout engines; the mean reward rises;
  6. a bad update (the rollout role's image does not exist): the scheduler's diagnosis and its rollback to the last
     good revision, with the other workers untouched, then training goes on;
  7. `helm history` of the release;
- 8. delete_workers: no release, no pod and no worker process left (`--keep` leaves everything running).
+ 8. TrainController.destroy for the train roles, delete_workers for the rest: no release, no pod and no worker
+    process left (`--keep` leaves everything running).
+
+It runs in AReaL's environment (areal and torch importable; `make demo` uses the one `make areal-worker` installs).
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import sys
 import time
 
 import numpy as np
+from kubernetes import client
 
 from areal_workers import KubernetesScheduler
 
 from bandit_config import BanditExperimentConfig, cluster_for
 from demo_checks import DemoFailure
-from demo_setup import LOCAL_HELM, Target, find_target, local_kubeconfig, pod_runner, scheduler_config
+from demo_setup import LOCAL_HELM, Target, ensure_namespace, find_target, local_kubeconfig, pod_runner, \
+    scheduler_config
 from demo_steps import BanditDemo
 from demo_terminal import Terminal
 
@@ -74,18 +82,24 @@ def build(args: argparse.Namespace, out: Terminal, target: Target) -> BanditDemo
     exp = BanditExperimentConfig(experiment_name=args.experiment, trial_name=args.trial,
                                  cluster=cluster_for(target.fileroot), iterations=args.iterations)
     arm_probs = np.round(np.random.default_rng(ARMS_SEED).uniform(0.1, 0.9, exp.n_arms), 2)
-    scheduler = KubernetesScheduler(exp, config=scheduler_config(args, target))
-    return BanditDemo(args=args, out=out, target=target, scheduler=scheduler, exp=exp, arm_probs=arm_probs)
+    made_namespace = ensure_namespace(target, args.namespace)
+    try:
+        scheduler = KubernetesScheduler(exp, config=scheduler_config(args, target))
+    except BaseException:
+        if made_namespace:
+            client.CoreV1Api(target.api).delete_namespace(args.namespace)
+        raise
+    return BanditDemo(args=args, out=out, target=target, scheduler=scheduler, exp=exp, arm_probs=arm_probs,
+                      made_namespace=made_namespace)
 
 
 def run(demo: BanditDemo) -> None:
     demo.header()
     demo.check_fresh()
-    demo.ensure_namespace()
     demo.create_workers()
     demo.fork_reference()
     demo.show_workers("Workers")
-    demo.training.create_engines()
+    demo.training.create_rollout_engines()
     demo.training.train()
     demo.bad_update()
     demo.show_history()

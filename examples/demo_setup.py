@@ -91,6 +91,19 @@ def find_target(args: argparse.Namespace) -> Target:
                   made_fileroot=local, real_node=real_node)
 
 
+def ensure_namespace(target: Target, namespace: str) -> bool:
+    """Creates the demo's namespace unless it exists, before the scheduler is built (a scheduler refuses a namespace
+    that does not exist); whether this run made it."""
+    try:
+        client.CoreV1Api(target.api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as error:
+        # 409: it exists; 403: a trainer pod may not create namespaces and runs in the one it was given
+        if error.status not in (403, 409):
+            raise
+        return False
+    return True
+
+
 def check_local_runner(kubeconfig: str | None) -> None:
     """On this checkout's local cluster, its podrunner must run the pods with AReaL's server (not the reference
     guard, which cannot load TrainEngine subclasses)."""

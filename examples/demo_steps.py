@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from areal_workers import Job, KubernetesScheduler, SchedulingStrategy, Worker, WorkerFailedError
+from areal_workers import Job, KubernetesScheduler, Worker, WorkerFailedError
 
 import demo_cluster as cluster
 from bandit_config import BanditExperimentConfig
@@ -92,45 +91,43 @@ class BanditDemo:
             raise DemoFailure(f"release {self.release} already exists in namespace {self.args.namespace} (left by "
                               f"--keep?): remove it with `{helm}`, or choose another --namespace or --trial")
 
-    def ensure_namespace(self) -> None:
-        try:
-            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.args.namespace)))
-            self.made_namespace = True
-        except ApiException as error:
-            # 409: it exists; 403: a trainer pod may not create namespaces and runs in the one it was given
-            if error.status not in (403, 409):
-                raise
-
     # --- 1. workers --------------------------------------------------------------------------------------
 
     def create_workers(self) -> None:
-        self.out.step("Create the workers", "create_workers(Job(role, replicas=2)) installs or upgrades the "
-                                            "release, waits until every worker answers, and sends /configure")
-        for role in ("actor", "rollout"):
-            started = time.monotonic()
-            self.made_release = True
-            with self.out.waiting(f"{role}: create_workers", self.progress_of(role)):
-                ids = self.scheduler.create_workers(Job(role=role, replicas=REPLICAS,
-                                                        tasks=[worker_spec(self.target)]))
-            expect(ids == [f"{role}/{i}" for i in range(REPLICAS)], f"create_workers({role}) returned {ids}")
-            self.workers[role] = self.scheduler.get_workers(role)
-            self.out.ok(f"{role:<8} {' '.join(ids)} ready and configured · helm revision {self.revision()}",
-                        time.monotonic() - started)
+        self.out.step("Create the workers", "actor: AReaL's TrainController.initialize (create_workers, get_workers, "
+                                            "set_worker_env, engines, gloo group); rollout: create_workers(Job(role, "
+                                            "replicas=2)); the scheduler installs or upgrades the release, waits "
+                                            "until every worker answers and sends /configure")
+        started = time.monotonic()
+        self.made_release = True
+        with self.out.waiting("actor: TrainController.initialize", self.progress_of("actor")):
+            actor = self.training.create_actor(worker_spec(self.target))
+        ids = [w.id for w in actor]
+        expect(ids == [f"actor/{i}" for i in range(REPLICAS)], f"TrainController's actor workers are {ids}")
+        expect(self.training.master(self.training.actor) == f"{actor[0].ip}:{actor[0].worker_ports[1]}",
+               f"MASTER_ADDR:MASTER_PORT {self.training.master(self.training.actor)} is not actor/0's second port")
+        self.out.ok(f"actor    {' '.join(ids)} ready, engines in a gloo group at {self.training.master(self.training.actor)}"
+                    f" (actor/0's pod IP and second port) · helm revision {self.revision()}", time.monotonic() - started)
+        started = time.monotonic()
+        with self.out.waiting("rollout: create_workers", self.progress_of("rollout")):
+            ids = self.scheduler.create_workers(Job(role="rollout", replicas=REPLICAS,
+                                                    tasks=[worker_spec(self.target)]))
+        expect(ids == [f"rollout/{i}" for i in range(REPLICAS)], f"create_workers(rollout) returned {ids}")
+        self.workers["rollout"] = self.scheduler.get_workers("rollout")
+        self.out.ok(f"rollout  {' '.join(ids)} ready and configured · helm revision {self.revision()}",
+                    time.monotonic() - started)
 
     def fork_reference(self) -> None:
-        self.out.step("Fork a role into the actor's pods", "create_workers(Job('ref', 2, colocation with actor, "
-                                                          "fork=True)): each actor server forks an rpc_server")
+        self.out.step("Fork a role into the actor's pods", "TrainController.initialize for ref, colocated with "
+                                                          "actor (fork=True): each actor server forks an rpc_server")
         started = time.monotonic()
-        strategy = SchedulingStrategy(type="colocation", target="actor", fork=True)
         with self.out.waiting("ref: forking 2 rpc_server processes"):
-            ids = self.scheduler.create_workers(Job(role="ref", replicas=REPLICAS, tasks=[worker_spec(self.target)],
-                                                    scheduling_strategy=strategy))
-        expect(ids == [f"ref/{i}" for i in range(REPLICAS)], f"fork of ref returned {ids}")
-        self.workers["ref"] = self.scheduler.get_workers("ref")
-        for ref, actor in zip(self.workers["ref"], self.workers["actor"]):
+            refs = self.training.create_reference(worker_spec(self.target))
+        expect([w.id for w in refs] == [f"ref/{i}" for i in range(REPLICAS)], f"the fork of ref made {refs}")
+        for ref, actor in zip(refs, self.workers["actor"]):
             expect(ref.ip == actor.ip and ref.worker_ports[0] != actor.worker_ports[0],
                    f"{ref.id} should run in {actor.id}'s pod on ports of its own: {ref} vs {actor}")
-        ports = ", ".join(f"{w.id} on {w.ip}:{w.worker_ports[0]}" for w in self.workers["ref"])
+        ports = ", ".join(f"{w.id} on {w.ip}:{w.worker_ports[0]}" for w in refs)
         self.out.ok(f"ref      {ports} · helm revision {self.revision()} records the ports",
                     time.monotonic() - started)
 
@@ -209,8 +206,14 @@ class BanditDemo:
         return [(w.ip, int(port)) for role in self.workers.values() for w in role for port in w.worker_ports[:1]]
 
     def clean_up(self) -> None:
-        self.out.step("Clean up", "delete_workers(): engines destroyed, forks stopped, release uninstalled")
+        self.out.step("Clean up", "TrainController.destroy for ref and actor (engines leave their gloo groups, "
+                                  "delete_workers(role, reverse_order=True)), then delete_workers(): rollout's "
+                                  "engines destroyed, release uninstalled")
         started, addresses = time.monotonic(), self.addresses()
+        with self.out.waiting("TrainController.destroy"):
+            self.training.destroy()
+        left = [p.metadata.name for p in self.pods() if "-rollout-" not in p.metadata.name]
+        expect(not left, f"TrainController.destroy left pods of actor: {left}")
         with self.out.waiting("delete_workers"):
             self.scheduler.delete_workers()
         expect(self.scheduler.history() == [], f"release {self.release} is still installed")

