@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -16,21 +17,6 @@ ReleaseOwnership = Literal["managed", "external"]
 CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
-# The environment variables of AReaL PR #1316 (honoured for compatibility), then the trainer-lifetime ones of
-# areal-workers (set by `areal-workers submit` for a trainer in the cluster), then the Kueue queue of its roles.
-ENVIRONMENT = {
-    "AREAL_K8S_NAMESPACE": "namespace",
-    "AREAL_K8S_CONTEXT": "context",
-    "AREAL_K8S_SERVICE_ACCOUNT": "service_account",
-    "AREAL_K8S_IMAGE_PULL_POLICY": "image_pull_policy",
-    "AREAL_K8S_TERMINATION_GRACE_SECONDS": "termination_grace_seconds",
-    "AREAL_K8S_NODE_SELECTOR": "node_selector",
-    "AREAL_K8S_LEASE_GRACE_SECONDS": "lease_grace_seconds",
-    "AREAL_K8S_OWNER_POD": "owner_pod",
-    "AREAL_K8S_OWNER_POD_UID": "owner_pod_uid",
-    "AREAL_K8S_KUEUE_QUEUE": "kueue_queue",
-    "AREAL_K8S_KUEUE_PRIORITY_CLASS": "kueue_priority_class",
-}
 # The namespace when AREAL_K8S_NAMESPACE is unset; then the pod's own (SERVICE_ACCOUNT_NAMESPACE_FILE).
 NAMESPACE_FALLBACK_VARIABLE = "KUBERNETES_NAMESPACE"
 
@@ -164,6 +150,7 @@ class KubernetesSchedulerConfig:
         """Defaults, then the environment, then explicit overrides. The namespace is the first of
         AREAL_K8S_NAMESPACE, KUBERNETES_NAMESPACE and, inside a pod, its service account's namespace."""
         environ = os.environ if environ is None else environ
+        _refuse_unknown_variables(environ)
         values: dict[str, object] = {}
         namespace = environ.get(NAMESPACE_FALLBACK_VARIABLE) or _read_namespace(namespace_file)
         if namespace:
@@ -180,6 +167,19 @@ class KubernetesSchedulerConfig:
             raise ConfigError(f"unknown KubernetesSchedulerConfig field(s): {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(known))}")
         return replace(cls(), **{**values, **overrides})  # type: ignore[arg-type]
+
+
+def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
+    """A misspelt AREAL_K8S_ variable would otherwise leave its setting at the default without a word."""
+    unknown = sorted(name for name in environ if name.startswith(VARIABLE_PREFIX) and name not in ENVIRONMENT)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, ENVIRONMENT, n=1)
+        hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    raise ConfigError(f"unknown setting(s) {', '.join(hints)}: the AREAL_K8S_ variables are "
+                      f"{', '.join(sorted(ENVIRONMENT))}")
 
 
 def _read_namespace(path: Path) -> str | None:
@@ -217,10 +217,56 @@ def parse_seconds(raw: str, source: str = "seconds") -> int:
         raise ConfigError(f"{source} must be an integer number of seconds, got {raw!r}") from None
 
 
+def parse_integer(raw: str, source: str = "integer") -> int:
+    """An integer, e.g. `8`."""
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{source} must be an integer, got {raw!r}") from None
+
+
+def parse_duration(raw: str, source: str = "seconds") -> float:
+    """A number of seconds, e.g. `600` or `1.5`."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{source} must be a number of seconds, got {raw!r}") from None
+    return value
+
+
+def parse_names(raw: str, source: str = "names") -> tuple[str, ...]:
+    """Comma-separated, e.g. `platform.yaml,gpu.yaml`, or a JSON list of strings."""
+    raw = raw.strip()
+    if raw.startswith("["):
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{source} is not a valid JSON list: {error}") from None
+        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+            raise ConfigError(f"{source} must be a JSON list of strings")
+        return tuple(parsed)
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+# Every field has its variable: AREAL_K8S_ and the field's name in capitals (the names of AReaL PR #1316, e.g.
+# AREAL_K8S_NAMESPACE, among them), so a trainer started by a plain `python train.py` (or by
+# `python -m areal_workers.launch`) is configured entirely from its environment.
+VARIABLE_PREFIX = "AREAL_K8S_"
+ENVIRONMENT = {f"{VARIABLE_PREFIX}{spec.name.upper()}": spec.name for spec in fields(KubernetesSchedulerConfig)}
+
 # How from_env turns a variable's text into its field's value (fields not listed take the text as it is). The
 # first line of each parser's docstring is the format docs/*/configuration.md shows (tools/config_docs.py).
 ENVIRONMENT_PARSERS = {
+    "values_files": parse_names,
+    "image_pull_secrets": parse_names,
     "termination_grace_seconds": parse_seconds,
-    "lease_grace_seconds": parse_seconds,
     "node_selector": parse_node_selector,
+    "guard_port": parse_integer,
+    "n_gpus_per_node": parse_integer,
+    "history_max": parse_integer,
+    "helm_timeout": parse_duration,
+    "ready_timeout": parse_duration,
+    "fork_ready_timeout": parse_duration,
+    "destroy_timeout": parse_duration,
+    "lease_grace_seconds": parse_duration,
 }

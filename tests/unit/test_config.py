@@ -134,8 +134,37 @@ def test_image_pull_policy_message_lists_the_choices():
 # --- from_env -----------------------------------------------------------------------------------
 
 
-def test_environment_table_is_pr_1316s():
-    assert set(ENVIRONMENT) == set(ALL_VARIABLES)
+def test_every_setting_has_its_variable_and_pr_1316s_names_are_among_them():
+    assert ENVIRONMENT == {f"AREAL_K8S_{field.name.upper()}": field.name
+                           for field in dataclasses.fields(KubernetesSchedulerConfig)}
+    assert set(ALL_VARIABLES) <= set(ENVIRONMENT)
+
+
+def test_settings_a_platform_sets_for_an_unmodified_trainer():
+    config = KubernetesSchedulerConfig.from_env({
+        "AREAL_K8S_VALUES_FILES": "/etc/areal/platform.yaml,/etc/areal/gpu.yaml", "AREAL_K8S_IMAGE": "r.io/areal:1",
+        "AREAL_K8S_CAPACITY_CHECK": "warn", "AREAL_K8S_FORK_MODE": "pod", "AREAL_K8S_READY_TIMEOUT": "1200",
+        "AREAL_K8S_IMAGE_PULL_SECRETS": '["registry-a", "registry-b"]', "AREAL_K8S_GUARD_PORT": "9000",
+        "AREAL_K8S_CHART": "oci://r.io/charts/areal-workers", "AREAL_K8S_CHART_VERSION": "0.2.0"})
+    assert config.values_files == ("/etc/areal/platform.yaml", "/etc/areal/gpu.yaml")
+    assert (config.image, config.capacity_check, config.fork_mode) == ("r.io/areal:1", "warn", "pod")
+    assert config.ready_timeout == 1200.0 and config.guard_port == 9000
+    assert config.image_pull_secrets == ("registry-a", "registry-b")
+    assert (config.chart, config.chart_version) == ("oci://r.io/charts/areal-workers", "0.2.0")
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"AREAL_K8S_VALUE_FILES": "a.yaml"}, "unknown setting(s) AREAL_K8S_VALUE_FILES (did you mean "
+                                          "AREAL_K8S_VALUES_FILES?)"),
+    ({"AREAL_K8S_GUARD_PORT": "eight"}, "AREAL_K8S_GUARD_PORT must be an integer, got 'eight'"),
+    ({"AREAL_K8S_READY_TIMEOUT": "soon"}, "AREAL_K8S_READY_TIMEOUT must be a number of seconds, got 'soon'"),
+    ({"AREAL_K8S_FORK_MODE": "thread"}, "fork_mode must be 'process' or 'pod'"),
+    ({"AREAL_K8S_IMAGE_PULL_SECRETS": "[1]"}, "AREAL_K8S_IMAGE_PULL_SECRETS must be a JSON list of strings"),
+])
+def test_a_bad_variable_is_refused_with_its_name(environ, message):
+    with pytest.raises(ConfigError) as raised:
+        KubernetesSchedulerConfig.from_env(environ)
+    assert message in str(raised.value)
 
 
 def test_from_env_reads_every_variable():
@@ -167,7 +196,7 @@ def test_from_env_empty_values_are_ignored():
 
 
 def test_from_env_ignores_other_variables():
-    config = KubernetesSchedulerConfig.from_env({"AREAL_K8S_IMAGE": "x:y", "NAMESPACE": "n", "HOME": "/root"})
+    config = KubernetesSchedulerConfig.from_env({"AREAL_IMAGE": "x:y", "NAMESPACE": "n", "HOME": "/root"})
     assert config == KubernetesSchedulerConfig()
 
 
