@@ -29,7 +29,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
     assert pod["spec"]["serviceAccountName"] == "areal-controller" and pod["spec"]["restartPolicy"] == "Never"
     assert job["spec"]["backoffLimit"] == 0
     [container] = pod["spec"]["containers"]
-    assert container["command"] == ["python", "/opt/gsm8k_grpo.py", "--config", "c.yaml"]
+    assert container["command"] == ["python", "-m", "areal_workers.launch", "/opt/gsm8k_grpo.py", "--config", "c.yaml"]
     env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"AREAL_K8S_NAMESPACE": "metadata.namespace", "AREAL_K8S_OWNER_POD": "metadata.name",
                    "AREAL_K8S_OWNER_POD_UID": "metadata.uid", "AREAL_K8S_LEASE_GRACE_SECONDS": "120",
@@ -63,5 +63,6 @@ def test_bad_submit_input_is_a_usage_error(tmp_path: Path, data, overrides, comm
 def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
     repo = Path(__file__).resolve().parents[2]
     example = yaml.safe_load((repo / "examples" / "trainer-job.yaml").read_text())
-    command = ["python", "-m", "areal.examples.gsm8k_grpo", "--config", "/storage/gsm8k_grpo.yaml"]
+    command = ["python", "/opt/AReaL/examples/math/gsm8k_rl.py", "--config", "/opt/AReaL/examples/math/gsm8k_grpo.yaml",
+               "scheduler.type=kubernetes"]
     assert example == trainer_job(load_spec(repo / "examples" / "trainer.yaml", {}), command, "rl")

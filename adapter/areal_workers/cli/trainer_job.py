@@ -16,6 +16,8 @@ from .session import EXIT_USAGE, CliError
 CONTROLLER_LABEL = "areal.io/controller"
 CONTROLLER_SERVICE_ACCOUNT = "areal-controller"  # rbac/serviceaccount.yaml
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+LAUNCHER = ["-m", "areal_workers.launch"]
 
 
 @dataclass
@@ -37,6 +39,7 @@ class TrainerSpec:
     ttl_seconds_after_finished: int = 3600
     node_selector: dict[str, str] = field(default_factory=dict)
     image_pull_secrets: list[str] = field(default_factory=list)
+    launcher: bool = True  # run `python SCRIPT` / `python -m MODULE` through areal_workers.launch
 
 
 def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
@@ -75,6 +78,20 @@ def job_name(spec: TrainerSpec, command: list[str]) -> str:
     return f"trainer-{slug}"
 
 
+def launched(command: list[str]) -> list[str]:
+    """`python [options] SCRIPT ...` and `python [options] -m MODULE ...` through `python -m areal_workers.launch`,
+    so an unmodified AReaL entry point gets the Kubernetes scheduler; any other command as it is."""
+    if not command or not PYTHON.match(Path(command[0]).name):
+        return list(command)
+    options = 1
+    while options < len(command) and command[options].startswith("-") and command[options] not in ("-m", "-c"):
+        options += 1
+    head, rest = command[:options], command[options:]
+    if not rest or rest[0] == "-c" or rest[:2] == LAUNCHER or (rest[0] == "-m" and len(rest) < 2):
+        return list(command)
+    return [*head, *LAUNCHER, *rest]
+
+
 def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
@@ -93,7 +110,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     resources: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpu:
         resources["nvidia.com/gpu"] = spec.gpu
-    container: dict[str, Any] = {"name": "trainer", "image": spec.image, "command": list(command), "env": env,
+    container: dict[str, Any] = {"name": "trainer", "image": spec.image,
+                                 "command": launched(command) if spec.launcher else list(command), "env": env,
                                  "resources": {"requests": dict(resources), "limits": dict(resources)}}
     if spec.volume_mounts:
         container["volumeMounts"] = spec.volume_mounts
