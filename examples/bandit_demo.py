@@ -32,6 +32,7 @@ import logging
 import sys
 import time
 
+import areal.utils.logging as areal_logging
 import numpy as np
 from kubernetes import client
 
@@ -110,9 +111,19 @@ def run(demo: BanditDemo) -> None:
 
 
 def quiet_libraries(verbose: bool) -> None:
-    """The scheduler and the helm client log what they do; the demo gives its own account of it, so they show
-    only errors unless --verbose."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="      [%(name)s] %(message)s")
+    """The scheduler, the helm client and AReaL's controllers log what they do; the demo gives its own account of
+    it, so they show only errors unless --verbose. AReaL's logging setup replaces the root logger whenever one of
+    its modules makes a logger, so the levels are set on the loggers themselves: at the start, and again once the
+    scheduler and the controllers are built."""
+    level = logging.INFO if verbose else logging.ERROR
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("      [%(name)s] %(message)s"))
+    for name in ("areal_workers", "pyhelm3"):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.handlers, logger.propagate, logger.disabled = [handler], False, False
+    for logger in list(areal_logging._created_loggers.values()):
+        logger.setLevel(level if verbose else logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         target = find_target(args)
         with pod_runner(args, target):
             demo = build(args, out, target)
+            quiet_libraries(args.verbose)
             code = execute(demo)
     except DemoFailure as failure:
         out.fail(str(failure))

@@ -4,24 +4,34 @@ AReaL's POST /create_engine imports an engine by its class path and accepts only
 InferenceEngine, so the worker processes import this module (examples/ is on their PYTHONPATH; on a real cluster
 the image must have it). Three engines play the roles of an RL experiment on a multi-armed bandit:
 
-- `BanditRollout` (role rollout): holds the bandit (arm payout probabilities) and a copy of the policy; samples
-  actions and rewards. This is where a real experiment generates with an inference server.
-- `ReferencePolicy` (role ref, forked inside the actor's pods): the frozen initial policy; scores sampled actions
-  for the KL penalty, as AReaL's reference model does.
-- `PolicyActor` (role actor): the policy (softmax over per-arm logits); computes the REINFORCE gradient of its
-  share of the batch and applies the averaged gradient.
-
-Arrays cross the wire as numpy arrays in AReaL's serialized form. Nothing here touches torch or a process group:
-`initialized` stays False, so AReaL's /call neither broadcasts arguments nor asks for data-parallel heads.
+- `PolicyActor` (role actor, driven by AReaL's TrainController): the policy (softmax over per-arm logits). Its
+  replicas form a torch.distributed gloo group at the MASTER_ADDR and MASTER_PORT the controller sets (rank 0's pod
+  IP and second port); each computes the REINFORCE gradient of its share of the batch, and an all-reduce across the
+  pods averages them before every replica applies the same step.
+- `ReferencePolicy` (role ref, forked inside the actor's pods, also a TrainController's): the frozen initial
+  policy; scores sampled actions for the KL penalty, as AReaL's reference model does. Its log-probabilities stay on
+  its worker and reach the actor worker to worker, as AReaL's RTensor references.
+- `BanditRollout` (role rollout, called through the scheduler): holds the bandit (arm payout probabilities) and a
+  copy of the policy; samples actions and rewards. This is where a real experiment generates with an inference
+  server.
 """
 
 from __future__ import annotations
 
 import abc
+import datetime
+import ipaddress
+import os
+import socket
 from typing import Any, Callable
 
 import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
 from areal.api import TrainEngine
+
+RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=5)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -48,15 +58,29 @@ def complete_engine_api(cls: type) -> type:
     return cls
 
 
+def interface_of(address: str) -> str:
+    """The network interface holding `address` (the pod IP): gloo's device must be there. Left to itself gloo binds
+    the address the host name resolves to, which for a worker run as a process of this machine (KWOK) is the
+    machine's own address, not the pod's."""
+    wanted = ipaddress.ip_address(address)
+    for name, addresses in psutil.net_if_addrs().items():
+        for found in addresses:
+            if found.family == socket.AF_INET and found.netmask and \
+                    wanted in ipaddress.ip_network(f"{found.address}/{found.netmask}", strict=False):
+                return name
+    raise RuntimeError(f"no network interface holds the pod IP {address}")
+
+
 class BanditEngine(TrainEngine):
     """What the three engines share: a policy version, as AReaL's engines track it."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
         self._version = 0
 
     @property
     def initialized(self) -> bool:
-        return False  # no process group: see the module docstring
+        return False  # no process group: AReaL's /call neither broadcasts arguments nor asks for data-parallel heads
 
     def get_version(self) -> int:
         return self._version
@@ -68,47 +92,133 @@ class BanditEngine(TrainEngine):
         """Called by the worker server's shutdown hooks and by the scheduler before it deletes workers."""
 
 
-@complete_engine_api
-class PolicyActor(BanditEngine):
-    """The trained policy. Every actor replica starts from the same seed and applies the same averaged gradient,
-    so the replicas stay identical, as data-parallel replicas do."""
+class DistributedBanditEngine(BanditEngine):
+    """A train engine of a TrainController: one rank of a gloo group, data parallel only (every rank its own data
+    parallel head, so AReaL's /call broadcasts within a group of one)."""
 
-    def __init__(self, n_arms: int, learning_rate: float, kl_coef: float, seed: int) -> None:
-        super().__init__()
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self._initialized = False
+        self._own_group: Any = None
+        self._store_socket: socket.socket | None = None
+
+    def create_process_group(self, parallel_strategy: Any = None) -> None:
+        """Joins the group the controller described through set_worker_env (RANK, WORLD_SIZE, MASTER_ADDR,
+        MASTER_PORT). Rank 0 serves the rendezvous store on MASTER_ADDR only (torch's own store would listen on
+        every address of the host)."""
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        os.environ["GLOO_SOCKET_IFNAME"] = interface_of(os.environ.get("POD_IP", address))
+        if rank == 0:
+            self._store_socket = socket.create_server((address, port), backlog=64)
+            store = dist.TCPStore(address, port, world, is_master=True, timeout=RENDEZVOUS_TIMEOUT,
+                                  master_listen_fd=self._store_socket.fileno())
+        else:
+            store = dist.TCPStore(address, port, world, is_master=False, timeout=RENDEZVOUS_TIMEOUT)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=RENDEZVOUS_TIMEOUT)
+        groups = [dist.new_group([member]) for member in range(world)]  # every rank makes every group
+        self._own_group = groups[rank]
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def data_parallel_world_size(self) -> int:
+        return dist.get_world_size()
+
+    @property
+    def data_parallel_group(self) -> Any:
+        return dist.group.WORLD
+
+    @property
+    def cpu_group(self) -> Any:
+        return dist.group.WORLD
+
+    @property
+    def context_and_model_parallel_group(self) -> Any:
+        return self._own_group
+
+    def is_data_parallel_head(self) -> bool:
+        return True
+
+    def current_data_parallel_head(self) -> int:
+        return dist.get_rank()
+
+    def export_stats(self) -> dict[str, float]:
+        return {}
+
+    def clear_batches(self, shard_ids: list[str]) -> None:
+        """Drops the tensors this worker fetched from its peers for the step (TrainController.clear_batches)."""
+        from areal.infra.rpc.rtensor import clear_fetch_buffer
+
+        clear_fetch_buffer(shard_ids)
+
+    def fetch_buffer_stats(self) -> dict[str, int]:
+        from areal.infra.rpc.rtensor import fetch_buffer_stats
+
+        return fetch_buffer_stats()
+
+    def destroy(self) -> None:
+        """TrainController.destroy calls this on every rank before it deletes the workers (rank 0 last)."""
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+        if self._store_socket is not None:
+            self._store_socket.close()
+            self._store_socket = None
+        self._initialized = False
+
+
+@complete_engine_api
+class PolicyActor(DistributedBanditEngine):
+    """The trained policy. Every replica starts from the same seed and applies the same all-reduced gradient, so
+    the replicas stay identical, as data-parallel replicas do."""
+
+    def initialize(self, addr: str | None = None, ft_spec: Any = None, *, n_arms: int, learning_rate: float,
+                   kl_coef: float, seed: int) -> None:
         self.logits = np.random.default_rng(seed).normal(0.0, 0.01, size=n_arms)
-        self.learning_rate = float(learning_rate)
-        self.kl_coef = float(kl_coef)
+        self.learning_rate, self.kl_coef = float(learning_rate), float(kl_coef)
+        self._initialized = True
 
     def get_weights(self) -> np.ndarray:
         return self.logits.copy()
 
-    def compute_gradient(self, actions: np.ndarray, rewards: np.ndarray, ref_logp: np.ndarray) -> dict[str, Any]:
-        """REINFORCE with a mean baseline on a KL-shaped reward r - kl_coef * (log pi(a) - log ref(a))."""
+    def reinforce_update(self, batch: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """REINFORCE with a mean baseline on a KL-shaped reward r - kl_coef * (log pi(a) - log ref(a)), over this
+        rank's share of the batch; the gradient is then averaged over the ranks by an all-reduce."""
+        actions = torch.cat([item["actions"] for item in batch]).numpy()
+        rewards = torch.cat([item["rewards"] for item in batch]).numpy()
+        ref_logp = torch.cat([item["ref_logp"] for item in batch]).numpy()
         probs = softmax(self.logits)
         logp = np.log(probs[actions])
         shaped = rewards - self.kl_coef * (logp - ref_logp)
         advantages = shaped - shaped.mean()
-        one_hot = np.eye(len(self.logits))[actions]
-        gradient = (advantages[:, None] * (one_hot - probs)).mean(axis=0)
-        return {"gradient": gradient, "kl": float(np.mean(logp - ref_logp)), "samples": int(len(actions))}
-
-    def apply_gradient(self, gradient: np.ndarray) -> int:
-        """One ascent step; returns the new policy version."""
-        self.logits = self.logits + self.learning_rate * np.asarray(gradient, dtype=float)
+        local = (advantages[:, None] * (np.eye(len(self.logits))[actions] - probs)).mean(axis=0)
+        averaged = torch.from_numpy(local.copy())
+        dist.all_reduce(averaged, op=dist.ReduceOp.SUM)
+        averaged /= dist.get_world_size()
+        self.logits = self.logits + self.learning_rate * averaged.numpy()
         self._version += 1
-        return self._version
+        return {"version": self._version, "rank": dist.get_rank(), "world_size": dist.get_world_size(),
+                "samples": int(len(actions)), "kl": float(np.mean(logp - ref_logp)),
+                "local_gradient": local.tolist(), "applied_gradient": averaged.tolist()}
 
 
 @complete_engine_api
-class ReferencePolicy(BanditEngine):
+class ReferencePolicy(DistributedBanditEngine):
     """The frozen initial policy."""
 
-    def __init__(self, weights: np.ndarray) -> None:
-        super().__init__()
+    def initialize(self, addr: str | None = None, ft_spec: Any = None, *, weights: np.ndarray) -> None:
         self.log_probs = np.log(softmax(np.asarray(weights, dtype=float)))
+        self._initialized = True
 
-    def logp(self, actions: np.ndarray) -> np.ndarray:
-        return self.log_probs[np.asarray(actions, dtype=int)]
+    def compute_logp(self, batch: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+        return [torch.from_numpy(self.log_probs[item["actions"].numpy()]) for item in batch]
 
 
 @complete_engine_api

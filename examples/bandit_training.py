@@ -1,30 +1,63 @@
-"""The bandit demo's RL loop as an AReaL trainer drives it through its scheduler: engines created on every worker,
-then REINFORCE iterations across the rollout, ref and actor roles.
+"""The bandit demo's RL loop as an AReaL trainer drives it. The train roles are AReaL's own TrainController's: its
+`initialize` creates their workers through the scheduler, sets RANK, WORLD_SIZE, MASTER_ADDR (rank 0's pod IP) and
+MASTER_PORT (rank 0's second port), creates the engines and has them form a gloo group; its dispatch splits a batch
+over the data-parallel ranks; its `destroy` removes the workers, rank 0 last. The rollout role is called through the
+scheduler, as a rollout controller does.
 
 This is the controller's side; the engines themselves (bandit_engines.py) run in the worker processes, which import
-them by the class paths below.
+them by the class paths TrainController sends (`bandit_engines.PolicyActor`, ...).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+from areal.api import FinetuneSpec
+from areal.api.cli_args import SchedulingSpec, SchedulingStrategy, TrainEngineConfig
+from areal.infra.controller import TrainController
 
 from areal_workers import KubernetesScheduler, Worker
 
 from bandit_config import BanditExperimentConfig
+from bandit_engines import BanditRollout, PolicyActor, ReferencePolicy
 from demo_checks import expect
 from demo_setup import REPLICAS
 from demo_terminal import Terminal
 
-ACTOR_ENGINE = "bandit_engines.PolicyActor"
-REFERENCE_ENGINE = "bandit_engines.ReferencePolicy"
-ROLLOUT_ENGINE = "bandit_engines.BanditRollout"
+ROLLOUT_ENGINE = f"{BanditRollout.__module__}.{BanditRollout.__name__}"
 MIN_REWARD_GAIN = 0.1
+
+
+class PolicyController(TrainController):
+    """The actor's controller: AReaL's TrainController with the bandit's update, as AReaL's PPOActorController
+    adds `ppo_update` to it."""
+
+    def get_weights(self) -> np.ndarray:
+        return self._custom_function_call("get_weights")
+
+    def reinforce_update(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self._custom_function_call("reinforce_update", batch)
+
+
+class ReferenceController(TrainController):
+    """The reference model's controller (AReaL's actor controller serves `compute_logp` the same way)."""
+
+    def compute_logp(self, batch: list[dict[str, Any]]) -> list[Any]:
+        return self._custom_function_call("compute_logp", batch)
+
+
+def train_engine_config(exp: BanditExperimentConfig, spec: SchedulingSpec,
+                        strategy: SchedulingStrategy | None = None) -> TrainEngineConfig:
+    """A train role's config as AReaL's experiment configs hold it; `backend` gives TrainController the data
+    parallel degree (the engines are the demo's CPU engines, whatever backend name the string carries)."""
+    return TrainEngineConfig(experiment_name=exp.experiment_name, trial_name=exp.trial_name,
+                             backend=f"fsdp:d{REPLICAS}", scheduling_spec=(spec,),
+                             scheduling_strategy=strategy or SchedulingStrategy())
 
 
 @dataclass
@@ -44,6 +77,10 @@ class BanditTraining:
     arm_probs: np.ndarray
     workers: dict[str, list[Worker]]  # by role; the demo's worker steps fill it in
     version: int = 0
+    actor: PolicyController | None = None
+    ref: ReferenceController | None = None
+    ft_spec: FinetuneSpec = field(default_factory=lambda: FinetuneSpec(total_train_epochs=1, dataset_size=1,
+                                                                       train_batch_size=1))
 
     def call(self, worker: Worker, method: str, *args: Any, **kwargs: Any) -> Any:
         """An engine call as AReaL's controllers make it: the engine named after the worker."""
@@ -52,48 +89,65 @@ class BanditTraining:
     async def gather(self, workers: list[Worker], method: str, *args: Any) -> list[Any]:
         return await asyncio.gather(*(self.call(w, method, *args) for w in workers))
 
-    # --- engines -----------------------------------------------------------------------------------------
+    # --- the train roles, by AReaL's TrainController -----------------------------------------------------
 
-    def create_engines(self) -> None:
-        self.out.step("Create engines", "create_engine on every worker: CPU subclasses of AReaL's TrainEngine "
-                                        "(examples/bandit_engines.py)")
+    def create_actor(self, spec: SchedulingSpec) -> list[Worker]:
+        """TrainController.initialize: workers, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, engines, gloo group."""
+        exp = self.exp
+        self.actor = PolicyController(PolicyActor, train_engine_config(exp, spec), self.scheduler)
+        self.actor.initialize(role="actor", ft_spec=self.ft_spec, n_arms=exp.n_arms,
+                              learning_rate=exp.learning_rate, kl_coef=exp.kl_coef, seed=exp.seed)
+        self.workers["actor"] = list(self.actor.workers)
+        return self.workers["actor"]
+
+    def create_reference(self, spec: SchedulingSpec) -> list[Worker]:
+        """The same, for a role forked into the actor's pods (colocation, fork=True): its ranks form their own
+        group at ref/0's ports."""
+        initial = self.actor.get_weights()
+        expect(isinstance(initial, np.ndarray) and initial.shape == (self.exp.n_arms,),
+               f"get_weights returned {type(initial).__name__}, not an array of {self.exp.n_arms} logits")
+        strategy = SchedulingStrategy(type="colocation", target="actor", fork=True)
+        self.ref = ReferenceController(ReferencePolicy, train_engine_config(self.exp, spec, strategy),
+                                       self.scheduler)
+        self.ref.initialize(role="ref", ft_spec=self.ft_spec, weights=initial)
+        self.workers["ref"] = list(self.ref.workers)
+        return self.workers["ref"]
+
+    def master(self, controller: TrainController) -> str:
+        return f"{controller._master_addr}:{controller._master_port}"
+
+    # --- the rollout role, through the scheduler ---------------------------------------------------------
+
+    def create_rollout_engines(self) -> None:
+        self.out.step("Engines", "the train roles' engines came with TrainController.initialize; the rollout "
+                                 "role's are create_engine calls through the scheduler")
         started = time.monotonic()
-        asyncio.run(self._create_engines())
-        self.out.table(("ROLE", "ENGINE", "HOLDS"), [
-            ("actor", ACTOR_ENGINE, "the policy: softmax over per-arm logits"),
-            ("ref", REFERENCE_ENGINE, "a frozen copy of the initial policy, for a KL penalty"),
-            ("rollout", ROLLOUT_ENGINE, "the bandit, and a copy of the policy (weights v0)")])
-        self.out.ok(f"{sum(map(len, self.workers.values()))} engines created; set_worker_env(RANK, WORLD_SIZE) on "
-                    f"actor and ref first, as AReaL's TrainController does", time.monotonic() - started)
+        weights = self.actor.get_weights()
+        asyncio.run(self._create_rollout_engines(range(len(self.workers["rollout"])), weights, 0))
+        self.out.table(("ROLE", "ENGINE", "CREATED BY", "HOLDS"), [
+            ("actor", "bandit_engines.PolicyActor", "TrainController", f"the policy; gloo group of {REPLICAS} at "
+                                                                       f"{self.master(self.actor)}"),
+            ("ref", "bandit_engines.ReferencePolicy", "TrainController", f"the initial policy, frozen; gloo group "
+                                                                         f"at {self.master(self.ref)}"),
+            ("rollout", ROLLOUT_ENGINE, "create_engine", "the bandit, and a copy of the policy (weights v0)")])
+        self.out.ok(f"{sum(map(len, self.workers.values()))} engines", time.monotonic() - started)
 
-    async def _create_engines(self) -> None:
-        scheduler, exp = self.scheduler, self.exp
-        for role in ("actor", "ref"):  # what AReaL's TrainController sets before it creates train engines
-            await asyncio.gather(*(scheduler.set_worker_env(w.id, {"RANK": str(rank), "WORLD_SIZE": str(REPLICAS)})
-                                   for rank, w in enumerate(self.workers[role])))
-        await asyncio.gather(*(scheduler.create_engine(
-            w.id, ACTOR_ENGINE, None, n_arms=exp.n_arms, learning_rate=exp.learning_rate,
-            kl_coef=exp.kl_coef, seed=exp.seed) for w in self.workers["actor"]))
-        initial = await self.call(self.workers["actor"][0], "get_weights")
-        expect(isinstance(initial, np.ndarray) and initial.shape == (exp.n_arms,),
-               f"get_weights returned {type(initial).__name__}, not an array of {exp.n_arms} logits")
-        await asyncio.gather(*(scheduler.create_engine(w.id, REFERENCE_ENGINE, None, weights=initial)
-                               for w in self.workers["ref"]))
-        await asyncio.gather(*(self._create_rollout_engine(rank, initial, 0)
-                               for rank in range(len(self.workers["rollout"]))))
+    async def _create_rollout_engines(self, ranks: Any, weights: np.ndarray, version: int) -> None:
+        async def create(rank: int) -> None:
+            worker = self.workers["rollout"][rank]
+            await self.scheduler.create_engine(worker.id, ROLLOUT_ENGINE, None, arm_probs=self.arm_probs,
+                                               seed=self.exp.seed * 1000 + rank)
+            await self.call(worker, "set_weights", weights, version)
 
-    async def _create_rollout_engine(self, rank: int, weights: np.ndarray, version: int) -> None:
-        worker = self.workers["rollout"][rank]
-        await self.scheduler.create_engine(worker.id, ROLLOUT_ENGINE, None, arm_probs=self.arm_probs,
-                                           seed=self.exp.seed * 1000 + rank)
-        await self.call(worker, "set_weights", weights, version)
+        await asyncio.gather(*(create(rank) for rank in ranks))
 
     # --- training ----------------------------------------------------------------------------------------
 
     def train(self) -> None:
         n = self.exp.samples_per_rollout_worker
-        self.out.step("Train", f"rollout engines sample {n} actions each → ref engines score them → actor engines "
-                               f"compute gradients, average, step → new weights to the rollout engines")
+        self.out.step("Train", f"rollout engines sample {n} actions each → the ref controller scores them on its "
+                               f"ranks → the actor controller splits the batch over its {REPLICAS} ranks, which "
+                               f"all-reduce their gradients over gloo and step → new weights to the rollout engines")
         started = time.monotonic()
         self.out.table(("ITER", "MEAN REWARD", "BEST ARM", "KL(pi||ref)", "POLICY"), [])
         history = [self.iterate(i + 1) for i in range(self.exp.iterations)]
@@ -103,51 +157,64 @@ class BanditTraining:
         weights = asyncio.run(self.gather(self.workers["actor"], "get_weights"))
         expect(all(np.allclose(weights[0], w) for w in weights[1:]), "the actor replicas' weights differ")
         self.out.ok(f"mean reward {first:.3f} → {last:.3f} (the best arm pays {self.arm_probs.max():.2f}); the "
-                    f"{REPLICAS} actor replicas hold identical weights", time.monotonic() - started)
+                    f"{REPLICAS} actor replicas saw different samples and hold identical weights: the gradients "
+                    f"were all-reduced between their pods", time.monotonic() - started)
 
     def iterate(self, number: int) -> Stats:
-        stats = asyncio.run(self._iteration(number))
+        stats = self._iteration(number)
         self.out.say(f"   {stats.iteration:<4}  {stats.mean_reward:<11.3f}  {stats.best_arm_share:<8.1%}  "
                      f"{stats.kl:<11.3f}  v{stats.version}")
         return stats
 
-    async def _iteration(self, number: int) -> Stats:
-        rollout, ref, actor = self.workers["rollout"], self.workers["ref"], self.workers["actor"]
-        batches = await self.gather(rollout, "generate", self.exp.samples_per_rollout_worker)
+    def _iteration(self, number: int) -> Stats:
+        batches = asyncio.run(self.gather(self.workers["rollout"], "generate", self.exp.samples_per_rollout_worker))
         expect({b["version"] for b in batches} == {self.version},
                f"rollout engines generated with policy versions {[b['version'] for b in batches]}, not v{self.version}")
-        actions = [b["actions"] for b in batches]
-        rewards = [b["rewards"] for b in batches]
-        # Data parallel: shard k of the batch goes to ref k and actor k.
-        ref_logp = await asyncio.gather(*(self.call(w, "logp", a) for w, a in zip(ref, actions)))
-        grads = await asyncio.gather(*(self.call(w, "compute_gradient", a, r, lp)
-                                       for w, a, r, lp in zip(actor, actions, rewards, ref_logp)))
-        # The all-reduce a GPU engine does with NCCL: the mean of the replicas' gradients.
-        gradient = np.mean([g["gradient"] for g in grads], axis=0)
-        versions = await self.gather(actor, "apply_gradient", gradient)
-        expect(len(set(versions)) == 1, f"actor replicas disagree on the policy version: {versions}")
-        self.version = versions[0]
-        weights = await self.call(actor[0], "get_weights")
-        await self.gather(rollout, "set_weights", weights, self.version)
-        all_actions, all_rewards = np.concatenate(actions), np.concatenate(rewards)
-        return Stats(iteration=number, mean_reward=float(all_rewards.mean()),
-                     best_arm_share=float(np.mean(all_actions == int(np.argmax(self.arm_probs)))),
-                     kl=float(np.mean([g["kl"] for g in grads])), version=self.version)
+        # One trajectory group per rollout worker, as tensors: TrainController splits them over the ranks.
+        batch = [{"actions": torch.from_numpy(b["actions"]), "rewards": torch.from_numpy(b["rewards"]),
+                  "attention_mask": torch.ones(len(b["actions"]), dtype=torch.int32)} for b in batches]
+        for item, logp in zip(batch, self.ref.compute_logp(batch)):
+            item["ref_logp"] = logp  # a reference to the tensor on its ref worker: the actor worker fetches it
+        updates = self.actor.reinforce_update(batch)
+        self.check_all_reduce(updates)
+        self.version = updates[0]["version"]
+        self.actor.clear_batches(*batch)
+        weights = self.actor.get_weights()
+        asyncio.run(self.gather(self.workers["rollout"], "set_weights", weights, self.version))
+        actions = np.concatenate([b["actions"] for b in batches])
+        rewards = np.concatenate([b["rewards"] for b in batches])
+        return Stats(iteration=number, mean_reward=float(rewards.mean()),
+                     best_arm_share=float(np.mean(actions == int(np.argmax(self.arm_probs)))),
+                     kl=float(np.mean([u["kl"] for u in updates])), version=self.version)
 
-    # --- after a failure ---------------------------------------------------------------------------------
+    def check_all_reduce(self, updates: list[dict[str, Any]]) -> None:
+        """Each rank reports its own gradient and the one it applied: every rank applied the mean of all."""
+        by_rank = {u["rank"]: u for u in updates}
+        expect(sorted(by_rank) == list(range(REPLICAS)) and {u["world_size"] for u in updates} == {REPLICAS},
+               f"the update ran on ranks {sorted(by_rank)} of groups of {[u['world_size'] for u in updates]}")
+        mean = np.mean([u["local_gradient"] for u in by_rank.values()], axis=0)
+        expect(all(np.allclose(u["applied_gradient"], mean) for u in by_rank.values()),
+               "a rank applied a gradient other than the mean of the ranks' gradients")
+        expect(len({u["version"] for u in updates}) == 1, f"ranks disagree on the version: {updates}")
+
+    # --- after a failure, and at the end -----------------------------------------------------------------
 
     def resume(self, replaced: list[str]) -> None:
         """The actor and ref engines kept their state; an engine on a replaced pod (`replaced`: pod names) is gone
         and is created anew, as a trainer that recovers a worker does."""
         versions = asyncio.run(self.gather(self.workers["actor"] + self.workers["ref"], "get_version"))
-        expect(versions[:REPLICAS] == [self.version] * REPLICAS, f"actor engines lost their state: {versions}")
+        expect(versions == [self.version] * REPLICAS + [0] * REPLICAS, f"actor or ref engines lost their state: "
+                                                                        f"{versions}")
         lost = [rank for rank, w in enumerate(self.workers["rollout"])
                 if any(name.endswith(f"-rollout-{rank}") for name in replaced)]
-        weights = asyncio.run(self.call(self.workers["actor"][0], "get_weights"))
-        asyncio.run(self._recreate(lost, weights))
+        asyncio.run(self._create_rollout_engines(lost, self.actor.get_weights(), self.version))
         recreated = f"; engine re-created on {', '.join(f'rollout/{r}' for r in lost)}" if lost else ""
         self.out.ok(f"actor engines still at policy v{versions[0]}, ref forks answer{recreated}; training goes on:")
         self.iterate(self.exp.iterations + 1)
 
-    async def _recreate(self, ranks: list[int], weights: np.ndarray) -> None:
-        await asyncio.gather(*(self._create_rollout_engine(rank, weights, self.version) for rank in ranks))
+    def destroy(self) -> None:
+        """TrainController.destroy for ref then actor: engines destroyed (each rank leaves its group), then
+        delete_workers(role, reverse_order=True)."""
+        for controller in (self.ref, self.actor):
+            if controller is not None and controller.workers:
+                controller.destroy()

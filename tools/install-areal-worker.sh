@@ -61,6 +61,8 @@ verify_imports() { # <venv>
     fail "importing areal.infra.rpc.rpc_server failed (see above)"
   fi
   "$venv/bin/python" -m areal.infra.rpc.rpc_server --help >/dev/null || fail "rpc_server --help failed"
+  # A trainer in this environment imports areal-workers' dependencies too (the package comes from adapter/).
+  "$venv/bin/python" -c 'import kubernetes, pyhelm3' || fail "kubernetes or pyhelm3 does not import (see above)"
 }
 
 install() { # <dir>

@@ -32,6 +32,8 @@ STAND_IN_DIR = REPO_ROOT / "tests" / "support"
 AREAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
 # Where the engines of worker processes come from: the demo's (examples/) and the tests' (tests/support).
 WORKER_PYTHONPATH = (str(REPO_ROOT / "examples"), str(REPO_ROOT / "tests" / "support"))
+# What a trainer's image holds beside AReaL: this checkout's package.
+TRAINER_PYTHONPATH = (str(REPO_ROOT / "adapter"),)
 
 
 class UnsupportedPod(ValueError):
@@ -157,6 +159,7 @@ class ManagedPod:
     # ServiceAccount kubeconfig it points at: podrunner_credentials.
     kubelet_env: dict[str, str] = field(default_factory=dict)
     credentials: Path | None = None
+    pythonpath: tuple[str, ...] = ()  # prepended to PYTHONPATH after the runner's own
     process: subprocess.Popen | StartFailure | None = None
     ready: bool = False
     restarts: int = 0
@@ -192,13 +195,16 @@ def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python
         probe_url = f"http://{pod.status.pod_ip}:{int(port)}{probe.http_get.path or '/'}"
         period = float(probe.period_seconds or 10)
     if (pod.metadata.labels or {}).get(COMPONENT_LABEL) == TRAINER_COMPONENT:
-        # A trainer's image has areal-workers and the kubernetes client, not AReaL's worker server: its `python` is
-        # the interpreter podrunner itself runs on (this checkout's virtualenv), with no module swaps.
-        python, module_map = sys.executable, {}
+        # A trainer's image holds AReaL and areal-workers: its `python` is AReaL's environment (areal-workers from
+        # WORKER_PYTHONPATH), or without one this checkout's virtualenv; no module swaps.
+        python, module_map = str(AREAL_WORKER_PYTHON) if AREAL_WORKER_PYTHON.exists() else sys.executable, {}
+        pythonpath = TRAINER_PYTHONPATH
+    else:
+        pythonpath = ()
     return ManagedPod(
         uid=pod.metadata.uid, name=f"{pod.metadata.namespace}/{pod.metadata.name}", container=container.name,
         ip=pod.status.pod_ip,
-        kind=kind, argv=local_argv(argv, module_map, python), env=env, probe_url=probe_url,
+        kind=kind, argv=local_argv(argv, module_map, python), env=env, probe_url=probe_url, pythonpath=pythonpath,
         probe_period=period, grace=float(pod.spec.termination_grace_period_seconds or 30),
         log=log_dir / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid[:8]}.log",
         ready=is_ready(pod),  # a runner started after its pods: a stale Ready is corrected by the probe

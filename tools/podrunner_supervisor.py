@@ -60,7 +60,7 @@ class PodSupervisor:
 
     def _environment(self, pod: ManagedPod) -> dict[str, str]:
         environment = {**host_environment(self.tools), **pod.kubelet_env, **pod.env}
-        prepend = [str(RESOLVER_SHIM)] if pod.kind == "hook" else list(self.pythonpath)
+        prepend = [str(RESOLVER_SHIM)] if pod.kind == "hook" else [*self.pythonpath, *pod.pythonpath]
         if prepend:
             environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*prepend, environment.get("PYTHONPATH")]))
         if pod.kind == "hook":

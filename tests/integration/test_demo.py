@@ -17,9 +17,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
 
@@ -33,16 +36,18 @@ ITERATIONS = 6
 # AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
 # and a replaced pod start one role after the other.
 DEMO_TIMEOUT = 900
-STEPS = ["1. Create the workers", "2. Fork a role into the actor's pods", "3. Workers", "4. Create engines",
+STEPS = ["1. Create the workers", "2. Fork a role into the actor's pods", "3. Workers", "4. Engines",
          "5. Train", "6. A bad update, diagnosed and rolled back", "7. helm history", "8. Clean up"]
 ITERATION_ROW = re.compile(r"^\s+(\d+)\s+(\d\.\d{3})\s+(\d+\.\d)%\s+(-?\d+\.\d{3})\s+v(\d+)$", re.MULTILINE)
 
 
 def run_demo(kubeconfig: Path, namespace: str, trial: str, *extra: str) -> subprocess.CompletedProcess:
+    """The demo as `make demo` runs it: AReaL's environment with this checkout's package on its path."""
     return subprocess.run(
-        [sys.executable, str(DEMO), "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--trial", trial,
-         "--iterations", str(ITERATIONS), "--helm", str(REPO_ROOT / ".tools" / "bin" / "helm"), *extra],
-        capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT)
+        [str(AREAL_WORKER_PYTHON), str(DEMO), "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--trial",
+         trial, "--iterations", str(ITERATIONS), "--helm", str(REPO_ROOT / ".tools" / "bin" / "helm"), *extra],
+        capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "adapter")})
 
 
 def trial_processes(trial: str) -> list[str]:
@@ -67,19 +72,27 @@ def wait_for_no_processes(trial: str, timeout: float = 30.0) -> list[str]:
 
 
 @pytest.fixture
-def demo_namespace(make_namespace, kubeconfig) -> tuple[str, tuple[str, ...]]:
-    """A namespace for the demo and the demo's extra flags: the cluster's podrunner when it runs AReaL's server,
-    else a private namespace and the demo's own runner."""
+def demo_namespace(make_namespace, kube_client, request) -> Iterator[tuple[str, tuple[str, ...], bool]]:
+    """A namespace for the demo, the demo's extra flags, and whether the demo is to create the namespace: with the
+    cluster's podrunner running AReaL's server the namespace does not exist yet, as on a newcomer's first
+    `make demo`; else a private namespace made here and the demo's own runner."""
     assert AREAL_WORKER_PYTHON.exists(), "the demo's workers run AReaL's rpc_server: run `make areal-worker`"
-    if LocalCluster().podrunner_workers() == "areal":
-        return make_namespace(private=False), ()
-    return make_namespace(), ("--run-pods",)
+    if LocalCluster().podrunner_workers() != "areal":
+        yield make_namespace(), ("--run-pods",), False
+        return
+    name = f"t-demo-{uuid.uuid4().hex[:6]}"
+    yield name, (), True
+    try:  # the demo deletes what it made; after a failure, this does
+        client.CoreV1Api(kube_client).delete_namespace(name)
+    except ApiException as error:
+        if error.status != 404:
+            raise
 
 
 @pytest.mark.timeout(DEMO_TIMEOUT + 60)
 def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(demo_namespace, kubeconfig, core,
                                                                                helm_client):
-    namespace, extra = demo_namespace
+    namespace, extra, created_by_the_demo = demo_namespace
     trial = f"t{uuid.uuid4().hex[:6]}"
     result = run_demo(kubeconfig, namespace, trial, *extra)
     output = result.stdout
@@ -92,6 +105,10 @@ def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(de
     assert [i for i, _ in rows] == list(range(1, ITERATIONS + 2)), output
     assert rows[ITERATIONS - 1][1] > rows[0][1] + 0.1, f"the mean reward did not rise: {rows}"
 
+    # AReaL's TrainController made the actor's workers, engines and gloo group; the ranks all-reduced.
+    assert re.search(r"actor    actor/0 actor/1 ready, engines in a gloo group at [\d.]+:8001 \(actor/0's pod IP and "
+                     r"second port\)", output), output
+    assert "hold identical weights: the gradients were all-reduced between their pods" in output
     failure = output[output.index(STEPS[5]):output.index(STEPS[6])]
     assert "get_workers('rollout') raised WorkerFailedError" in failure
     if LocalCluster().real_node().is_running():  # `make demo` puts the workers on it: real containers
@@ -114,6 +131,13 @@ def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(de
     assert list(asyncio.run(helm_client.list_releases(all=True, namespace=namespace))) == []
     assert wait_for_no_processes(trial) == []
     assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{namespace}-{trial}").exists()
+    if created_by_the_demo:  # it made its namespace, and removes it
+        try:
+            phase = core.read_namespace(namespace).status.phase
+        except ApiException as error:
+            assert error.status == 404
+        else:
+            assert phase == "Terminating"
 
 
 @pytest.mark.timeout(DEMO_TIMEOUT + 60)
