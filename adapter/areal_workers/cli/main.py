@@ -49,6 +49,9 @@ EXAMPLES = {
             "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
 }
+# How a job file's names and the command line's combine (up and render alike).
+NAMES_AGREE = ("--experiment and --trial fill in names the file leaves out; one that differs from the file's is "
+               "refused (exit 2)")
 
 
 def _common() -> argparse.ArgumentParser:
@@ -98,14 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
     up = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
                        "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
-    up.add_argument("-f", "--job-file", required=True, help="the job file (see render)")
+    up.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
     up.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
     up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait per role (default 600)")
     render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
                                    "values files (helm template, schema-checked)")
     render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
                                                      "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
-                                                     "jobs: [...]}")
+                                                     "jobs: [...]}; " + NAMES_AGREE)
     render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all")
     doctor = command("doctor", "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
                                "capacity, a probe worker reachable from here (exit 1 when a check fails)")
@@ -200,8 +203,8 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return up_cmd.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
                              not args.no_wait, args.timeout, fmt)
         if args.command == "render":
-            return render.render(session, args.job_file, getattr(args, "experiment", None) or "experiment",
-                                 getattr(args, "trial", None) or "trial", args.show, fmt)
+            return render.render(session, args.job_file, getattr(args, "experiment", None),
+                                 getattr(args, "trial", None), args.show, fmt)
         if args.command == "doctor":
             return _doctor(session, args, fmt)
         if args.command == "submit":

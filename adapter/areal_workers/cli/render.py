@@ -19,6 +19,7 @@ from .output import Format, emit
 from .session import EXIT_OK, EXIT_USAGE, CliError, Session
 
 FILE_KEYS = {"experiment", "trial", "jobs"}
+DEFAULT_NAMES = {"experiment": "experiment", "trial": "trial"}  # render's, when neither a file nor a flag names one
 
 
 def _fields(kind: type) -> set[str]:
@@ -65,6 +66,18 @@ def load_job_file(path: Path) -> tuple[dict[str, str], list[Job]]:
     return {}, [parse_job(data, str(path))]
 
 
+def trial_names(names: dict[str, str], experiment: str | None, trial: str | None, source: str) -> dict[str, str]:
+    """The trial's names from `source` (a job or values file) and the command line, which must agree: a flag naming
+    another trial than the file is refused rather than either overriding the other, so a command never renders or
+    changes a trial its user did not mean."""
+    flags = {key: value for key, value in (("experiment", experiment), ("trial", trial)) if value}
+    for key, flag in flags.items():
+        if names.get(key, flag) != flag:
+            raise CliError(f"--{key} {flag} conflicts with {key} {names[key]} in {source}: drop --{key}, or change "
+                           f"{key} in the file", EXIT_USAGE)
+    return {**names, **flags}
+
+
 def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str) \
         -> dict[str, Any]:
     """The release values after create_workers(job) for each job in order, as the scheduler builds them."""
@@ -97,12 +110,16 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
     return values
 
 
-def render(session: Session, job_file: str | None, experiment: str, trial: str, show: str, fmt: Format) -> int:
+def render(session: Session, job_file: str | None, experiment: str | None, trial: str | None, show: str,
+           fmt: Format) -> int:
     values: dict[str, Any] = {}
     if job_file:
         names, jobs = load_job_file(Path(job_file))
-        experiment, trial = names.get("experiment", experiment), names.get("trial", trial)
+        named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, job_file)}
+        experiment, trial = named["experiment"], named["trial"]
         values = job_file_values(jobs, session.config, experiment, trial)
+    else:
+        experiment, trial = experiment or DEFAULT_NAMES["experiment"], trial or DEFAULT_NAMES["trial"]
     release = session.selection.release or naming.release_name(experiment, trial)
     layered = session.releases.layered(values)
     manifests = session.helm(session.releases.render(release, values), "rendering the chart", EXIT_USAGE) \
