@@ -72,7 +72,10 @@ class Releases:
 
     @staticmethod
     def _load(path: str) -> dict[str, Any]:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ValueError(f"values file {path} is not valid YAML: {error}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"values file {path} must hold a mapping at the top level")
         return loaded

@@ -39,7 +39,7 @@ EXAMPLES = {
           "  areal-workers up -f job.yaml --values platform.yaml --timeout 900",
     "render": "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
               "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
-              "  areal-workers render --values values.yaml   a values file alone (helm template + schema)",
+              "  areal-workers render --values values.yaml   a values file alone: its roles (helm template + schema)",
     "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
               "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
@@ -109,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
                                                      "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
                                                      "jobs: [...]}; " + NAMES_AGREE)
-    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all")
+    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all",
+                            help="what to print; helm template checks the values against the chart's schema either "
+                                 "way")
     doctor = command("doctor", "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
                                "capacity, a probe worker reachable from here (exit 1 when a check fails)")
     doctor.add_argument("--gpus-per-worker", type=int, default=0)

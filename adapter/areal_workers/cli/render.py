@@ -4,6 +4,7 @@ ReleaseModel) and rendered by `helm template`, which also checks them against th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 from pathlib import Path
@@ -110,20 +111,35 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
     return values
 
 
+def values_alone(session: Session, experiment: str | None, trial: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The values files without a job file, as `helm template -f` renders them: their roles included, and the
+    trial's names from the files, the flags or render's defaults."""
+    files = ", ".join(session.config.values_files)
+    if not files:
+        raise CliError("nothing to render: give a job file (-f job.yaml) or values files (--values FILE)", EXIT_USAGE)
+    values = copy.deepcopy(session.releases.file_values)
+    if not values.get("roles"):
+        raise CliError(f"{files}: no roles (a values file alone renders the roles under its roles: key, e.g. roles: "
+                       f"{{actor: {{replicas: 2}}}}); add roles there, or render a job file with -f", EXIT_USAGE)
+    names = {key: str(values[key]) for key in DEFAULT_NAMES if values.get(key)}
+    named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, files)}
+    return named, {**values, **named}
+
+
 def render(session: Session, job_file: str | None, experiment: str | None, trial: str | None, show: str,
            fmt: Format) -> int:
-    values: dict[str, Any] = {}
     if job_file:
         names, jobs = load_job_file(Path(job_file))
         named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, job_file)}
-        experiment, trial = named["experiment"], named["trial"]
-        values = job_file_values(jobs, session.config, experiment, trial)
+        values = job_file_values(jobs, session.config, named["experiment"], named["trial"])
     else:
-        experiment, trial = experiment or DEFAULT_NAMES["experiment"], trial or DEFAULT_NAMES["trial"]
-    release = session.selection.release or naming.release_name(experiment, trial)
+        named, values = values_alone(session, experiment, trial)
+    release = session.selection.release or naming.release_name(named["experiment"], named["trial"])
     layered = session.releases.layered(values)
-    manifests = session.helm(session.releases.render(release, values), "rendering the chart", EXIT_USAGE) \
-        if show != "values" else []
+    # Rendered for --show values too: helm template is what checks the values against the chart's schema.
+    manifests = session.helm(session.releases.render(release, values), "rendering the chart", EXIT_USAGE)
+    if show == "values":
+        manifests = []
     if fmt != "table":
         emit({"release": release, "namespace": session.namespace, "values": layered, "manifests": manifests}, fmt)
         return EXIT_OK

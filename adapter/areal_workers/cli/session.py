@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -144,7 +145,10 @@ class Session:
 
     @cached_property
     def releases(self) -> Releases:
-        return Releases(self.config)
+        try:
+            return Releases(self.config)
+        except (OSError, ValueError, yaml.YAMLError) as error:  # the values files
+            raise CliError(f"cannot load the values files: {error}", EXIT_USAGE) from None
 
     @property
     def loop(self) -> LoopThread:
