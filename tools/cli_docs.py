@@ -107,7 +107,8 @@ def _option_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[str]:
         detail = action.help or ""
         if action.choices:
             detail += f" (one of: {', '.join(map(str, action.choices))})"
-        if action.default not in (None, argparse.SUPPRESS, False, []) and action.option_strings:
+        if action.default not in (None, argparse.SUPPRESS, False, []) and action.option_strings \
+                and "default" not in detail:
             detail += f" (default: {action.default})"
         rows.append(f"| {name} | {_cell(detail.strip())} |")
     return rows
