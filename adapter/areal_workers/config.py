@@ -17,7 +17,8 @@ CapacityCheck = Literal["reject", "warn", "off"]
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 # The environment variables of AReaL PR #1316 (honoured for compatibility), then the trainer-lifetime ones of
-# areal-workers (set by `areal-workers submit` for a trainer in the cluster), then the Kueue queue of its roles.
+# areal-workers (set by `areal-workers submit` for a trainer in the cluster), then the Kueue queue of its roles,
+# then the helm binary.
 ENVIRONMENT = {
     "AREAL_K8S_NAMESPACE": "namespace",
     "AREAL_K8S_CONTEXT": "context",
@@ -30,6 +31,7 @@ ENVIRONMENT = {
     "AREAL_K8S_OWNER_POD_UID": "owner_pod_uid",
     "AREAL_K8S_KUEUE_QUEUE": "kueue_queue",
     "AREAL_K8S_KUEUE_PRIORITY_CLASS": "kueue_priority_class",
+    "AREAL_K8S_HELM_EXECUTABLE": "helm_executable",
 }
 # The namespace when AREAL_K8S_NAMESPACE is unset; then the pod's own (SERVICE_ACCOUNT_NAMESPACE_FILE).
 NAMESPACE_FALLBACK_VARIABLE = "KUBERNETES_NAMESPACE"

@@ -48,7 +48,12 @@ def test_flags_fill_in_the_names_a_job_file_leaves_out_and_may_repeat_the_ones_i
     assert refused.value.exit_code == EXIT_USAGE and "run-7" in str(refused.value) and "run-8" in str(refused.value)
 
 
-def test_up_creates_the_release_release_names(job_file, monkeypatch):
+def test_up_creates_the_release_release_names(job_file, tmp_path, monkeypatch):
+    helm = tmp_path / "bin" / "helm"  # up checks for helm before it starts the scheduler
+    helm.parent.mkdir()
+    helm.write_text("#!/bin/sh\nprintf v3.19.0\n")
+    helm.chmod(0o755)
+    monkeypatch.setenv("PATH", str(helm.parent))
     seen = {}
 
     class Stop(Exception):

@@ -19,7 +19,7 @@ from ..config import ConfigError, KubernetesSchedulerConfig
 from ..inspector import ReleaseInspector
 from ..loop_thread import LoopThread
 from ..podwatch import PodWatch
-from ..release import HelmError, Releases, helm_error_text
+from ..release import HelmError, HelmNotFoundError, Releases, helm_error_text
 from ..release_model import ReleaseModel
 from ..revisions import ReleaseDriver
 
@@ -38,7 +38,7 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
                   "check",
-    EXIT_USAGE: "bad arguments or input files, or an ambiguous trial; nothing was changed",
+    EXIT_USAGE: "bad arguments or input files, an ambiguous trial, or no helm to run; nothing was changed",
     EXIT_NOT_FOUND: "no such trial, role, worker or revision",
     EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",
     EXIT_TIMEOUT: "a wait ran out (rollback until the workers are ready)",
@@ -147,6 +147,8 @@ class Session:
     def releases(self) -> Releases:
         try:
             return Releases(self.config)
+        except HelmNotFoundError as error:
+            raise CliError(str(error), EXIT_USAGE) from None
         except (OSError, ValueError, yaml.YAMLError) as error:  # the values files
             raise CliError(f"cannot load the values files: {error}", EXIT_USAGE) from None
 

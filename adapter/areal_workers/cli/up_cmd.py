@@ -38,6 +38,7 @@ def up(session: Session, job_file: str, experiment: str | None, trial: str | Non
         raise CliError("up needs the trial's names: experiment and trial in the job file, or --experiment and "
                        "--trial", EXIT_USAGE)
     experiment, trial = named["experiment"], named["trial"]
+    session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
     err = console(stderr=True)
     created: list[dict[str, Any]] = []
     config = replace(session.config, release_name=session.selection.release or session.config.release_name)
