@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,16 @@ class HelmNotFoundError(InvalidSchedulerSetupError):
 
 
 def find_helm(executable: str) -> str:
-    """The helm binary to run: `executable` as a path, or a name on PATH."""
+    """The helm binary to run: `executable` as a path, or a name on PATH, else beside the running interpreter (a
+    virtualenv's bin, where pip puts console scripts such as areal-workers: a helm there is found without
+    activating the virtualenv)."""
     found = shutil.which(executable)
+    beside = Path(sys.executable).parent
+    if found is None and not os.path.dirname(executable):
+        found = shutil.which(executable, path=str(beside))
     if found is None:
         where = (f"{executable} is not an executable file" if os.path.dirname(executable)
-                 else f"no executable {executable!r} on PATH")
+                 else f"no executable {executable!r} on PATH or in {beside}")
         raise HelmNotFoundError(where, "install helm 3.x or 4.x (https://helm.sh/docs/intro/install/), or name it "
                                        "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)")
     return found

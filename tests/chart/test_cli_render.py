@@ -1,17 +1,21 @@
 """`areal-workers render` on the chart with helm and no cluster: every --show checks the values against the chart's
-schema, and values files alone render the roles they hold (or say they hold none)."""
+schema, values files alone render the roles they hold (or say they hold none), and a helm beside the interpreter
+(a virtualenv's bin, where `make tools` links it) is found without PATH."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from areal_workers.cli import doctor
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
+from areal_workers.config import KubernetesSchedulerConfig
 from chartlib import HELM, REPO
 
 pytestmark = pytest.mark.chart
@@ -79,3 +83,15 @@ def test_an_unreadable_values_file_is_a_usage_error_naming_it(cli, tmp_path):
             path.write_text(text)
         code, _, err = cli("render", "-f", job, "--values", str(path))
         assert code == EXIT_USAGE and name in err and "Traceback" not in err, err
+
+
+def test_render_and_doctor_find_a_helm_beside_the_interpreter_off_path(cli, tmp_path, monkeypatch):
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "helm").symlink_to(HELM)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, err = cli("render", "-f", write(tmp_path, "job.yaml", JOB), "--show", "manifests")
+    assert code == EXIT_OK and "kind: StatefulSet" in out, err
+    check, _ = doctor.render_chart(KubernetesSchedulerConfig(), 0, 1)
+    assert check.status == "pass", check
