@@ -89,6 +89,7 @@ CODE_MEANINGS_ZH = {
     5: "等待超时（rollback 等待 worker 就绪）",
     6: "确认被拒绝（down）",
     130: "被中断（Ctrl-C）；--watch 和 logs -f 以此正常结束",
+    141: "输出结束前 stdout 已被关闭（| head）：其余输出被静默丢弃，与 kubectl 和 helm 的做法相同",
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 import yaml
 
 from areal_workers.cli.main import main
-from areal_workers.cli.session import EXIT_USAGE
+from areal_workers.cli.session import EXIT_PIPE, EXIT_USAGE
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +41,26 @@ def test_a_missing_helm_is_one_line_and_exit_2(no_helm, capsys, argv):
     err = capsys.readouterr().err
     assert err.startswith("error: helm not found: no executable 'helm' on PATH") and err.count("\n") == 1, err
     assert "install helm 3.x or 4.x" in err and "AREAL_K8S_HELM_EXECUTABLE" in err
+
+
+def closed_stdout(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` with a stdout whose reader is already gone, as `areal-workers ... | head -1` leaves it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-c", code], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60, env={**os.environ, "KUBECONFIG": os.devnull})
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("code", [
+    "from areal_workers.cli.main import main; raise SystemExit(main(['completion', 'bash']))",
+    # status printing more than a pipe holds (the cluster replaced by its output)
+    "from areal_workers.cli import main, workers_cmds\n"
+    "workers_cmds.status = lambda *args: print('actor/0  yes\\n' * 20000) or 0\n"
+    "raise SystemExit(main.main(['status']))",
+])
+def test_a_closed_stdout_ends_quietly_with_141(code):
+    done = closed_stdout(code)
+    assert (done.returncode, done.stderr) == (EXIT_PIPE, "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,8 +21,8 @@ from urllib3.exceptions import HTTPError
 from ..errors import SchedulerError
 from . import completion, duration, reap_cmd, release_cmds, render, submit_cmd, up_cmd, workers_cmds
 from .output import console, emit, table
-from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
-    cluster_error, make_config
+from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, CliError, \
+    Selection, Session, cluster_error, make_config
 
 PROGRAM = "areal-workers"
 
@@ -232,7 +233,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        code = _run(args, parser)
+        sys.stdout.flush()  # a reader gone shows here, not in the interpreter's last flush (a warning, exit 120)
+    except BrokenPipeError:
+        # Nothing more can be shown; /dev/null takes what is still buffered, so the exit is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+    return code
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The command, its failures as a message on stderr and an exit code."""
+    try:
         return dispatch(args, parser)
+    except BrokenPipeError:  # stdout's reader is gone (| head), not the cluster's connection: main ends quietly
+        raise
     except CliError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -34,6 +34,7 @@ EXIT_CLUSTER = 4
 EXIT_TIMEOUT = 5
 EXIT_ABORTED = 6
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # 128 + SIGPIPE: how a shell sees kubectl or helm end when its reader is gone
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
@@ -44,6 +45,8 @@ EXIT_CODES = {
     EXIT_TIMEOUT: "a wait ran out (rollback until the workers are ready)",
     EXIT_ABORTED: "a confirmation was declined (down)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); ends --watch and logs -f without an error",
+    EXIT_PIPE: "stdout was closed before the output ended (| head): the rest is dropped quietly, as kubectl and helm "
+               "do",
 }
 
 TOPOLOGY_SELECTOR = "app.kubernetes.io/part-of=areal,app.kubernetes.io/component=topology"
