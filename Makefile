@@ -30,8 +30,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python virtualenv with the package and test dependencies
 
-tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin
+# helm and kubectl also beside the virtualenv's python, where .venv/bin/areal-workers finds helm off PATH.
+tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too)
 	tools/install.sh
+	ln -sf $(CURDIR)/.tools/bin/helm $(CURDIR)/.tools/bin/kubectl $(VENV)/bin/
 
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install-areal-worker.sh

@@ -83,12 +83,13 @@ JOB_TEXT = {
 CODE_MEANINGS_ZH = {
     0: "成功",
     1: "命令执行成功但发现了问题：有 worker 未就绪（status、diagnose），或 doctor 的某项检查失败",
-    2: "参数或输入文件有误，或 trial 不唯一；集群中没有任何改动",
+    2: "参数或输入文件有误、trial 不唯一，或找不到可运行的 helm；集群中没有任何改动",
     3: "没有这个 trial、角色、worker 或 revision",
     4: "集群或 helm 出错：无法连接、权限不足、helm 自身的错误",
     5: "等待超时（rollback 等待 worker 就绪）",
     6: "确认被拒绝（down）",
     130: "被中断（Ctrl-C）；--watch 和 logs -f 以此正常结束",
+    141: "输出结束前 stdout 已被关闭（| head）：其余输出被静默丢弃，与 kubectl 和 helm 的做法相同",
 }
 
 
@@ -107,7 +108,8 @@ def _option_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[str]:
         detail = action.help or ""
         if action.choices:
             detail += f" (one of: {', '.join(map(str, action.choices))})"
-        if action.default not in (None, argparse.SUPPRESS, False, []) and action.option_strings:
+        if action.default not in (None, argparse.SUPPRESS, False, []) and action.option_strings \
+                and "default" not in detail:
             detail += f" (default: {action.default})"
         rows.append(f"| {name} | {_cell(detail.strip())} |")
     return rows

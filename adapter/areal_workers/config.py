@@ -54,7 +54,8 @@ class KubernetesSchedulerConfig:
         python_executable: replaces a controller-side interpreter path at the start of a worker command, and
             starts forked workers.
         fork_module: what fork_workers runs with `python -m` when no command is given (AReaL's rpc_server).
-        helm_executable: the helm binary (helm 3 or 4), a path or a name looked up on PATH.
+        helm_executable: the helm binary (helm 3 or 4): a path, or a name looked up on PATH, then beside the
+            running Python (a virtualenv's bin).
         helm_timeout: helm's per-operation time-out, also how long a deletion waits for the pods to go (seconds).
         history_max: helm revisions kept per release.
         ready_timeout: default time-out of get_workers (seconds).

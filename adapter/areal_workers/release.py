@@ -6,6 +6,9 @@ pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see loo
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,9 @@ from pyhelm3.errors import ReleaseNotFoundError
 from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
 from .config import KubernetesSchedulerConfig
+from .errors import InvalidSchedulerSetupError
 
-__all__ = ["HelmError", "Releases", "Snapshot", "merge_values"]
+__all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
 
@@ -44,6 +48,30 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+class HelmNotFoundError(InvalidSchedulerSetupError):
+    """The configured helm executable is not there: `where` it was looked for, and the `fix`."""
+
+    def __init__(self, where: str, fix: str) -> None:
+        super().__init__(f"helm not found: {where}; {fix}")
+        self.where, self.fix = where, fix
+
+
+def find_helm(executable: str) -> str:
+    """The helm binary to run: `executable` as a path, or a name on PATH, else beside the running interpreter (a
+    virtualenv's bin, where pip puts console scripts such as areal-workers: a helm there is found without
+    activating the virtualenv)."""
+    found = shutil.which(executable)
+    beside = Path(sys.executable).parent
+    if found is None and not os.path.dirname(executable):
+        found = shutil.which(executable, path=str(beside))
+    if found is None:
+        where = (f"{executable} is not an executable file" if os.path.dirname(executable)
+                 else f"no executable {executable!r} on PATH or in {beside}")
+        raise HelmNotFoundError(where, "install helm 3.x or 4.x (https://helm.sh/docs/intro/install/), or name it "
+                                       "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)")
+    return found
+
+
 def helm_error_text(error: HelmError) -> str:
     """The useful part of a failed helm command: its stderr, without the usage noise."""
     stderr = getattr(error, "stderr", b"") or b""
@@ -57,22 +85,26 @@ class Releases:
     def __init__(self, config: KubernetesSchedulerConfig) -> None:
         self.config = config
         self.namespace = config.namespace
+        executable = find_helm(config.helm_executable)
         # The command layer is used directly for upgrades: its JSON output is the release record helm wrote,
         # values included, which pyhelm3's Client drops (so reading them back would cost a `helm get values`).
         self.command = Command(
-            executable=config.helm_executable,
+            executable=executable,
             kubeconfig=Path(config.kubeconfig) if config.kubeconfig else None,
             kubecontext=config.context,
             history_max_revisions=config.history_max,
             default_timeout=f"{int(config.helm_timeout)}s",
         )
-        self.client = Client(self.command, executable=config.helm_executable)  # it checks the executable
+        self.client = Client(self.command, executable=executable)
         self.file_values = merge_values(*(self._load(path) for path in config.values_files))
         self._chart: Chart | None = None
 
     @staticmethod
     def _load(path: str) -> dict[str, Any]:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ValueError(f"values file {path} is not valid YAML: {error}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"values file {path} must hold a mapping at the top level")
         return loaded

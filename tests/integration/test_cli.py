@@ -251,7 +251,8 @@ def test_render_a_job_file_without_a_cluster(tmp_path, capsys, monkeypatch):
     code, _, err = run(capsys, "render", "-f", str(jobs))
     assert code == EXIT_USAGE and "unknown field(s) gpus" in err and "gpu" in err
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"workerDefaults": {"terminationGracePeriodSeconds": -1}}))
+    values.write_text(yaml.safe_dump({"workerDefaults": {"terminationGracePeriodSeconds": -1},
+                                      "roles": {"actor": {"replicas": 1}}}))
     code, _, err = run(capsys, "render", "--values", str(values))
     assert code == EXIT_USAGE and "terminationGracePeriodSeconds" in err
 

@@ -25,6 +25,7 @@ ALL_VARIABLES = {
     "AREAL_K8S_OWNER_POD_UID": "3f1c2a9e-0000-4000-8000-000000000001",
     "AREAL_K8S_KUEUE_QUEUE": "rl",
     "AREAL_K8S_KUEUE_PRIORITY_CLASS": "research-high",
+    "AREAL_K8S_HELM_EXECUTABLE": "/opt/helm4/bin/helm",
 }
 
 
@@ -179,6 +180,7 @@ def test_from_env_reads_every_variable():
     assert config.lease_grace_seconds == 60
     assert (config.owner_pod, config.owner_pod_uid) == ("trainer-x7k2p", "3f1c2a9e-0000-4000-8000-000000000001")
     assert (config.kueue_queue, config.kueue_priority_class) == ("rl", "research-high")
+    assert config.helm_executable == "/opt/helm4/bin/helm"
     # everything else keeps its default
     default = KubernetesSchedulerConfig()
     for field in dataclasses.fields(KubernetesSchedulerConfig):

@@ -352,5 +352,6 @@ def test_http_health_is_none_only_for_a_200_answer(health_server, monkeypatch):
 
 def test_a_missing_helm_fails_the_render_before_anything_runs():
     check, manifests = doctor.render_chart(KubernetesSchedulerConfig(helm_executable="/nonexistent/helm"), 0, 1)
-    assert check.status == "fail" and "'/nonexistent/helm' not found" in check.detail and "helm_executable" in check.fix
+    assert check.status == "fail" and check.detail == "helm not found: /nonexistent/helm is not an executable file"
+    assert "install helm 3.x or 4.x" in check.fix and "AREAL_K8S_HELM_EXECUTABLE" in check.fix
     assert manifests == []

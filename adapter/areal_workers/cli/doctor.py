@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from ..areal_types import Job, SchedulingSpec
 from ..config import KubernetesSchedulerConfig
 from ..errors import SchedulerError
 from ..job_values import DEFAULT_COMMAND, TopologyError, base_values, role_values
-from ..release import HelmError, Releases, helm_error_text
+from ..release import HelmError, HelmNotFoundError, Releases, find_helm, helm_error_text
 from ..release_model import ReleaseModel
 from ..scheduler import KubernetesScheduler
 from .doctor_checks import Check, Status
@@ -152,9 +151,10 @@ def probe_values(config: KubernetesSchedulerConfig, gpus: int, replicas: int) ->
 def render_chart(config: KubernetesSchedulerConfig, gpus: int, workers: int) -> tuple[Check, list[dict[str, Any]]]:
     """`helm template` of the probe role (the chart's values.schema.json is checked by helm on the way)."""
     name = "chart renders"
-    if shutil.which(config.helm_executable) is None:
-        return Check(name, "fail", f"helm executable {config.helm_executable!r} not found",
-                     "install helm 3 or 4 (https://helm.sh/docs/intro/install/) or set helm_executable"), []
+    try:
+        find_helm(config.helm_executable)
+    except HelmNotFoundError as missing:
+        return Check(name, "fail", f"helm not found: {missing.where}", missing.fix), []
     sources = " with " + ", ".join(config.values_files) if config.values_files else ""
     try:
         values = probe_values(config, gpus, workers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,10 +19,10 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
-from . import completion, reap_cmd, release_cmds, render, submit_cmd, up_cmd, workers_cmds
+from . import completion, duration, reap_cmd, release_cmds, render, submit_cmd, up_cmd, workers_cmds
 from .output import console, emit, table
-from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, CliError, Selection, Session, \
-    cluster_error, make_config
+from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, CliError, \
+    Selection, Session, cluster_error, make_config
 
 PROGRAM = "areal-workers"
 
@@ -34,12 +35,12 @@ EXAMPLES = {
     "logs": "  areal-workers logs actor/0 -f\n  areal-workers logs rollout/2 --previous --tail 100",
     "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
     "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
-                "  areal-workers rollback 3 --timeout 600",
+                "  areal-workers rollback 3 --timeout 15m",
     "up": "  areal-workers up -f job.yaml               create the job file's roles and wait until they answer\n"
-          "  areal-workers up -f job.yaml --values platform.yaml --timeout 900",
+          "  areal-workers up -f job.yaml --values platform.yaml --timeout 15m",
     "render": "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
               "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
-              "  areal-workers render --values values.yaml   a values file alone (helm template + schema)",
+              "  areal-workers render --values values.yaml   a values file alone: its roles (helm template + schema)",
     "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
               "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
@@ -49,6 +50,10 @@ EXAMPLES = {
             "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
 }
+DURATION = "a duration as kubectl and helm take it: 90s, 15m, 1h30m; or plain seconds"
+# How a job file's names and the command line's combine (up and render alike).
+NAMES_AGREE = ("--experiment and --trial fill in names the file leaves out; one that differs from the file's is "
+               "refused (exit 2)")
 
 
 def _common() -> argparse.ArgumentParser:
@@ -81,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = command("status", "roles and workers of one trial or every trial: ready, restarts, node, address, "
                                "and why a worker is not ready (exit 1 when one is not)")
     status.add_argument("-w", "--watch", action="store_true", help="redraw on every pod change (one watch)")
-    status.add_argument("--watch-seconds", type=float, default=None, help="stop watching after this long")
+    status.add_argument("--watch-seconds", type=duration.seconds, metavar="DURATION", default=None,
+                        help="stop watching after this long (" + DURATION + ")")
     diagnose = command("diagnose", "why a role's or a worker's pods are not ready: the adapter's diagnosis with "
                                    "events, log tail and the fix (exit 1 when a problem is found)")
     diagnose.add_argument("target", metavar="ROLE|ROLE/INDEX")
@@ -95,18 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    "pods stuck on the abandoned revision replaced, then wait until ready")
     rollback.add_argument("revision", type=int, nargs="?", default=None)
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
-    rollback.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    rollback.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
+                          help="how long to wait for the workers (" + DURATION + "; default 10m)")
     up = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
                        "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
-    up.add_argument("-f", "--job-file", required=True, help="the job file (see render)")
+    up.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
     up.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
-    up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait per role (default 600)")
+    up.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
+                    help="how long to wait for each role (" + DURATION + "; default 10m)")
     render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
                                    "values files (helm template, schema-checked)")
     render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
                                                      "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
-                                                     "jobs: [...]}")
-    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all")
+                                                     "jobs: [...]}; " + NAMES_AGREE)
+    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all",
+                            help="what to print; helm template checks the values against the chart's schema either "
+                                 "way")
     doctor = command("doctor", "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
                                "capacity, a probe worker reachable from here (exit 1 when a check fails)")
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
@@ -129,14 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--name", help="the Job's name (default: trainer-<script>)")
     submit.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
     submit.add_argument("--detach", action="store_true", help="return once the Job is created")
-    submit.add_argument("--start-timeout", type=float, default=600.0,
-                        help="seconds for the trainer pod to start (default 600)")
+    submit.add_argument("--start-timeout", type=duration.seconds, metavar="DURATION", default="10m",
+                        help="how long the trainer pod may take to start (" + DURATION + "; default 10m)")
     submit.add_argument("trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the trainer's command")
     reap = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
                            "grace period (run it by hand or from a CronJob), and wait for their pods to go")
     reap.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
-    reap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a release's pods to go")
+    reap.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="5m",
+                      help="how long to wait for a release's pods to go (" + DURATION + "; default 5m)")
     completion_cmd = command("completion", "print a shell completion script")
     completion_cmd.add_argument("shell", choices=("bash", "zsh"))
     return parser
@@ -200,8 +211,8 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return up_cmd.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
                              not args.no_wait, args.timeout, fmt)
         if args.command == "render":
-            return render.render(session, args.job_file, getattr(args, "experiment", None) or "experiment",
-                                 getattr(args, "trial", None) or "trial", args.show, fmt)
+            return render.render(session, args.job_file, getattr(args, "experiment", None),
+                                 getattr(args, "trial", None), args.show, fmt)
         if args.command == "doctor":
             return _doctor(session, args, fmt)
         if args.command == "submit":
@@ -222,7 +233,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        code = _run(args, parser)
+        sys.stdout.flush()  # a reader gone shows here, not in the interpreter's last flush (a warning, exit 120)
+    except BrokenPipeError:
+        # Nothing more can be shown; /dev/null takes what is still buffered, so the exit is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+    return code
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The command, its failures as a message on stderr and an exit code."""
+    try:
         return dispatch(args, parser)
+    except BrokenPipeError:  # stdout's reader is gone (| head), not the cluster's connection: main ends quietly
+        raise
     except CliError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

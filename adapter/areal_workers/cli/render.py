@@ -4,6 +4,7 @@ ReleaseModel) and rendered by `helm template`, which also checks them against th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from .output import Format, emit
 from .session import EXIT_OK, EXIT_USAGE, CliError, Session
 
 FILE_KEYS = {"experiment", "trial", "jobs"}
+DEFAULT_NAMES = {"experiment": "experiment", "trial": "trial"}  # render's, when neither a file nor a flag names one
 
 
 def _fields(kind: type) -> set[str]:
@@ -65,6 +67,18 @@ def load_job_file(path: Path) -> tuple[dict[str, str], list[Job]]:
     return {}, [parse_job(data, str(path))]
 
 
+def trial_names(names: dict[str, str], experiment: str | None, trial: str | None, source: str) -> dict[str, str]:
+    """The trial's names from `source` (a job or values file) and the command line, which must agree: a flag naming
+    another trial than the file is refused rather than either overriding the other, so a command never renders or
+    changes a trial its user did not mean."""
+    flags = {key: value for key, value in (("experiment", experiment), ("trial", trial)) if value}
+    for key, flag in flags.items():
+        if names.get(key, flag) != flag:
+            raise CliError(f"--{key} {flag} conflicts with {key} {names[key]} in {source}: drop --{key}, or change "
+                           f"{key} in the file", EXIT_USAGE)
+    return {**names, **flags}
+
+
 def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str) \
         -> dict[str, Any]:
     """The release values after create_workers(job) for each job in order, as the scheduler builds them."""
@@ -97,16 +111,35 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
     return values
 
 
-def render(session: Session, job_file: str | None, experiment: str, trial: str, show: str, fmt: Format) -> int:
-    values: dict[str, Any] = {}
+def values_alone(session: Session, experiment: str | None, trial: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The values files without a job file, as `helm template -f` renders them: their roles included, and the
+    trial's names from the files, the flags or render's defaults."""
+    files = ", ".join(session.config.values_files)
+    if not files:
+        raise CliError("nothing to render: give a job file (-f job.yaml) or values files (--values FILE)", EXIT_USAGE)
+    values = copy.deepcopy(session.releases.file_values)
+    if not values.get("roles"):
+        raise CliError(f"{files}: no roles (a values file alone renders the roles under its roles: key, e.g. roles: "
+                       f"{{actor: {{replicas: 2}}}}); add roles there, or render a job file with -f", EXIT_USAGE)
+    names = {key: str(values[key]) for key in DEFAULT_NAMES if values.get(key)}
+    named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, files)}
+    return named, {**values, **named}
+
+
+def render(session: Session, job_file: str | None, experiment: str | None, trial: str | None, show: str,
+           fmt: Format) -> int:
     if job_file:
         names, jobs = load_job_file(Path(job_file))
-        experiment, trial = names.get("experiment", experiment), names.get("trial", trial)
-        values = job_file_values(jobs, session.config, experiment, trial)
-    release = session.selection.release or naming.release_name(experiment, trial)
+        named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, job_file)}
+        values = job_file_values(jobs, session.config, named["experiment"], named["trial"])
+    else:
+        named, values = values_alone(session, experiment, trial)
+    release = session.selection.release or naming.release_name(named["experiment"], named["trial"])
     layered = session.releases.layered(values)
-    manifests = session.helm(session.releases.render(release, values), "rendering the chart", EXIT_USAGE) \
-        if show != "values" else []
+    # Rendered for --show values too: helm template is what checks the values against the chart's schema.
+    manifests = session.helm(session.releases.render(release, values), "rendering the chart", EXIT_USAGE)
+    if show == "values":
+        manifests = []
     if fmt != "table":
         emit({"release": release, "namespace": session.namespace, "values": layered, "manifests": manifests}, fmt)
         return EXIT_OK

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -18,7 +19,7 @@ from ..config import ConfigError, KubernetesSchedulerConfig
 from ..inspector import ReleaseInspector
 from ..loop_thread import LoopThread
 from ..podwatch import PodWatch
-from ..release import HelmError, Releases, helm_error_text
+from ..release import HelmError, HelmNotFoundError, Releases, helm_error_text
 from ..release_model import ReleaseModel
 from ..revisions import ReleaseDriver
 
@@ -33,16 +34,19 @@ EXIT_CLUSTER = 4
 EXIT_TIMEOUT = 5
 EXIT_ABORTED = 6
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # 128 + SIGPIPE: how a shell sees kubectl or helm end when its reader is gone
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
                   "check",
-    EXIT_USAGE: "bad arguments or input files, or an ambiguous trial; nothing was changed",
+    EXIT_USAGE: "bad arguments or input files, an ambiguous trial, or no helm to run; nothing was changed",
     EXIT_NOT_FOUND: "no such trial, role, worker or revision",
     EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",
     EXIT_TIMEOUT: "a wait ran out (rollback until the workers are ready)",
     EXIT_ABORTED: "a confirmation was declined (down)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); ends --watch and logs -f without an error",
+    EXIT_PIPE: "stdout was closed before the output ended (| head): the rest is dropped quietly, as kubectl and helm "
+               "do",
 }
 
 TOPOLOGY_SELECTOR = "app.kubernetes.io/part-of=areal,app.kubernetes.io/component=topology"
@@ -144,7 +148,12 @@ class Session:
 
     @cached_property
     def releases(self) -> Releases:
-        return Releases(self.config)
+        try:
+            return Releases(self.config)
+        except HelmNotFoundError as error:
+            raise CliError(str(error), EXIT_USAGE) from None
+        except (OSError, ValueError, yaml.YAMLError) as error:  # the values files
+            raise CliError(f"cannot load the values files: {error}", EXIT_USAGE) from None
 
     @property
     def loop(self) -> LoopThread:

@@ -3,6 +3,7 @@ itself, each waited for until its workers answer — what a trainer's create_wor
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..areal_types import Job
 from ..errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
 from ..scheduler import KubernetesScheduler
 from .output import Format, console, emit, table
-from .render import load_job_file
+from .render import load_job_file, trial_names
 from .session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
@@ -32,13 +33,16 @@ def _diagnosis(error: BaseException) -> str:
 def up(session: Session, job_file: str, experiment: str | None, trial: str | None, wait: bool, timeout: float,
        fmt: Format) -> int:
     names, jobs = load_job_file(Path(job_file))
-    experiment, trial = names.get("experiment") or experiment, names.get("trial") or trial
-    if not experiment or not trial:
+    named = trial_names(names, experiment, trial, job_file)
+    if "experiment" not in named or "trial" not in named:
         raise CliError("up needs the trial's names: experiment and trial in the job file, or --experiment and "
                        "--trial", EXIT_USAGE)
+    experiment, trial = named["experiment"], named["trial"]
+    session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
     err = console(stderr=True)
     created: list[dict[str, Any]] = []
-    scheduler = KubernetesScheduler(config=session.config, experiment_name=experiment, trial_name=trial)
+    config = replace(session.config, release_name=session.selection.release or session.config.release_name)
+    scheduler = KubernetesScheduler(config=config, experiment_name=experiment, trial_name=trial)
     try:
         for job in jobs:
             model = scheduler.driver.model
