@@ -14,7 +14,7 @@ LANGUAGES = ("en", "zh")
 # The pages both languages must have. cli.md is generated from the CLI's argument parser by its own tool.
 REQUIRED_PAGES = (
     "quickstart.md", "concepts.md", "areal-integration.md", "configuration.md", "cli.md", "rbac.md", "gitops.md",
-    "troubleshooting.md", "security.md", "architecture.md", "decisions.md", "demo.md", "testing.md",
+    "troubleshooting.md", "security.md", "architecture.md", "decisions.md", "demo.md", "testing.md", "development.md",
 )
 INDEX = DOCS / "README.md"  # the index of both languages
 

@@ -3,7 +3,8 @@
 Per page pair (README.md at the root pairs with docs/zh/README.md): the same sequence of heading levels, the same
 code blocks (count and info strings, in order), and a Chinese page that is a translation (it has Chinese prose).
 Links in both languages, the index docs/README.md and the root README point at files that exist, and at headings
-that exist when they carry an anchor. The index lists every page of both languages."""
+that exist when they carry an anchor. The index lists every page of both languages. The two READMEs link each other
+at the top, and both lead to the development page."""
 
 from __future__ import annotations
 
@@ -89,3 +90,22 @@ def test_the_index_lists_every_page_of_both_languages():
 def test_the_docs_directory_holds_only_the_two_languages_and_the_index():
     entries = sorted(path.name for path in DOCS.iterdir())
     assert entries == ["README.md", *LANGUAGES], entries
+
+
+# The root README links its translation within its first lines, the translation links back, and each links the
+# development page of its language (the contributor material lives there, not in the README).
+README_PAIR = [(REPO / "README.md", DOCS / "zh" / "README.md", DOCS / "en" / "development.md"),
+               (DOCS / "zh" / "README.md", REPO / "README.md", DOCS / "zh" / "development.md")]
+TOP_LINES = 5
+
+
+@pytest.mark.parametrize("readme,other,development", README_PAIR, ids=lambda path: _relative(path))
+def test_the_readmes_link_each_other_and_the_development_page(readme, other, development):
+    def targets(links):
+        return {(readme.parent / link.target.partition("#")[0]).resolve() for link in links
+                if link.target and not link.target.startswith("#")}
+
+    links = parse(readme).links
+    assert other.resolve() in targets([link for link in links if link.line <= TOP_LINES]), (
+        f"{_relative(readme)} does not link {_relative(other)} in its first {TOP_LINES} lines")
+    assert development.resolve() in targets(links), f"{_relative(readme)} does not link {_relative(development)}"
