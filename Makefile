@@ -99,6 +99,7 @@ HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_cha
 # The conformance lane: worker pods run AReaL's real rpc_server (.tools/areal-worker) instead of our stand-in.
 AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_worker.py \
 	tests/integration/test_areal_conformance.py tests/integration/test_areal_scheduler_semantics.py \
+	tests/integration/test_train_controller.py \
 	-m "not reference_guard_only" -k "not rbac"
 
 test: ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after

@@ -1,0 +1,84 @@
+"""AReaL's own TrainController drives the scheduler (the AReaL lane): its initialize() creates the workers, sets
+RANK, WORLD_SIZE, MASTER_ADDR (rank 0's pod IP) and MASTER_PORT (rank 0's second port), creates the engines and
+has them form a torch.distributed gloo group across the pods; one data-parallel update is all-reduced between the
+ranks; destroy() removes the role, rank 0 last. On KWOK nodes (workers as processes of this machine, loopback pod
+IPs) and on the real node (containers in their own network namespaces).
+
+The controller runs in AReaL's environment (tests/support/train_controller_run.py), as a trainer does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+
+from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
+from localcluster_settings import AREAL_WORKER_ENV
+from realnode_config import NETWORK
+from realnode_values import worker_values
+
+pytestmark = [
+    pytest.mark.areal_worker,
+    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+                       reason="the demo's engines and the real node are the local cluster's"),
+]
+RUN = REPO_ROOT / "tests" / "support" / "train_controller_run.py"
+TIMEOUT = 600
+
+
+def run_controller(settings: dict, directory) -> dict:
+    path = directory / "settings.json"
+    path.write_text(json.dumps(settings))
+    python_path = os.pathsep.join(map(str, (REPO_ROOT / "adapter", REPO_ROOT / "examples", REPO_ROOT / "tests" /
+                                            "support")))
+    result = subprocess.run([str(AREAL_WORKER_PYTHON), str(RUN), str(path)], capture_output=True, text=True,
+                            timeout=TIMEOUT, cwd=directory, env={**os.environ, "PYTHONPATH": python_path})
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(2 * TIMEOUT)
+@pytest.mark.parametrize("node", ["kwok", "real"])
+def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(node, make_namespace, kubeconfig,
+                                                                         helm_executable, tmp_path, core):
+    assert AREAL_WORKER_PYTHON.exists(), "the controller and workers run AReaL: run `make areal-worker`"
+    cluster = LocalCluster()
+    shared = tmp_path / "areal"
+    shared.mkdir()
+    shared.chmod(0o777)  # the real node's workers run as uid 1000
+    values = {"cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}
+    if node == "real":
+        if not cluster.real_node().is_running():
+            cluster.up(real_node=True, timeout=300.0)
+        values.update(worker_values(AREAL_WORKER_ENV, shared))
+        namespace = make_namespace()  # the real node's kubelet runs its pods
+    else:
+        assert cluster.podrunner_workers() == "areal", "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
+        namespace = make_namespace(private=False)
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    seen = run_controller({"namespace": namespace, "kubeconfig": str(kubeconfig), "helm_executable": helm_executable,
+                           "values_files": [str(tmp_path / "values.json")], "termination_grace_seconds": 5,
+                           "ready_timeout": 300.0, "helm_timeout": 300.0, "trial": f"t{uuid.uuid4().hex[:6]}",
+                           "cpu": 0.25 if node == "real" else 1}, tmp_path)
+
+    [rank0, rank1] = seen["workers"]
+    assert seen["master"] == f"{rank0[1]}:{rank0[2][1]}"  # MASTER_ADDR:MASTER_PORT = rank 0's IP, second port
+    assert rank0[1] != rank1[1]  # two pods
+    if node == "real":
+        assert all(ip.startswith(NETWORK.rsplit(".", 1)[0]) for _, ip, _ in seen["workers"]), seen["workers"]
+    else:
+        assert all(ip.startswith("127.") for _, ip, _ in seen["workers"]), seen["workers"]
+    updates = {update["rank"]: update for update in seen["updates"]}
+    assert sorted(updates) == [0, 1] and {u["world_size"] for u in updates.values()} == {2}
+    local = [np.array(updates[rank]["local_gradient"]) for rank in (0, 1)]
+    assert not np.allclose(local[0], local[1])  # the ranks saw different shards
+    for update in updates.values():
+        assert np.allclose(update["applied_gradient"], (local[0] + local[1]) / 2)  # the all-reduced mean
+    assert np.allclose(seen["weights"][0], seen["weights"][1])
+    assert seen["last_revision"] == "delete actor"  # TrainController.destroy deleted the role
+    assert core.list_namespaced_pod(namespace).items == []
