@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # controllers, i.e. the demo's trainer.
 AREAL_PY = PYTHONPATH=$(CURDIR)/adapter .tools/areal-worker/bin/python
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs chart-docs clean bench bench-full
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -94,27 +94,19 @@ bench: tools areal-worker ## the quick benchmark profile on a cluster of its own
 bench-full: tools areal-worker ## the full benchmark profile (up to 1024 workers; long)
 	$(PY) bench/run.py --profile full $(BENCH_ARGS)
 
-HELM4_LANE := tests/integration/test_harness_smoke.py tests/integration/test_chart_install.py \
-	tests/integration/test_scheduler.py -k "not rbac"
-# The conformance lane: worker pods run AReaL's real rpc_server (.tools/areal-worker) instead of our stand-in.
-AREAL_LANE := tests/integration/test_scheduler.py tests/integration/test_areal_worker.py \
-	tests/integration/test_areal_conformance.py tests/integration/test_areal_scheduler_semantics.py \
-	tests/integration/test_train_controller.py \
-	-m "not reference_guard_only" -k "not rbac"
-
+# The lanes (main, AReaL's worker server, helm 4, then the tests that change what every test shares) and which of
+# them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane.
 test: ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
 	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd; rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PYTEST) $(PYTEST_ARGS); rc=$$?; fi; \
-	if [ $$rc -eq 0 ]; then AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE); rc=$$?; fi; \
-	if [ $$rc -eq 0 ]; then AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE); rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then $(PY) tools/test_lanes.py $(PYTEST_ARGS); rc=$$?; fi; \
 	$(PY) tools/localcluster.py down || rc=1; exit $$rc
 
 test-helm4: tools ## the second lane: the release-driving integration tests with helm 4 instead of helm 3
-	AREAL_WORKERS_HELM=$(CURDIR)/.tools/bin/helm4 $(PYTEST) $(HELM4_LANE) $(PYTEST_ARGS)
+	$(PY) tools/test_lanes.py --lane helm4 $(PYTEST_ARGS)
 
 test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL's real worker server
-	AREAL_WORKERS_WORKER=areal $(PYTEST) $(AREAL_LANE) $(PYTEST_ARGS)
+	$(PY) tools/test_lanes.py --lane areal $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment or helm run in `make test`)
 	$(PYTEST) -m "unit and not areal_worker and not chart" $(PYTEST_ARGS)
@@ -129,8 +121,6 @@ docs: venv ## regenerate the generated docs from the code: the chart README's va
 	$(PY) tools/chart_docs.py
 	$(PY) tools/config_docs.py
 	$(PY) tools/cli_docs.py
-
-chart-docs: docs ## the former name of `make docs`
 
 clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
 	rm -rf .tools $(VENV)

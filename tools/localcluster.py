@@ -160,6 +160,8 @@ class LocalCluster:
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
+            if not self.kubeconfig.exists():  # a checkout that joins a cluster another one started
+                cert_kubeconfig(self.pki, "admin", self.kubeconfig, self.server)
         else:
             self._start_control_plane(time.monotonic() + timeout)
         self.ensure_nodes(nodes, shape, timeout)

@@ -1,10 +1,8 @@
-"""`make demo`'s program (examples/bandit_demo.py) against the session's local cluster, in a namespace of its own.
-
-The demo runs as a user runs it, a subprocess: on the local cluster's real node when it runs (containers of the
-locally built image, as `make demo` does), else with its worker pods run by the local cluster's podrunner (AReaL's
-real rpc_server, examples/ on its PYTHONPATH); when that podrunner serves the reference guard instead, the demo
-brings its own (`--run-pods`, KWOK nodes) in a private namespace. Its output is checked step by step, and then the cluster
-and this machine: no release, no pod, no worker process of the demo's trial.
+"""The README's main command, `make demo`, as a newcomer runs it: in a fresh clone of this checkout (no .venv, no
+.tools; the tool cache is shared, so its tools are linked, not built), on the session's local cluster, where the
+demo's namespace does not exist yet. Its output is checked step by step, and then the cluster and this machine: no
+namespace, release, pod or worker process of the demo left. Then `make demo IN_CLUSTER=1`'s path: the demo as the
+trainer pod of `areal-workers submit`.
 """
 
 from __future__ import annotations
@@ -26,11 +24,18 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-    reason="the demo's workers need examples/ in their image on other clusters; here it runs on the local one")
+pytestmark = [
+    pytest.mark.serial_cluster,  # on the real node's few cores, in a namespace of a fixed name: alone
+    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+                       reason="the demo's workers need examples/ in their image on other clusters; here it runs on "
+                              "the local one"),
+]
 
 DEMO = REPO_ROOT / "examples" / "bandit_demo.py"
+DEMO_NAMESPACE = "bandit-demo"  # the demo's default
+DEMO_ITERATIONS = 8  # the demo's default
+# The clone's virtualenv is made (pip, from its cache) and its cached tools linked before the demo runs.
+CLONE_DEMO_TIMEOUT = 1500
 MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
 ITERATIONS = 6
 # AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
@@ -41,13 +46,15 @@ STEPS = ["1. Create the workers", "2. Fork a role into the actor's pods", "3. Wo
 ITERATION_ROW = re.compile(r"^\s+(\d+)\s+(\d\.\d{3})\s+(\d+\.\d)%\s+(-?\d+\.\d{3})\s+v(\d+)$", re.MULTILINE)
 
 
-def run_demo(kubeconfig: Path, namespace: str, trial: str, *extra: str) -> subprocess.CompletedProcess:
-    """The demo as `make demo` runs it: AReaL's environment with this checkout's package on its path."""
-    return subprocess.run(
-        [str(AREAL_WORKER_PYTHON), str(DEMO), "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--trial",
-         trial, "--iterations", str(ITERATIONS), "--helm", str(REPO_ROOT / ".tools" / "bin" / "helm"), *extra],
-        capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "adapter")})
+def newcomer_environment(home: Path) -> dict[str, str]:
+    """What a newcomer's shell has: no virtualenv, none of this checkout's tools on PATH, no make or pytest state; and
+    AREAL_WORKERS_CLUSTER_DIR, so the clone's `make demo` joins the session's cluster instead of starting another on
+    the same ports."""
+    ours = (str(REPO_ROOT / ".tools"), str(REPO_ROOT / ".venv"))
+    path = os.pathsep.join(entry for entry in os.environ["PATH"].split(os.pathsep) if not entry.startswith(ours))
+    dropped = ("MAKE", "MFLAGS", "PYTEST", "VIRTUAL_ENV", "PYTHONPATH", "AREAL_WORKERS_WORKER", "AREAL_K8S_")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
+    return {**environment, "PATH": path, "AREAL_WORKERS_CLUSTER_DIR": str(LocalCluster().state)}
 
 
 def trial_processes(trial: str) -> list[str]:
@@ -72,39 +79,45 @@ def wait_for_no_processes(trial: str, timeout: float = 30.0) -> list[str]:
 
 
 @pytest.fixture
-def demo_namespace(make_namespace, kube_client, request) -> Iterator[tuple[str, tuple[str, ...], bool]]:
-    """A namespace for the demo, the demo's extra flags, and whether the demo is to create the namespace: with the
-    cluster's podrunner running AReaL's server the namespace does not exist yet, as on a newcomer's first
-    `make demo`; else a private namespace made here and the demo's own runner."""
+def fresh_clone(tmp_path, core) -> Iterator[Path]:
+    """A clone of this checkout's HEAD in a new directory (no .venv, no .tools), and the demo's namespace absent
+    from the cluster, as on a newcomer's machine; whatever a failed demo left is removed afterwards."""
     assert AREAL_WORKER_PYTHON.exists(), "the demo's workers run AReaL's rpc_server: run `make areal-worker`"
-    if LocalCluster().podrunner_workers() != "areal":
-        yield make_namespace(), ("--run-pods",), False
-        return
-    name = f"t-demo-{uuid.uuid4().hex[:6]}"
-    yield name, (), True
-    try:  # the demo deletes what it made; after a failure, this does
-        client.CoreV1Api(kube_client).delete_namespace(name)
+    assert not namespace_exists(core, DEMO_NAMESPACE), f"namespace {DEMO_NAMESPACE} exists: delete it first"
+    clone = tmp_path / "areal-workers"
+    subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(clone)], check=True, timeout=120)
+    yield clone
+    if namespace_exists(core, DEMO_NAMESPACE):
+        core.delete_namespace(DEMO_NAMESPACE)
+
+
+def namespace_exists(core, name: str) -> bool:
+    try:
+        return core.read_namespace(name).status.phase != "Terminating"
     except ApiException as error:
         if error.status != 404:
             raise
+        return False
 
 
-@pytest.mark.timeout(DEMO_TIMEOUT + 60)
-def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(demo_namespace, kubeconfig, core,
-                                                                               helm_client):
-    namespace, extra, created_by_the_demo = demo_namespace
-    trial = f"t{uuid.uuid4().hex[:6]}"
-    result = run_demo(kubeconfig, namespace, trial, *extra)
+@pytest.mark.timeout(CLONE_DEMO_TIMEOUT + 60)
+def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone, core, helm_client, tmp_path):
+    """The README's main command, run as a newcomer runs it: `make demo` in a fresh clone (its virtualenv made, the
+    cached tools linked), on a cluster where the demo's namespace does not exist yet."""
+    started = time.monotonic()
+    result = subprocess.run(["make", "demo"], capture_output=True, text=True, timeout=CLONE_DEMO_TIMEOUT,
+                            cwd=fresh_clone, env=newcomer_environment(tmp_path))
     output = result.stdout
-    assert result.returncode == 0, f"exit {result.returncode}\n{output}\n{result.stderr}"
+    assert result.returncode == 0, f"exit {result.returncode}\n{output[-20000:]}\n{result.stderr[-5000:]}"
+    assert (fresh_clone / ".venv" / "bin" / "python").exists() and (fresh_clone / ".tools" / "bin" / "helm").exists()
+    print(f"fresh clone's make demo: {time.monotonic() - started:.0f} s")
 
     missing = [step for step in STEPS if step not in output]
     assert not missing, f"steps missing: {missing}\n{output}"
     # The first iterations are in the table, then one more after the recovery.
     rows = [(int(i), float(reward)) for i, reward, *_ in ITERATION_ROW.findall(output)]
-    assert [i for i, _ in rows] == list(range(1, ITERATIONS + 2)), output
-    assert rows[ITERATIONS - 1][1] > rows[0][1] + 0.1, f"the mean reward did not rise: {rows}"
-
+    assert [i for i, _ in rows] == list(range(1, DEMO_ITERATIONS + 2)), output
+    assert rows[DEMO_ITERATIONS - 1][1] > rows[0][1] + 0.1, f"the mean reward did not rise: {rows}"
     # AReaL's TrainController made the actor's workers, engines and gloo group; the ranks all-reduced.
     assert re.search(r"actor    actor/0 actor/1 ready, engines in a gloo group at [\d.]+:8001 \(actor/0's pod IP and "
                      r"second port\)", output), output
@@ -127,17 +140,11 @@ def test_the_demo_trains_diagnoses_a_bad_update_rolls_back_and_leaves_nothing(de
     assert "release uninstalled, no pods left, nothing answers on the 6 worker addresses" in output
 
     # Nothing left behind, as seen from outside the demo.
-    assert core.list_namespaced_pod(namespace).items == []
-    assert list(asyncio.run(helm_client.list_releases(all=True, namespace=namespace))) == []
-    assert wait_for_no_processes(trial) == []
-    assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{namespace}-{trial}").exists()
-    if created_by_the_demo:  # it made its namespace, and removes it
-        try:
-            phase = core.read_namespace(namespace).status.phase
-        except ApiException as error:
-            assert error.status == 404
-        else:
-            assert phase == "Terminating"
+    assert core.list_namespaced_pod(DEMO_NAMESPACE).items == []
+    assert list(asyncio.run(helm_client.list_releases(all=True, namespace=DEMO_NAMESPACE))) == []
+    assert wait_for_no_processes("demo") == []
+    assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{DEMO_NAMESPACE}-demo").exists()
+    assert not namespace_exists(core, DEMO_NAMESPACE)  # it made its namespace, and removed it
 
 
 @pytest.mark.timeout(DEMO_TIMEOUT + 60)

@@ -20,6 +20,9 @@ from areal_workers.cli.doctor import Check, role_accesses, run_doctor
 from clusterlib import RUN_PODS, controller_kubeconfig, lane_values
 from localcluster import REPO_ROOT
 
+# It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
+pytestmark = pytest.mark.serial_cluster
+
 ROLE = "areal-controller"
 ROLE_FILE = REPO_ROOT / "rbac" / "role.yaml"
 GPU = "nvidia.com/gpu"

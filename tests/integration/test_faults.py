@@ -21,6 +21,9 @@ from kubernetes.client.exceptions import ApiException
 from areal_workers import SchedulerError, WorkerCreationError, WorkerFailedError, WorkerTimeoutError
 from clusterlib import HOLD, job, spec
 
+# It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
+pytestmark = pytest.mark.serial_cluster
+
 LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
                                 reason="restarts a component of the local control plane")
 

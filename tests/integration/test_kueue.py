@@ -19,6 +19,9 @@ from areal_workers import WorkerCreationError, WorkerFailedError, WorkerTimeoutE
 from areal_workers.admission import ADMISSION_GATE, GROUP, POD_GROUP_LABEL, VERSION
 from clusterlib import job, spec, wait_for
 
+# It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
+pytestmark = pytest.mark.serial_cluster
+
 GPU = "nvidia.com/gpu"
 QUEUE = "lq"
 QUOTA_GPUS = 8

@@ -28,6 +28,7 @@ from realnode_values import worker_values
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.serial_cluster,  # the real node's few cores: alone (tools/test_lanes.py)
     # The node joins this checkout's local cluster; against another cluster ($AREAL_WORKERS_KUBECONFIG) there is none.
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The test lanes of `make test`, on the local cluster that is already up, and a report of each.
+
+    python tools/test_lanes.py [PYTEST_ARGS...]               every lane (extra arguments go to each)
+    python tools/test_lanes.py --lane NAME [PYTEST_ARGS...]   one lane, its output on the terminal
+
+Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane
+(unit, chart and the integration tests that keep to their namespaces) beside the AReaL lane (scheduler and
+conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then, alone, the tests marked
+`serial_cluster`, which load or change what every test shares (nodes, the API server, the real node, GPU capacity,
+Kueue). Each lane writes its output to .tools/lanes/<lane>.log; the report prints every lane's log once it ends
+(whole for a failed lane, the summary line otherwise), its time and its result. The exit status is the first
+failure's, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTEST = REPO / ".venv" / "bin" / "pytest"
+LOGS = REPO / ".tools" / "lanes"
+HELM4 = REPO / ".tools" / "bin" / "helm4"
+AREAL_FILES = ["tests/integration/test_scheduler.py", "tests/integration/test_areal_worker.py",
+               "tests/integration/test_areal_conformance.py", "tests/integration/test_areal_scheduler_semantics.py",
+               "tests/integration/test_train_controller.py"]
+HELM4_FILES = ["tests/integration/test_harness_smoke.py", "tests/integration/test_chart_install.py",
+               "tests/integration/test_scheduler.py"]
+
+
+@dataclass
+class Lane:
+    name: str
+    arguments: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+    code: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def log(self) -> Path:
+        return LOGS / f"{self.name}.log"
+
+    def run(self, extra: list[str]) -> int:
+        started = time.monotonic()
+        with self.log.open("w") as out:
+            self.code = subprocess.run([str(PYTEST), *self.arguments, *extra], cwd=REPO, stdout=out,
+                                       stderr=subprocess.STDOUT, env={**os.environ, **self.environment}).returncode
+        self.seconds = time.monotonic() - started
+        return self.code
+
+
+def lanes() -> list[list[list[Lane]]]:
+    """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
+    main = Lane("main", ["-m", "not serial_cluster"])
+    areal = Lane("areal", [*AREAL_FILES, "-m", "not reference_guard_only and not serial_cluster", "-k", "not rbac"],
+                 {"AREAL_WORKERS_WORKER": "areal"})
+    helm4 = Lane("helm4", [*HELM4_FILES, "-m", "not serial_cluster", "-k", "not rbac"],
+                 {"AREAL_WORKERS_HELM": str(HELM4)})
+    serial = Lane("serial", ["-m", "serial_cluster"])
+    return [[[main], [areal, helm4]], [[serial]]]
+
+
+def by_name(name: str) -> Lane:
+    found = [lane for phase in lanes() for lanes_ in phase for lane in lanes_ if lane.name == name]
+    if not found:
+        raise SystemExit(f"test_lanes: no lane {name!r}; the lanes: "
+                         f"{', '.join(lane.name for phase in lanes() for lanes_ in phase for lane in lanes_)}")
+    return found[0]
+
+
+def report(lane: Lane, lock: threading.Lock) -> None:
+    text = lane.log.read_text(errors="replace")
+    summary = next((line for line in reversed(text.splitlines()) if line.startswith("=")), "(no summary)")
+    with lock:
+        print(f"\n===== lane {lane.name}: exit {lane.code} in {lane.seconds:.0f} s: {summary.strip('= ')}", flush=True)
+        if lane.code != 0:
+            print(text, flush=True)
+
+
+def main(extra: list[str]) -> int:
+    if extra[:1] == ["--lane"] and len(extra) > 1:
+        lane = by_name(extra[1])
+        return subprocess.run([str(PYTEST), *lane.arguments, *extra[2:]], cwd=REPO,
+                              env={**os.environ, **lane.environment}).returncode
+    LOGS.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    started = time.monotonic()
+    every: list[Lane] = []
+    for phase in lanes():
+        def stream(lanes_: list[Lane]) -> None:
+            for lane in lanes_:
+                with lock:
+                    print(f"lane {lane.name}: {' '.join(lane.arguments)} (log {lane.log.relative_to(REPO)})",
+                          flush=True)
+                lane.run(extra)
+                report(lane, lock)
+
+        threads = [threading.Thread(target=stream, args=(lanes_,)) for lanes_ in phase]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        every += [lane for lanes_ in phase for lane in lanes_]
+        if any(lane.code != 0 for lane in every):
+            break
+    print(f"\n===== lanes in {time.monotonic() - started:.0f} s: "
+          + ", ".join(f"{lane.name} {'passed' if lane.code == 0 else 'FAILED'} ({lane.seconds:.0f} s)"
+                      for lane in every), flush=True)
+    return next((lane.code or 1 for lane in every if lane.code != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
