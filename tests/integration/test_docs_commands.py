@@ -97,7 +97,7 @@ NOT_RUN = {
 GIVEN = {
     "docs/en/rbac.md": ["kubectl create namespace rl"],
     "docs/en/security.md": ["kubectl create namespace rl"],
-    "docs/en/kueue.md": ["kubectl create namespace rl"],
+    "docs/en/kueue.md": ["kubectl create namespace areal"],  # the LocalQueue's (examples/kueue-queue.yaml)
     "charts/areal-workers/README.md": ["kubectl create namespace rl"],
     "docs/en/trainer-lifetime.md": ["kubectl create namespace rl"],
 }
@@ -155,7 +155,7 @@ def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
     shutil.copy(kubeconfig, directory / "kubeconfig")
     path = os.pathsep.join([str(REPO_ROOT / ".tools" / "bin"), str(REPO_ROOT / ".venv" / "bin"), os.environ["PATH"]])
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("AREAL_K8S_", "PYTEST"))}
-    return {**environment, "PATH": path, "KUBECONFIG": str(directory / "kubeconfig"), "HOME": str(directory)}
+    return {**environment, "PATH": path, "KUBECONFIG": str(directory / "kubeconfig")}
 
 
 def scripts(page: str) -> list[tuple[str, str | None]]:
@@ -194,7 +194,10 @@ def test_the_pages_commands_run_on_the_local_cluster(page, kubeconfig, core, tmp
     finally:
         for command in CLEANUP.get(page, []):
             subprocess.run(["bash", "-c", command], cwd=tmp_path, env=environment, capture_output=True, timeout=300)
-        made = namespaces(core) - before
+        # Only the namespaces the page's commands name: other lanes make namespaces meanwhile.
+        named = set(re.findall(r"[a-z0-9-]+", "\n".join([*GIVEN.get(page, []), *(text for text, _ in scripts(page)),
+                                                           *(block.text for block in blocks(page))])))
+        made = (namespaces(core) - before) & named
         for name in made:
             core.delete_namespace(name)
         deadline = time.monotonic() + 300
