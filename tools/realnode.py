@@ -52,7 +52,7 @@ NODE_CHOICES = ("kwok", "real", "auto")  # `localcluster.py up --real-node` and 
 
 
 class RealNode:
-    """The real node of one local cluster (there can be one per machine: the bridge and 198.18.0.0/24 are fixed)."""
+    """The real node of one local cluster (one per machine: the bridge and 198.18.0.0/24 are fixed; host.live_node() tells)."""
 
     def __init__(self, state: Path, pki: Path, ports: Ports, server: str, kubeconfig: Path,
                  environment: Path) -> None:
@@ -116,6 +116,9 @@ class RealNode:
             return
         started = time.monotonic()
         self._preflight()
+        removed = host.reclaim_leftovers()
+        if removed:
+            say(f"real node: removed what a killed run left behind: {', '.join(removed)}")
         self.paths.root.mkdir(parents=True, exist_ok=True)
         host.save(self.paths)
         host.create_bridge()

@@ -31,13 +31,50 @@ def preflight(paths: NodePaths) -> None:
         raise ClusterError("the real node needs root (containerd, runc, the kubelet's cgroups and mounts)")
     if not (CGROUP_ROOT / "memory").is_dir():
         raise ClusterError(f"no cgroup v1 memory hierarchy under {CGROUP_ROOT}: the real node is set up for cgroup v1")
+    live = live_node()
+    if live:
+        raise ClusterError(f"another real node runs on this machine ({live}); there can be one per machine (the "
+                           f"bridge {BRIDGE} and {NETWORK} are fixed). Stop it with `tools/localcluster.py down` in "
+                           f"its checkout")
+
+
+def live_node() -> str:
+    """What shows that a real node runs here ("" when nothing does): processes in the kubelet's cgroups, or
+    sockets bound to the node's IP (its kubelet and CoreDNS). Both are visible across checkouts and PID namespaces
+    that share this machine's network and cgroups."""
+    procs = CGROUP_ROOT / "memory" / KUBEPODS
+    if procs.is_dir():
+        pids = [line for f in procs.rglob("cgroup.procs") for line in f.read_text().split()]
+        if pids:
+            return f"{len(pids)} process(es) in {procs}"
+    bound = sockets_on(NODE_IP)
+    return f"a socket on {bound[0]}" if bound else ""
+
+
+def sockets_on(ip: str) -> list[str]:
+    """"<proto> <ip>:<port>" of the TCP and UDP sockets of this network namespace bound to `ip` (IPv4)."""
+    address = "".join(f"{int(octet):02X}" for octet in reversed(ip.split(".")))
+    found = []
+    for table in ("tcp", "udp"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local = line.split()[1]
+            if local.startswith(address + ":"):
+                found.append(f"{table} {ip}:{int(local.split(':')[1], 16)}")
+    return found
+
+
+def reclaim_leftovers() -> list[str]:
+    """Removes what a real node that was killed (not stopped with `down`) left behind: its bridge and its empty
+    cgroups. Only called once live_node() found nothing; returns what was removed."""
+    removed = []
     if Path(f"/sys/class/net/{BRIDGE}").exists():
-        raise ClusterError(f"{BRIDGE} exists: another real node runs on this machine (one per machine: the bridge and "
-                           f"{NETWORK} are fixed). Stop it with `tools/localcluster.py down` in its checkout, or, if "
-                           f"nothing runs, remove the leftover with `ip link del {BRIDGE}`")
-    busy = [str(p) for p in (CGROUP_ROOT / c / KUBEPODS for c in _controllers()) if p.exists()]
-    if busy:
-        raise ClusterError(f"kubelet cgroups exist ({busy[0]}): another kubelet runs on this machine, or one left them")
+        _run("ip", "link", "del", BRIDGE)
+        removed.append(f"interface {BRIDGE}")
+    cgroups = [str(CGROUP_ROOT / c / KUBEPODS) for c in _controllers() if (CGROUP_ROOT / c / KUBEPODS).exists()]
+    if cgroups:
+        _remove_cgroups()
+        removed.append(f"{len(cgroups)} empty {KUBEPODS} cgroup(s)")
+    return removed
 
 
 def _controllers() -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import socket
 import tarfile
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from realnode_config import (
     corefile,
     kubelet_config,
 )
+from realnode_host import sockets_on
 from realnode_images import Layer, docker_archive
 from realnode_values import interpreter_home, worker_values
 
@@ -138,3 +140,17 @@ def test_podrunner_leaves_the_real_nodes_pods_to_its_kubelet() -> None:
     assert pod_kind(_pod("kwok-fault")) == "worker"  # any KWOK node, the fault tests' own included
     assert pod_kind(_pod("real-node-0")) is None  # the real kubelet runs it
     assert pod_kind(_pod(None)) is None
+
+
+@pytest.mark.parametrize("kind", [socket.SOCK_STREAM, socket.SOCK_DGRAM])
+def test_a_live_node_is_told_by_the_sockets_on_its_ip(kind: int) -> None:
+    """A killed run's bridge is reclaimed only when nothing is bound to the node's IP: the check must see a
+    listener of either protocol on an address, and not one on another address."""
+    with socket.socket(socket.AF_INET, kind) as bound:
+        bound.bind(("127.0.0.1", 0))
+        if kind == socket.SOCK_STREAM:
+            bound.listen()
+        port = bound.getsockname()[1]
+        proto = "tcp" if kind == socket.SOCK_STREAM else "udp"
+        assert f"{proto} 127.0.0.1:{port}" in sockets_on("127.0.0.1")
+        assert not [s for s in sockets_on("127.0.0.2") if s.endswith(f":{port}")]
