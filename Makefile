@@ -12,10 +12,11 @@ WORKERS ?=
 # a command substitution the shell runs when the recipe line runs: a `$(shell ...)` would run when make expands the
 # whole recipe, before its first lines have made the virtualenv and the cluster.
 CLUSTER_KUBECONFIG = "$$($(PY) tools/localcluster.py kubeconfig)"
+KUBECTL_LOCAL = kubectl --kubeconfig $(CLUSTER_KUBECONFIG)
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
-# AReaL's environment (`make areal-worker`) with this checkout's package on its path: what runs AReaL's own
-# controllers, i.e. the demo's trainer.
-AREAL_PY = PYTHONPATH=$(CURDIR)/adapter .tools/areal-worker/bin/python
+# AReaL's environment (`make areal-worker`) with this checkout's package and tools/ (the local cluster's packages)
+# on its path: what runs AReaL's own controllers, i.e. the demo's trainer.
+AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/python
 
 .PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
 
@@ -28,15 +29,23 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev,demo,bench]'
 	touch $@
 
-venv: $(VENV)/.installed ## Python virtualenv with the package and test dependencies
+# tools/ and tests/support on the virtualenv's path (a .pth file), as pytest has them (pyproject.toml): the
+# benchmarks, the doc generators and `python -m podrunner` import the local cluster's packages and the test
+# stand-ins like installed modules.
+$(VENV)/.dev-paths: $(VENV)/.installed
+	printf '%s\n' $(CURDIR)/tools $(CURDIR)/tests/support \
+	  >"$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/areal-workers-dev.pth"
+	touch $@
+
+venv: $(VENV)/.installed $(VENV)/.dev-paths ## Python virtualenv with the package and test dependencies
 
 # helm and kubectl also beside the virtualenv's python, where .venv/bin/areal-workers finds helm off PATH.
 tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too)
-	tools/install.sh
+	tools/install/tools.sh
 	ln -sf $(CURDIR)/.tools/bin/helm $(CURDIR)/.tools/bin/kubectl $(VENV)/bin/
 
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
-	PYTHON=$(PYTHON) tools/install-areal-worker.sh
+	PYTHON=$(PYTHON) tools/install/areal-worker.sh
 
 # NODE=real: also the real node (kubelet + containerd running real containers; root; docs/en/real-node.md); auto: when
 # this machine can run it. KUEUE=1: also Kueue (its webhooks act only in namespaces labelled areal-workers.local/kueue=true).
@@ -64,7 +73,6 @@ DEMO_ARGS ?=
 # namespace bandit-demo), reaching its workers at their pod IPs; its log and exit code come back here.
 IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
-KUBECTL_LOCAL = kubectl --kubeconfig $(CLUSTER_KUBECONFIG)
 demo: ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
 	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto)
@@ -83,7 +91,7 @@ quickstart: cluster-up ## the chart alone: local cluster, the chart installed wi
 	helm upgrade --install demo charts/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) \
 	  --namespace areal-demo --create-namespace -f examples/values-example.yaml --wait --timeout 5m
 	helm test demo --kubeconfig $(CLUSTER_KUBECONFIG) --namespace areal-demo --timeout 3m
-	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) -n areal-demo get statefulsets,services,pods -o wide
+	$(KUBECTL_LOCAL) -n areal-demo get statefulsets,services,pods -o wide
 
 # Benchmarks on a cluster of their own (ports 20440+, .tools/bench-cluster), stopped afterwards: results in
 # bench/results/, rendered into bench/RESULTS.md. Extra arguments: BENCH_ARGS='--only startup'.
@@ -118,9 +126,9 @@ test-integration: tools ## integration tests (starts or reuses the local cluster
 	$(PYTEST) -m integration $(PYTEST_ARGS)
 
 docs: venv ## regenerate the generated docs from the code: the chart README's values table, docs/*/configuration.md, docs/*/cli.md
-	$(PY) tools/chart_docs.py
-	$(PY) tools/config_docs.py
-	$(PY) tools/cli_docs.py
+	$(PY) -m docgen.chart
+	$(PY) -m docgen.config
+	$(PY) -m docgen.cli
 
 clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
 	rm -rf .tools $(VENV)

@@ -25,28 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (BENCH, REPO / "tools"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
 import harness  # noqa: E402
 from kubernetes import client, config as kube_config  # noqa: E402
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig  # noqa: E402
+from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
+
+BENCH = Path(__file__).resolve().parent
 
 PRIVATE = {"areal-workers.dev/podrunner": "private"}
 HOLD = {"areal-workers.dev/kwok-hold": "true"}  # KWOK and podrunner leave such pods Pending and alone
 # Worker pods whose readiness podrunner reports from their probe (as in tests/integration/clusterlib.RUN_PODS).
 RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
                                "terminationGracePeriodSeconds": 5}}
-AREAL_PYTHON = REPO / ".tools" / "areal-worker" / "bin" / "python"
 Progress = Callable[[str], None]
 
 
 def helm_executable() -> str:
-    return os.environ.get("AREAL_WORKERS_HELM", str(REPO / ".tools" / "bin" / "helm"))
+    return os.environ.get("AREAL_WORKERS_HELM", str(TOOLS_BIN / "helm"))
 
 
 @dataclass(frozen=True)
@@ -70,8 +66,8 @@ class Lane:
         return {"cluster": {"fileroot": str(root), "nameResolve": {"nfsRecordRoot": str(root / "name_resolve")}}}
 
 
-AREAL = Lane("areal", "AReaL rpc_server", "areal_engines.Counter", str(AREAL_PYTHON), "areal.infra.rpc.rpc_server",
-             600.0)
+AREAL = Lane("areal", "AReaL rpc_server", "areal_engines.Counter", str(AREAL_WORKER_PYTHON),
+             "areal.infra.rpc.rpc_server", 600.0)
 REFERENCE = Lane("reference", "stand-in guard", "areal_workers_testing.engines.Counter", sys.executable,
                  "areal_workers_testing.reference_guard", 600.0)
 
@@ -97,12 +93,12 @@ def namespace(core: client.CoreV1Api, prefix: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def private_podrunner(kubeconfig: str, namespace_name: str, lane: Lane, log_dir: Path) -> Iterator[None]:
-    """tools/podrunner.py for one namespace with the lane's worker server; stops it (and its workers) after."""
+    """`python -m podrunner` for one namespace with the lane's worker server; stops it (and its workers) after."""
     log_dir.mkdir(parents=True, exist_ok=True)
     ledger = log_dir / "ledger"
     with (log_dir / "podrunner.log").open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, str(REPO / "tools" / "podrunner.py"), "--kubeconfig", kubeconfig,
+            [sys.executable, "-m", "podrunner", "--kubeconfig", kubeconfig,
              "--log-dir", str(log_dir), "--workers", lane.name, "--namespace", namespace_name,
              "--ledger", str(ledger)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -115,7 +111,7 @@ def private_podrunner(kubeconfig: str, namespace_name: str, lane: Lane, log_dir:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            from podrunner import ProcessLedger
+            from podrunner.processes import ProcessLedger
 
             ProcessLedger(ledger).kill_leftovers()
 
@@ -203,7 +199,7 @@ def pyplot() -> Any:
 
 
 def default_kubeconfig() -> str:
-    from localcluster import LocalCluster
+    from localkube.cluster import LocalCluster
 
     return os.environ.get("AREAL_WORKERS_KUBECONFIG") or str(LocalCluster().kubeconfig)
 

@@ -4,9 +4,9 @@ phase of create_workers, get_workers (waiting for Ready), call-free get_workers 
 workers (quick 128, full 1024) in roles of 64.
 
 No worker process runs: the pods carry `areal-workers.dev/readiness: kwok` (workerDefaults.podAnnotations in the
-scheduler's values file), which tools/kwok/stages.yaml's `pod-ready-kwok` stage turns Ready (with a pod IP) as soon
-as a pod is scheduled, and which podrunner leaves alone; the namespace is also private, so no podrunner runs its
-pods. Memory is absolute for the whole process (the benchmark's own imports included); the "RSS growth" column is
+scheduler's values file), which the `pod-ready-kwok` stage of tools/localkube/kwok-stages.yaml turns Ready (with a
+pod IP) as soon as a pod is scheduled, and which podrunner leaves alone; the namespace is also private, so no
+podrunner runs its pods. Memory is absolute for the whole process (the benchmark's own imports included); the "RSS growth" column is
 relative to the moment before the scheduler was built.
 
     .venv/bin/python bench/controller_cost.py --profile quick --kubeconfig PATH

@@ -72,7 +72,7 @@ def measure(kubeconfig: str, namespace: str, repeats: int, scratch: Path, progre
 
 
 def run(profile: str, kubeconfig: str, progress: kit.Progress) -> harness.Result:
-    from localcluster_kueue import MANAGED_NAMESPACE_LABEL
+    from localkube.addons.kueue import MANAGED_NAMESPACE_LABEL
 
     repeats = PROFILES[profile]
     load_start = kit.loadavg()

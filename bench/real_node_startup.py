@@ -23,19 +23,14 @@ import time
 import uuid
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (REPO / "tools",):
-    sys.path.insert(0, str(_path))
-
 from kubernetes import client, config as kube_config  # noqa: E402
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
-from localcluster_settings import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON  # noqa: E402
-from realnode_values import worker_values  # noqa: E402
+from localkube.cluster import LocalCluster
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, TOOLS_BIN
 
-RESULTS = BENCH / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 COMMAND = "python -m areal.infra.rpc.rpc_server"
 
 
@@ -52,7 +47,7 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float)
     shared.chmod(0o777)
     values = shared / "values.json"
     values.write_text(json.dumps(values_for(where, shared)))
-    settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=str(REPO / ".tools/bin/helm"),
+    settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=str(TOOLS_BIN / "helm"),
                     values_files=(str(values),), ready_timeout=600.0, helm_timeout=600.0)
     if where == "kwok":
         settings["python_executable"] = str(AREAL_WORKER_PYTHON)

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import REPO
+
 STARTUP_TIMEOUT = 120.0  # AReaL's server imports torch first
 STAND_IN = "areal_workers_testing.reference_guard"
 

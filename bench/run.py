@@ -19,18 +19,12 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (BENCH, REPO / "tools", REPO / "tests" / "support"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
 import harness  # noqa: E402
 import report  # noqa: E402
+from repo_paths import REPO
 
 BENCHMARKS = ("startup", "api_economy", "rpc_overhead", "detection", "release_growth", "controller_cost")
 CLUSTER_ENV = {
@@ -39,7 +33,7 @@ CLUSTER_ENV = {
     "AREAL_WORKERS_CLUSTER_POD_OCTET": "61",
 }
 NODES = 8
-# 200 pods a node: a node's pods get addresses of one /24 (tools/localcluster_nodes.py). Every worker asks for
+# 200 pods a node: a node's pods get addresses of one /24 (tools/localkube/nodes.py). Every worker asks for
 # 1 CPU and 1 GiB.
 NODE_CPU, NODE_MEMORY, NODE_PODS = "256", "1Ti", 200
 
@@ -61,7 +55,8 @@ class Steps:
 def run_all(modules: list[ModuleType], profile: str, steps: Steps) -> list[str]:
     """Starts the cluster, runs each benchmark, saves its result; stops the cluster. Returns the failures."""
     os.environ.update(CLUSTER_ENV)
-    from localcluster import LocalCluster, NodeShape
+    from localkube.cluster import LocalCluster
+    from localkube.nodes import NodeShape
 
     cluster = LocalCluster()
     failures = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,24 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (REPO / "tools", REPO / "tests" / "support"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
 from kubernetes import client, config, utils  # noqa: E402
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
 from areal_workers.podwatch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
-from localcluster import service_account_kubeconfig  # noqa: E402
-from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner  # noqa: E402
+from localkube.pki import service_account_kubeconfig
+from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
+from repo_paths import REPO, TOOLS_BIN
 
-HELM = REPO / ".tools" / "bin" / "helm"
-KUBECTL = REPO / ".tools" / "bin" / "kubectl"
+HELM = TOOLS_BIN / "helm"
+KUBECTL = TOOLS_BIN / "kubectl"
 COMMAND = "python -m areal.infra.rpc.rpc_server"
-# KWOK alone reports these pods Ready and nothing runs them (tools/kwok/stages.yaml, stage pod-ready-kwok): the
-# chart always renders a container command, so the annotation, not a missing command, selects the stage.
+# KWOK alone reports these pods Ready and nothing runs them (tools/localkube/kwok-stages.yaml, stage
+# pod-ready-kwok): the chart always renders a container command, so the annotation, not a missing command, selects
+# the stage.
 KWOK_READY = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "kwok"},
                                  "terminationGracePeriodSeconds": 0}}
 # Pods whose guard processes podrunner runs: a short grace period keeps the clean-up between runs short.
@@ -39,7 +34,7 @@ REAL_GUARDS = {"workerDefaults": {"terminationGracePeriodSeconds": 2}}
 RELEASE_LABEL = "app.kubernetes.io/instance"
 HOOK_ANNOTATION = "helm.sh/hook"
 STALE_KWOK_HINT = ("pods annotated readiness=kwok never Ready? the cluster's KWOK may predate the stage "
-                   "pod-ready-kwok of tools/kwok/stages.yaml (restart the cluster: make cluster-down)")
+                   "pod-ready-kwok of tools/localkube/kwok-stages.yaml (restart the cluster: make cluster-down)")
 
 
 def admin_client(kubeconfig: str) -> client.ApiClient:

@@ -15,13 +15,13 @@ from areal_workers import Worker
 from areal_workers import naming
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-REAL_NODE_LABEL = "areal-workers.dev/node"  # tools/realnode_config.py
+REAL_NODE_LABEL = "areal-workers.dev/node"  # tools/realnode/config.py
 TABLE_HEADER = ("WORKER", "POD", "NODE", "IP", "PORTS", "READY", "RESTARTS")
 
 
 def is_local_cluster(core: client.CoreV1Api) -> bool:
     """True on the project's local cluster: every node is one of KWOK's fake nodes (`make cluster-up`), whose worker
-    pods run as processes on this machine, or its real node (tools/realnode.py)."""
+    pods run as processes on this machine, or its real node (tools/realnode/)."""
     try:
         nodes = core.list_node().items
     except ApiException:

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,8 @@ from bandit_config import ClusterConfig
 from demo_checks import DemoFailure
 
 EXAMPLES = Path(__file__).resolve().parent
+# Not tools/repo_paths.py: on any other cluster the demo runs as a plain `python examples/bandit_demo.py`, without
+# tools/ on its path (only this checkout's local cluster needs tools/, and `make demo` puts it there).
 REPO_ROOT = EXAMPLES.parent
 LOCAL_KUBECONFIG = REPO_ROOT / ".tools" / "kubeconfig"
 CLUSTER_DIR_VARIABLE = "AREAL_WORKERS_CLUSTER_DIR"
@@ -52,7 +53,7 @@ class Target:
     nodes: int
     fileroot: str  # AReaL's fileroot of the workers
     made_fileroot: bool = False
-    real_node: bool = False  # the local cluster's real node runs the workers as containers (tools/realnode.py)
+    real_node: bool = False  # the local cluster's real node runs the workers as containers (tools/realnode/)
 
 
 def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -106,12 +107,14 @@ def ensure_namespace(target: Target, namespace: str) -> bool:
 
 def check_local_runner(kubeconfig: str | None) -> None:
     """On this checkout's local cluster, its podrunner must run the pods with AReaL's server (not the reference
-    guard, which cannot load TrainEngine subclasses)."""
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    from localcluster import LocalCluster
+    guard, which cannot load TrainEngine subclasses). tools/ is on the path there (`make demo`); a trainer pod
+    (no kubeconfig) has only the package."""
+    if kubeconfig is None:
+        return
+    from localkube.cluster import LocalCluster
 
     local = LocalCluster()
-    if kubeconfig is None or Path(kubeconfig).resolve() != local.kubeconfig.resolve():
+    if Path(kubeconfig).resolve() != local.kubeconfig.resolve():
         return  # another local cluster: its runner is its owner's business
     workers = local.podrunner_workers()
     if workers != "areal":
@@ -136,9 +139,8 @@ def scheduler_config(args: argparse.Namespace, target: Target) -> KubernetesSche
 
 
 def real_node_values(fileroot: str) -> Path:
-    """A values file placing the workers on the real node (tools/realnode_values.py), next to the fileroot."""
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    from realnode_values import worker_values
+    """A values file placing the workers on the real node (tools/realnode/values.py), next to the fileroot."""
+    from realnode.values import worker_values
 
     values = Path(fileroot) / "real-node-values.json"
     values.write_text(json.dumps(worker_values(LOCAL_WORKER_PYTHON.parent.parent, Path(fileroot))))
@@ -156,12 +158,11 @@ def worker_spec(target: Target, image: str | None = None) -> SchedulingSpec:
 
 @contextmanager
 def pod_runner(args: argparse.Namespace, target: Target) -> Iterator[None]:
-    """--run-pods: tools/podrunner.py inside this program, running the namespace's pods with AReaL's server."""
+    """--run-pods: tools/podrunner/ inside this program, running the namespace's pods with AReaL's server."""
     if not args.run_pods:
         yield
         return
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    from podrunner import PodRunner
+    from podrunner.watch import PodRunner
 
     logs = Path(tempfile.mkdtemp(prefix="areal-bandit-demo-pods-"))
     runner = PodRunner(args.kubeconfig, args.namespace, logs, module_map={}, python=str(LOCAL_WORKER_PYTHON),

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import REPO, TOOLS_BIN
+
 MARKER_BY_DIRECTORY = {"unit": "unit", "chart": "chart", "integration": "integration"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test carries the marker of its directory, so `-m unit|chart|integration` selects lanes."""
     for item in items:
-        directory = Path(str(item.fspath)).relative_to(REPO_ROOT / "tests").parts[0]
+        directory = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
         marker = MARKER_BY_DIRECTORY.get(directory)
         # Not `marker in item.keywords`: a test's keywords already hold its directory names.
         if marker and item.get_closest_marker(marker) is None:
@@ -27,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def helm_executable() -> str:
     """helm 3 by default; AREAL_WORKERS_HELM=.tools/bin/helm4 runs the same tests on helm 4."""
-    return os.environ.get("AREAL_WORKERS_HELM", str(REPO_ROOT / ".tools" / "bin" / "helm"))
+    return os.environ.get("AREAL_WORKERS_HELM", str(TOOLS_BIN / "helm"))
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +38,7 @@ def kubeconfig() -> Path:
     external = os.environ.get("AREAL_WORKERS_KUBECONFIG")
     if external:
         return Path(external)
-    from localcluster import LocalCluster
+    from localkube.cluster import LocalCluster
 
     cluster = LocalCluster()
     cluster.up()
@@ -65,7 +66,7 @@ def make_namespace(kube_client, request) -> Iterator:
     test's own (the pod_runner fixture), so two runners never run one pod. private=False hands them to the
     cluster's podrunner."""
     from kubernetes import client
-    from podrunner import PRIVATE_LABEL, PRIVATE_VALUE
+    from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE
 
     core = client.CoreV1Api(kube_client)
     created: list[str] = []

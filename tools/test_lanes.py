@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import REPO, TOOLS_BIN
+
 PYTEST = REPO / ".venv" / "bin" / "pytest"
 LOGS = REPO / ".tools" / "lanes"
-HELM4 = REPO / ".tools" / "bin" / "helm4"
+HELM4 = TOOLS_BIN / "helm4"
 AREAL_FILES = ["tests/integration/test_scheduler.py", "tests/integration/test_areal_worker.py",
                "tests/integration/test_areal_conformance.py", "tests/integration/test_areal_scheduler_semantics.py",
                "tests/integration/test_train_controller.py"]

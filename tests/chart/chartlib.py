@@ -13,10 +13,11 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from repo_paths import REPO, TOOLS_BIN
+
 CHART = REPO / "charts" / "areal-workers"
-HELM = os.environ.get("HELM") or os.environ.get("AREAL_WORKERS_HELM") or str(REPO / ".tools" / "bin" / "helm")
-HELM4 = os.environ.get("HELM4", str(REPO / ".tools" / "bin" / "helm4"))
+HELM = os.environ.get("HELM") or os.environ.get("AREAL_WORKERS_HELM") or str(TOOLS_BIN / "helm")
+HELM4 = os.environ.get("HELM4", str(TOOLS_BIN / "helm4"))
 RELEASE = "rel"
 NAMESPACE = "ns"
 

@@ -1,4 +1,4 @@
-"""The values table of the chart's README is what tools/chart_docs.py generates from values.yaml and
+"""The values table of the chart's README is what tools/docgen/chart.py generates from values.yaml and
 values.schema.json, and the generator refuses a value without a description. (The same rows in
 docs/*/configuration.md: tests/unit/test_config_docs.py.)"""
 
@@ -11,8 +11,8 @@ import json
 import pytest
 from chartlib import CHART, REPO
 
-import chart_docs
-from chart_docs import REGENERATE, ChartDocsError, flow, rows
+import docgen.chart as chart_docs
+from docgen.chart import REGENERATE, ChartDocsError, flow, rows
 
 pytestmark = pytest.mark.chart
 

@@ -1,5 +1,5 @@
 """The helm-unittest suites of charts/areal-workers/tests, run as `helm unittest` through the local plugin that
-tools/install.sh writes to .tools/helm-plugins (no network), and kept out of the packaged chart."""
+tools/install/tools.sh writes to .tools/helm-plugins (no network), and kept out of the packaged chart."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ SUITES = sorted((CHART / "tests").glob("*_test.yaml"))
 def helm_unittest(chart: Path) -> subprocess.CompletedProcess:
     if not (PLUGINS / "unittest" / "plugin.yaml").is_file():
         pytest.fail(f"the helm unittest plugin is missing from {PLUGINS}: run `make tools` "
-                    "(or `tools/install.sh helm_unittest`)")
+                    "(or `tools/install/tools.sh helm_unittest`)")
     env = {**os.environ, "HELM_PLUGINS": str(PLUGINS), "KUBECONFIG": os.devnull}
     return subprocess.run([HELM, "unittest", "--color=false", str(chart)], capture_output=True, text=True, env=env,
                           timeout=300)

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
-from localcluster import REPO_ROOT, service_account_kubeconfig
+from localkube.pki import service_account_kubeconfig
+from repo_paths import AREAL_WORKER_PYTHON, REPO
 
-# Worker pods whose processes tools/podrunner.py runs and whose readiness it probes, as a kubelet would.
+# Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
 RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
                                "terminationGracePeriodSeconds": 5}}
 # KWOK and podrunner leave pods with this annotation alone: tests write their status (fault injection).
@@ -39,16 +40,15 @@ def guard_health(worker) -> dict:
 
 def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
     """Applies rbac/ in the namespace and returns a kubeconfig of its ServiceAccount's token."""
-    subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
-                    "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
+    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
+                    "-n", namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
     return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
 
 
 # --- worker lanes: which server runs in the worker pods ------------------------------------------------------
 
 LANE_VARIABLE = "AREAL_WORKERS_WORKER"
-AREAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
-SUPPORT_DIR = REPO_ROOT / "tests" / "support"
+SUPPORT_DIR = REPO / "tests" / "support"
 
 
 @dataclass(frozen=True)

@@ -80,12 +80,12 @@ def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
 
 @pytest.fixture
 def pod_runner(kubeconfig, core, tmp_path, worker_lane):
-    """Runs the pods of the given namespace as local processes (tools/podrunner.py), with the server of the worker
+    """Runs the pods of the given namespace as local processes (tools/podrunner/), with the server of the worker
     lane: a runner of the test's own, so the namespace must be private (make_namespace's default), which keeps
     the local cluster's podrunner out of it."""
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs worker processes for KWOK pods on loopback IPs: local cluster only (docs/en/testing.md)")
-    from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
+    from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 
     runners: list[PodRunner] = []
 

@@ -29,11 +29,11 @@ from kubernetes import client
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.errors import WorkerCreationError
+from repo_paths import REPO, TOOLS_BIN
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-APPLICATION = REPO_ROOT / "examples" / "argocd-application.yaml"
+APPLICATION = REPO / "examples" / "argocd-application.yaml"
 VALUES = "examples/values-argocd.yaml"  # in the test's git repository as in this one
 LOCAL_VALUES = "local-cluster.yaml"  # the test's addition: pods podrunner runs and probes
 GROUP, VERSION, PLURAL, ARGOCD_NAMESPACE = "argoproj.io", "v1alpha1", "applications", "argocd"
@@ -136,9 +136,9 @@ def wait_for(check, timeout: float, describe):
 
 def make_repository(path: Path) -> str:
     """A git repository laid out like this one (the chart and the values file), on branch main."""
-    shutil.copytree(REPO_ROOT / "charts" / "areal-workers", path / "charts" / "areal-workers")
+    shutil.copytree(REPO / "charts" / "areal-workers", path / "charts" / "areal-workers")
     (path / "examples").mkdir()
-    shutil.copy(REPO_ROOT / VALUES, path / VALUES)
+    shutil.copy(REPO / VALUES, path / VALUES)
     local = {**copy.deepcopy(RUN_PODS), **lane_values(selected_lane(), path.parent / "areal")}
     (path / LOCAL_VALUES).write_text(yaml.safe_dump(local))
     run = lambda *args: subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)  # noqa: E731
@@ -163,8 +163,8 @@ def application_for(repo: Path, server: str, namespace: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gitops(kubeconfig, kube_client, tmp_path_factory):
-    from localcluster import LocalCluster
-    from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
+    from localkube.cluster import LocalCluster
+    from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs Argo CD and worker processes beside the local cluster: local cluster only")
@@ -316,7 +316,7 @@ def test_the_cli_shows_the_argo_owned_group_and_leaves_its_changes_to_git(gitops
     from areal_workers.cli.main import main
     from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
 
-    monkeypatch.setenv("PATH", f"{REPO_ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}")
 
     def cli(*argv: str) -> tuple[int, str, str]:
         code = main(["--kubeconfig", str(gitops.kubeconfig), "-n", gitops.namespace, *argv])

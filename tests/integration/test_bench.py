@@ -3,19 +3,16 @@ cannot rot between `make bench` runs. What they measure is not checked here (no 
 they count exactly is.
 
 Their guard series run with a PodRunner of the test process in private namespaces, like the other integration
-tests' workers; their KWOK series need the cluster's KWOK to know the stage pod-ready-kwok (tools/kwok/stages.yaml):
-a cluster started before it existed needs `make cluster-down` first.
+tests' workers; their KWOK series need the cluster's KWOK to know the stage pod-ready-kwok
+(tools/localkube/kwok-stages.yaml): a cluster started before it existed needs `make cluster-down` first.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import api_economy  # noqa: E402
 import harness  # noqa: E402
@@ -40,7 +37,8 @@ def kwok_readiness_stage(core, namespace, ready_pods):
         ready_pods(namespace, "probe=kwok", 1, timeout=20)
     except TimeoutError:
         pytest.fail("a pod annotated areal-workers.dev/readiness=kwok did not become Ready: the cluster's KWOK "
-                    "predates the stage pod-ready-kwok of tools/kwok/stages.yaml; restart it (make cluster-down)")
+                    "predates the stage pod-ready-kwok of tools/localkube/kwok-stages.yaml; restart it "
+                    "(make cluster-down)")
 
 
 def rows(result: harness.Result, caption: str) -> list[list]:

@@ -4,18 +4,14 @@ their timings.
 
 Each makes namespaces of its own (private, so the cluster's podrunner leaves them alone); rpc_overhead runs its
 stand-in guards with a podrunner of its own. controller_cost needs the cluster's KWOK to know the stage
-pod-ready-kwok (tools/kwok/stages.yaml): a cluster started before it existed needs `make cluster-down` first.
+pod-ready-kwok (tools/localkube/kwok-stages.yaml): a cluster started before it existed needs `make cluster-down` first.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import controller_cost  # noqa: E402
 import detection  # noqa: E402

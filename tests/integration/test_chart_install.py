@@ -11,11 +11,12 @@ from pathlib import Path
 
 from kubernetes import client
 
-from localcluster import REPO_ROOT, service_account_kubeconfig
+from localkube.pki import service_account_kubeconfig
+from repo_paths import REPO
 
-CHART = REPO_ROOT / "charts" / "areal-workers"
-EXAMPLE = REPO_ROOT / "examples" / "values-example.yaml"
-# Worker pods whose processes tools/podrunner.py runs and whose readiness it probes, as a kubelet would.
+CHART = REPO / "charts" / "areal-workers"
+EXAMPLE = REPO / "examples" / "values-example.yaml"
+# Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
 RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"}}}
 SELECTOR = "app.kubernetes.io/instance=demo,app.kubernetes.io/component=worker"
 
@@ -74,7 +75,7 @@ def test_helm_install_gives_ready_workers_with_real_guards_and_helm_test_passes(
     result = helm(kubeconfig, helm_executable, "test", "demo", "-n", namespace, "--timeout", "60s")
     assert "Phase:          Succeeded" in result.stdout, result.stdout
 
-    logs = subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "logs",
+    logs = subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "logs",
                            "-n", namespace, "demo-areal-workers-actor-1"], capture_output=True, text=True, check=True)
     assert f"areal-guard listening on {pods['demo-areal-workers-actor-1'].status.pod_ip}:8000" in logs.stdout
 
@@ -135,8 +136,8 @@ def test_restricted_pod_security_admits_the_default_cpu_roles(
 def test_the_controller_role_in_rbac_drives_the_whole_release_lifecycle_and_nothing_else(
         kubeconfig, helm_executable, make_namespace, tmp_path):
     home, elsewhere = make_namespace(), make_namespace()
-    subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
-                    "-n", home, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
+    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
+                    "-n", home, "-f", str(REPO / "rbac")], check=True, capture_output=True)
     controller = service_account_kubeconfig(kubeconfig, home, "areal-controller", tmp_path / "controller.yaml")
 
     values = write_values(tmp_path, {})

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import REPO_ROOT, LocalCluster
+from localkube.cluster import LocalCluster
+from repo_paths import REPO
 
-CHART = REPO_ROOT / "charts" / "areal-workers"
-CT = REPO_ROOT / ".tools" / "bin" / "ct"
-KUBECTL = REPO_ROOT / ".tools" / "bin" / "kubectl"
+CHART = REPO / "charts" / "areal-workers"
+CT = REPO / ".tools" / "bin" / "ct"
+KUBECTL = REPO / ".tools" / "bin" / "kubectl"
 
 
 def tool_path(tmp_path: Path, helm_executable: str) -> str:
@@ -44,16 +45,16 @@ def test_ct_install_installs_tests_and_uninstalls_every_ci_values_file(kubeconfi
     values_files = sorted(CHART.glob("ci/*-values.yaml"))
     assert values_files, "ct would install the chart's defaults only, which declare no workers"
     env = {**os.environ, "PATH": tool_path(tmp_path, helm_executable), "KUBECONFIG": str(kubeconfig)}
-    result = subprocess.run([str(CT), "install", "--config", str(REPO_ROOT / "ct.yaml"),
-                             "--charts", str(CHART.relative_to(REPO_ROOT))],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run([str(CT), "install", "--config", str(REPO / "ct.yaml"),
+                             "--charts", str(CHART.relative_to(REPO))],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     output = result.stdout + result.stderr
     (tmp_path / "ct.log").write_text(output)
     assert result.returncode == 0, f"ct install failed (full output: {tmp_path / 'ct.log'}):\n{output[-6000:]}"
     assert "All charts installed successfully" in output
 
     for path in values_files:
-        assert f'Installing chart with values file "{path.relative_to(REPO_ROOT)}"' in output
+        assert f'Installing chart with values file "{path.relative_to(REPO)}"' in output
     assert output.count("Phase:          Succeeded") == len(values_files), output[-6000:]
     namespaces = re.findall(r'Creating namespace "([^"]+)"', output)
     assert len(namespaces) == len(values_files)

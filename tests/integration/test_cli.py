@@ -18,12 +18,12 @@ import yaml
 from areal_workers.cli.main import main
 from areal_workers.cli.session import (EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE)
 from clusterlib import job, spec
+from repo_paths import REPO, TOOLS_BIN
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "areal_workers.cli"]
-WITH_HELM = {**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+WITH_HELM = {**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}"}
 CRASH = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"
 
 

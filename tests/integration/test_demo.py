@@ -22,7 +22,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
+from localkube.cluster import LocalCluster
+from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
     pytest.mark.serial_cluster,  # on the real node's few cores, in a namespace of a fixed name: alone
@@ -31,7 +32,7 @@ pytestmark = [
                               "the local one"),
 ]
 
-DEMO = REPO_ROOT / "examples" / "bandit_demo.py"
+DEMO = REPO / "examples" / "bandit_demo.py"
 DEMO_NAMESPACE = "bandit-demo"  # the demo's default
 DEMO_ITERATIONS = 8  # the demo's default
 # The clone's virtualenv is made (pip, from its cache) and its cached tools linked before the demo runs.
@@ -50,7 +51,7 @@ def newcomer_environment(home: Path) -> dict[str, str]:
     """What a newcomer's shell has: no virtualenv, none of this checkout's tools on PATH, no make or pytest state; and
     AREAL_WORKERS_CLUSTER_DIR, so the clone's `make demo` joins the session's cluster instead of starting another on
     the same ports."""
-    ours = (str(REPO_ROOT / ".tools"), str(REPO_ROOT / ".venv"))
+    ours = (str(REPO / ".tools"), str(REPO / ".venv"))
     path = os.pathsep.join(entry for entry in os.environ["PATH"].split(os.pathsep) if not entry.startswith(ours))
     dropped = ("MAKE", "MFLAGS", "PYTEST", "VIRTUAL_ENV", "PYTHONPATH", "AREAL_WORKERS_WORKER", "AREAL_K8S_")
     environment = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
@@ -85,7 +86,7 @@ def fresh_clone(tmp_path, core) -> Iterator[Path]:
     assert AREAL_WORKER_PYTHON.exists(), "the demo's workers run AReaL's rpc_server: run `make areal-worker`"
     assert not namespace_exists(core, DEMO_NAMESPACE), f"namespace {DEMO_NAMESPACE} exists: delete it first"
     clone = tmp_path / "areal-workers"
-    subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(clone)], check=True, timeout=120)
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
     yield clone
     if namespace_exists(core, DEMO_NAMESPACE):
         core.delete_namespace(DEMO_NAMESPACE)
@@ -151,25 +152,25 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
 def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namespace, kubeconfig, core, tmp_path):
     """`make demo IN_CLUSTER=1`: the demo is the trainer of a Job (areal-workers submit, as the rbac/ ServiceAccount)
     whose pod reaches the workers at their pod IPs; its log and exit code come back to the command."""
-    from podrunner import PodRunner
+    from podrunner.watch import PodRunner
 
     if LocalCluster().podrunner_workers() == "areal":
         namespace, runner = make_namespace(private=False), None
     else:  # the pods need AReaL's server: a runner of this test (the trainer pod gets podrunner's interpreter)
         namespace = make_namespace()
         runner = PodRunner(str(kubeconfig), namespace, tmp_path / "pods", module_map={},
-                           python=str(AREAL_WORKER_PYTHON), pythonpath=(str(REPO_ROOT / "examples"),)).start()
+                           python=str(AREAL_WORKER_PYTHON), pythonpath=(str(REPO / "examples"),)).start()
     try:
-        subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
-                        "-n", namespace, "-f", str(REPO_ROOT / "rbac")], check=True, capture_output=True)
+        subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
+                        "-n", namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
         trial = f"t{uuid.uuid4().hex[:6]}"
         result = subprocess.run(
             [sys.executable, "-m", "areal_workers.cli", "--kubeconfig", str(kubeconfig), "-n", namespace, "submit",
              "--image", "local/areal-trainer:dev", "--name", "demo-trainer", "--start-timeout", "300", "--",
              "python", str(DEMO), "--namespace", namespace, "--trial", trial, "--iterations", str(ITERATIONS),
              "--local-cluster-pod"],
-            capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO_ROOT,
-            env={**os.environ, "PATH": f"{REPO_ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+            capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO,
+            env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
     finally:
         if runner is not None:
             runner.stop()

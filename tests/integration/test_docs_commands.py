@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from localcluster import REPO_ROOT
+from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
     reason="the commands name the local cluster's files (.tools/kubeconfig) and its namespaces")
 
 ENGLISH_PAGES = ["README.md", "charts/areal-workers/README.md",
-                 *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs" / "en").glob("*.md"))]
+                 *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs" / "en").glob("*.md"))]
 CHINESE_PAGES = {"README.md": "docs/zh/README.md",
                  **{page: page.replace("docs/en/", "docs/zh/") for page in ENGLISH_PAGES if page.startswith("docs/")}}
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -112,7 +112,7 @@ class Block:
 
 
 def blocks(page: str) -> list[Block]:
-    return [Block(language, text) for language, text in BLOCK.findall((REPO_ROOT / page).read_text())]
+    return [Block(language, text) for language, text in BLOCK.findall((REPO / page).read_text())]
 
 
 def commands(text: str) -> list[str]:
@@ -142,7 +142,7 @@ def test_every_command_not_run_is_still_in_the_docs():
 
 def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
     """The checkout (links to each top-level entry), the page's files, a kubeconfig of the reader's own."""
-    for entry in REPO_ROOT.iterdir():
+    for entry in REPO.iterdir():
         if entry.name != ".git":
             (directory / entry.name).symlink_to(entry)
     for block in blocks(page):
@@ -153,7 +153,7 @@ def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
                 name.unlink()
             name.write_text(block.text)
     shutil.copy(kubeconfig, directory / "kubeconfig")
-    path = os.pathsep.join([str(REPO_ROOT / ".tools" / "bin"), str(REPO_ROOT / ".venv" / "bin"), os.environ["PATH"]])
+    path = os.pathsep.join([str(REPO / ".tools" / "bin"), str(REPO / ".venv" / "bin"), os.environ["PATH"]])
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("AREAL_K8S_", "PYTEST"))}
     return {**environment, "PATH": path, "KUBECONFIG": str(directory / "kubeconfig")}
 

@@ -18,13 +18,13 @@ from kubernetes.utils import parse_quantity
 from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.doctor import Check, role_accesses, run_doctor
 from clusterlib import RUN_PODS, controller_kubeconfig, lane_values
-from localcluster import REPO_ROOT
+from repo_paths import REPO
 
 # It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
 pytestmark = pytest.mark.serial_cluster
 
 ROLE = "areal-controller"
-ROLE_FILE = REPO_ROOT / "rbac" / "role.yaml"
+ROLE_FILE = REPO / "rbac" / "role.yaml"
 GPU = "nvidia.com/gpu"
 
 

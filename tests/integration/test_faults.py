@@ -221,7 +221,7 @@ def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_schedu
 
 @LOCAL_ONLY
 def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
-    from localcluster import LocalCluster
+    from localkube.cluster import LocalCluster
 
     scheduler = make_scheduler(extra_values=held("rollout"))
     scheduler.create_workers(job("rollout", 2))
@@ -241,7 +241,8 @@ def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
 
 def fault_node(core, index: int, prefix: str) -> tuple[str, dict]:
     """A tainted KWOK node of its own, Ready, and the values that pin role "pinned" onto it."""
-    from localcluster import LocalCluster, NodeShape, node_manifest
+    from localkube.cluster import LocalCluster
+    from localkube.nodes import NodeShape, node_manifest
 
     name = f"{prefix}-{os.getpid()}-{int(time.time() * 1000) % 100000}"
     manifest = node_manifest(index, NodeShape(), LocalCluster().ports.kwok)
@@ -304,7 +305,7 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
         make_node_not_ready(core, node_name)
         [pinned] = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=pinned").items
         core.patch_namespaced_pod(pinned.metadata.name, scheduler.namespace, {"metadata": {"annotations": {
-            **HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}})  # tools/kwok/stages.yaml: never finalized
+            **HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}})  # localkube/kwok-stages.yaml: never finalized
         with caplog.at_level(logging.INFO, logger="areal_workers.revisions"):
             scheduler.delete_workers()
         assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.lease import lease_name
 from clusterlib import controller_kubeconfig, job
+from repo_paths import REPO
 
 
 def scheduler_for(namespace: str, kubeconfig: Path | str, helm_executable: str, **settings) -> KubernetesScheduler:
@@ -67,7 +68,7 @@ def test_the_rbac_identity_is_told_both_causes_then_works_once_the_namespace_and
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=target)))
     try:
         rbac = client.RbacAuthorizationV1Api(core.api_client)
-        role = yaml.safe_load((Path(__file__).resolve().parents[2] / "rbac" / "role.yaml").read_text())
+        role = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())
         rbac.create_namespaced_role(target, role)
         rbac.create_namespaced_role_binding(target, client.V1RoleBinding(
             metadata=client.V1ObjectMeta(name="areal-controller"),

@@ -13,16 +13,17 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import REPO_ROOT, service_account_kubeconfig
+from localkube.pki import service_account_kubeconfig
+from repo_paths import REPO
 
 SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
 
 
 def pinned_kubernetes_version() -> str:
-    for line in (REPO_ROOT / "tools" / "versions.env").read_text().splitlines():
+    for line in (REPO / "tools" / "install" / "versions.env").read_text().splitlines():
         if line.startswith("KUBERNETES_VERSION="):
             return line.split("=", 1)[1]
-    raise AssertionError("KUBERNETES_VERSION missing from tools/versions.env")
+    raise AssertionError("KUBERNETES_VERSION missing from tools/install/versions.env")
 
 
 @pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="facts of the local cluster only")

@@ -32,7 +32,7 @@ def kueue(kubeconfig) -> None:
     """Kueue on the local cluster (started once; `make test` starts it with the cluster)."""
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("needs the local cluster's Kueue (localcluster.py up --kueue)")
-    from localcluster import LocalCluster
+    from localkube.cluster import LocalCluster
 
     LocalCluster().up(kueue=True)
 
@@ -45,7 +45,7 @@ def identity() -> str:
 
 @pytest.fixture
 def namespace(make_namespace, kueue) -> str:
-    from localcluster_kueue import MANAGED_NAMESPACE_LABEL
+    from localkube.addons.kueue import MANAGED_NAMESPACE_LABEL
 
     return make_namespace(labels={MANAGED_NAMESPACE_LABEL: "true"})
 
@@ -207,12 +207,12 @@ def test_without_the_workloads_rule_a_queued_role_waits_without_its_position(mak
     works and times out, but no longer says where the role stands in its queue."""
     import yaml
 
-    from localcluster import REPO_ROOT
+    from repo_paths import REPO
 
     blocker = make_scheduler("blocker", kueue_queue=QUEUE)
     blocker.create_workers(gpu_job(2, 4))
     blocker.get_workers("actor", timeout=120)
-    rules = yaml.safe_load((REPO_ROOT / "rbac" / "role.yaml").read_text())["rules"]
+    rules = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())["rules"]
     rbac = client.RbacAuthorizationV1Api(kube_client)
     role = rbac.read_namespaced_role("areal-controller", namespace)
     role.rules = [client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
@@ -238,10 +238,10 @@ def test_the_documented_queue_example_admits_a_role(make_scheduler, custom, name
     LocalQueue moved into the test's namespace."""
     import yaml
 
-    from localcluster import REPO_ROOT
+    from repo_paths import REPO
 
     suffix = uuid.uuid4().hex[:6]
-    documents = list(yaml.safe_load_all((REPO_ROOT / "examples" / "kueue-queue.yaml").read_text()))
+    documents = list(yaml.safe_load_all((REPO / "examples" / "kueue-queue.yaml").read_text()))
     kinds = {doc["kind"]: doc for doc in documents}
     assert set(kinds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
     flavor = kinds["ResourceFlavor"]["metadata"]["name"]
@@ -269,8 +269,8 @@ def test_the_documented_queue_example_admits_a_role(make_scheduler, custom, name
 def test_stopping_kueue_takes_its_fail_closed_webhooks_away_first(namespace, core, kube_client):
     """With Kueue's webhook configurations left behind, a stopped Kueue would block every pod of a labelled
     namespace; `down` (stop_kueue) deletes them before it stops the process."""
-    from localcluster import LocalCluster
-    from localcluster_kueue import WEBHOOK_CONFIGURATIONS
+    from localkube.cluster import LocalCluster
+    from localkube.addons.kueue import WEBHOOK_CONFIGURATIONS
 
     cluster = LocalCluster()
     admission = client.AdmissionregistrationV1Api(kube_client)

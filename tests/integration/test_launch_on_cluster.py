@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
+from localkube.cluster import LocalCluster
+from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
     reason="the workers need tests/support in their image on other clusters; here they run on the local one")
 
-SUPPORT = REPO_ROOT / "tests" / "support"
+SUPPORT = REPO / "tests" / "support"
 ENTRY = SUPPORT / "areal_style_entry.py"
 TIMEOUT = 600
 # The environment's own directory: AReaL's config parser hands hydra a config path relative to its own module,
@@ -62,13 +63,13 @@ def platform_environment(make_namespace, kubeconfig, tmp_path) -> dict[str, str]
     platform = tmp_path / "platform.yaml"
     platform.write_text(yaml.safe_dump({"workerDefaults": {"env": {"PLATFORM_MARK": "from-the-values-file"}}}))
     return {"AREAL_K8S_NAMESPACE": namespace, "AREAL_K8S_KUBECONFIG": str(kubeconfig),
-            "AREAL_K8S_HELM_EXECUTABLE": str(REPO_ROOT / ".tools" / "bin" / "helm"),
+            "AREAL_K8S_HELM_EXECUTABLE": str(REPO / ".tools" / "bin" / "helm"),
             "AREAL_K8S_VALUES_FILES": str(platform), "AREAL_K8S_TERMINATION_GRACE_SECONDS": "5",
             "AREAL_K8S_READY_TIMEOUT": "300"}
 
 
 def run(argv: list[str], settings: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(map(str, (SUPPORT / "areal_trainer_stand_ins", SUPPORT, REPO_ROOT / "adapter")))
+    path = os.pathsep.join(map(str, (SUPPORT / "areal_trainer_stand_ins", SUPPORT, REPO / "adapter")))
     environment = {key: value for key, value in os.environ.items() if not key.startswith("AREAL_K8S_")}
     return subprocess.run([str(PYTHON), *argv], capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd,
                           env={**environment, **settings, "PYTHONPATH": path})

@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from localcluster import REPO_ROOT, LocalCluster, Ports
-from podrunner_processes import proc_stat
+from localkube.cluster import LocalCluster
+from localkube.settings import Ports
+from podrunner.processes import proc_stat
+from repo_paths import REPO
 
 LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
                                 reason="the local cluster's podrunner runs processes on this machine")
@@ -96,7 +98,7 @@ def cluster_runner_pods(cluster: LocalCluster) -> list[dict]:
 
 
 def kubectl(kubeconfig: Path, *args: str) -> str:
-    return subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+    return subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
                           capture_output=True, text=True, check=True, timeout=60).stdout
 
 
@@ -148,7 +150,7 @@ def test_a_successor_that_never_starts_shows_none_of_its_predecessors_log(make_n
                    for s in statuses)
 
     wait_until(pull_failed, what="the successor's image pull failing")
-    result = subprocess.run([str(REPO_ROOT / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
+    result = subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
                              "logs", "-n", namespace, "web"], capture_output=True, text=True, timeout=60)
     assert "GET / HTTP/1.1" not in result.stdout, result.stdout
 

@@ -1,7 +1,7 @@
 """A pod run by podrunner talks to the apiserver as its ServiceAccount, and finds helm on its PATH.
 
 A kubelet mounts a ServiceAccount token into a pod; podrunner, which runs pods as processes of one host, hands the
-process a kubeconfig of the pod's own instead (tools/podrunner_credentials.py): the token of a TokenRequest bound to
+process a kubeconfig of the pod's own instead (tools/podrunner/credentials.py): the token of a TokenRequest bound to
 the pod, the apiserver's URL and CA, the pod's namespace. The process meets the real RBAC authorizer with it: a
 ServiceAccount allowed to list configmaps lists them and is refused secrets. A pod that mounts no token (the pod's
 or its ServiceAccount's automountServiceAccountToken false) gets no cluster access, not even the host's. The
@@ -21,12 +21,11 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import REPO_ROOT
-from podrunner import PodRunner
-from podrunner_pods import ManagedPod
+from podrunner.pods import ManagedPod
+from podrunner.watch import PodRunner
+from repo_paths import TOOLS_BIN
 from test_podrunner_component import LOCAL_ONLY, wait_until
 
-TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
 # What a trainer does: in-cluster config first, then KUBECONFIG (the adapter's kube_client), and helm. No `$(`
 # in it: podrunner expands those in a container's command as the kubelet does.
 READER = """

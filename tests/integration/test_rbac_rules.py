@@ -15,10 +15,10 @@ from kubernetes import client
 
 from areal_workers import ClusterAccessError, KubernetesScheduler, SchedulerError, WorkerFailedError
 from clusterlib import job, spec
-from localcluster import REPO_ROOT
+from repo_paths import REPO
 
 ROLE = "areal-controller"
-FULL_RULES: list[dict] = yaml.safe_load((REPO_ROOT / "rbac" / "role.yaml").read_text())["rules"]
+FULL_RULES: list[dict] = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())["rules"]
 CRASH_LINE = "rbac-rules: cannot load /ckpt/step-100"
 CRASH = f"python -c 'import sys; print(\"{CRASH_LINE}\", flush=True); sys.exit(3)'"
 

@@ -1,5 +1,5 @@
 """The whole path on the real node: scheduler -> helm release -> StatefulSet -> kubelet -> containerd -> runc container
--> AReaL's rpc_server -> engine, with the image built here (tools/realnode_images.py) and nothing played by podrunner.
+-> AReaL's rpc_server -> engine, with the image built here (tools/realnode/images.py) and nothing played by podrunner.
 
 `make test` starts the node (`localcluster.py up --real-node`); run alone, the `real_node` fixture starts it (root).
 """
@@ -21,10 +21,10 @@ from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.naming import LABEL_ROLE
 from areal_workers.errors import WorkerFailedError, WorkerTimeoutError
 from clusterlib import job, spec, wait_for
-from localcluster import REPO_ROOT, LocalCluster
-from localcluster_settings import AREAL_WORKER_ENV
-from realnode_config import NETWORK, NODE_NAME
-from realnode_values import worker_values
+from localkube.cluster import LocalCluster
+from realnode.config import NETWORK, NODE_NAME
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
 
-KUBECTL = REPO_ROOT / ".tools" / "bin" / "kubectl"
+KUBECTL = TOOLS_BIN / "kubectl"
 ENGINE = "areal_engines.Counter"
 # AReaL's server imports torch: seconds alone, more with several starting at once on 2 cores.
 TIMEOUTS = {"ready_timeout": 240.0, "helm_timeout": 240.0, "fork_ready_timeout": 240.0}

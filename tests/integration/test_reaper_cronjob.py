@@ -16,12 +16,12 @@ import pytest
 from kubernetes import client
 
 from areal_workers import naming
+from repo_paths import REPO, TOOLS_BIN
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "areal-workers"
-KUBECTL = REPO / ".tools" / "bin" / "kubectl"
+KUBECTL = TOOLS_BIN / "kubectl"
 REAPER = "reaper"
 # The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting, then the Job's pod and the reap.
 DEADLINE_SECONDS = 240

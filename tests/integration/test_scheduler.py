@@ -1,7 +1,7 @@
 """KubernetesScheduler against the real control plane, real helm releases and real guard servers.
 
-Worker pods are run by tools/podrunner.py: each pod's container command (the chart's, with AReaL's flags) runs as
-a local reference guard bound to the pod's own loopback IP, and the pod turns Ready when its guard answers /health.
+Worker pods are run by podrunner (tools/podrunner/): each pod's container command (the chart's, with AReaL's flags)
+runs as a local reference guard bound to the pod's own loopback IP, and the pod turns Ready when its guard answers /health.
 Every engine call goes over HTTP to exactly the address the scheduler discovered from the cluster.
 """
 

@@ -17,24 +17,24 @@ import uuid
 import numpy as np
 import pytest
 
-from localcluster import AREAL_WORKER_PYTHON, REPO_ROOT, LocalCluster
-from localcluster_settings import AREAL_WORKER_ENV
-from realnode_config import NETWORK
-from realnode_values import worker_values
+from localkube.cluster import LocalCluster
+from realnode.config import NETWORK
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
     pytest.mark.areal_worker,
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
                        reason="the demo's engines and the real node are the local cluster's"),
 ]
-RUN = REPO_ROOT / "tests" / "support" / "train_controller_run.py"
+RUN = REPO / "tests" / "support" / "train_controller_run.py"
 TIMEOUT = 600
 
 
 def run_controller(settings: dict, directory) -> dict:
     path = directory / "settings.json"
     path.write_text(json.dumps(settings))
-    python_path = os.pathsep.join(map(str, (REPO_ROOT / "adapter", REPO_ROOT / "examples", REPO_ROOT / "tests" /
+    python_path = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" /
                                             "support")))
     result = subprocess.run([str(AREAL_WORKER_PYTHON), str(RUN), str(path)], capture_output=True, text=True,
                             timeout=TIMEOUT, cwd=directory, env={**os.environ, "PYTHONPATH": python_path})

@@ -10,16 +10,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from areal_workers.cli.main import main
 from clusterlib import RUN_PODS, lane_values
+from repo_paths import REPO, TOOLS_BIN
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 TRAINER = textwrap.dedent("""
     import asyncio, os, sys, time
@@ -45,7 +44,7 @@ TRAINER = textwrap.dedent("""
 def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, monkeypatch):
     """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test
     (a trainer pod's python is podrunner's own interpreter, which has the kubernetes client and this package)."""
-    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply", "-n",
+    subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "apply", "-n",
                     namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
     pod_runner(namespace)
     monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -74,7 +73,7 @@ def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_rea
     code, out, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script),
                             str(values), "7")
     assert code == 7 and "counters sum to 82" in out and "failed with exit code 7" in err
-    job = yaml.safe_load(subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
+    job = yaml.safe_load(subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig),
                                          "-n", namespace, "get", "job", "trainer-fails", "-o", "yaml"],
                                         check=True, capture_output=True, text=True).stdout)
     assert any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"]["conditions"])

@@ -21,6 +21,7 @@ import pytest
 from areal_workers import KubernetesSchedulerConfig, naming
 from areal_workers.cli.main import main
 from clusterlib import job
+from repo_paths import TOOLS_BIN
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +69,7 @@ def reap(capsys, kubeconfig: Path, namespace: str) -> dict:
 def trainer_config(make_scheduler, monkeypatch):
     """The settings of make_scheduler's schedulers (its podrunner runs the namespace's pods), for trainers in
     subprocesses; helm on PATH for the command."""
-    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[2] / '.tools' / 'bin'}{os.pathsep}"
-                               f"{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}")
     probe = make_scheduler("settings", lease_grace_seconds=0)
     return probe.config
 

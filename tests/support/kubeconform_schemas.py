@@ -1,6 +1,6 @@
 """Offline `kubeconform -strict` for the tests: the strict JSON schemas that kubernetes-validate ships for the
-Kubernetes minor pinned in tools/versions.env, laid out as kubeconform reads them. Used by the chart's kubeconform
-tests (tests/chart/test_chart_tools.py) and the documentation's examples (tests/unit/test_docs_examples.py)."""
+Kubernetes minor pinned in tools/install/versions.env, laid out as kubeconform reads them. Used by the chart's
+kubeconform tests (tests/chart/test_chart_tools.py) and the documentation's examples (tests/unit/test_docs_examples.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-KUBECONFORM = REPO / ".tools" / "bin" / "kubeconform"
+from repo_paths import REPO, TOOLS_BIN
+
+KUBECONFORM = TOOLS_BIN / "kubeconform"
 
 
 def pinned_kubernetes_minor() -> str:
-    for line in (REPO / "tools" / "versions.env").read_text().splitlines():
+    for line in (REPO / "tools" / "install" / "versions.env").read_text().splitlines():
         if line.startswith("KUBERNETES_VERSION="):
             major, minor = line.split("=", 1)[1].lstrip("v").split(".")[:2]
             return f"{major}.{minor}"
-    raise AssertionError("KUBERNETES_VERSION missing from tools/versions.env")
+    raise AssertionError("KUBERNETES_VERSION missing from tools/install/versions.env")
 
 
 def schema_directory() -> Path:

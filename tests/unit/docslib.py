@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from repo_paths import REPO
+
 DOCS = REPO / "docs"
 LANGUAGES = ("en", "zh")
 # The pages both languages must have. cli.md is generated from the CLI's argument parser by its own tool.

@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"  # areal_workers_testing
+from repo_paths import REPO
+
+SUPPORT_DIR = REPO / "tests" / "support"  # areal_workers_testing
 COUNTER = "areal_workers_testing.engines.Counter"
 BROKEN = "areal_workers_testing.engines.Broken"
 BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")

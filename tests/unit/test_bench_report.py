@@ -3,15 +3,9 @@ apiserver and the Kubernetes client say."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.unit
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
 
 import apiserver_metrics  # noqa: E402
 import harness  # noqa: E402

@@ -1,20 +1,20 @@
-"""docs/en/cli.md and docs/zh/cli.md are what tools/cli_docs.py generates from the command's parser."""
+"""docs/en/cli.md and docs/zh/cli.md are what tools/docgen/cli.py generates from the command's parser."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
+
 pytestmark = pytest.mark.unit
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_cli_reference_is_up_to_date():
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "cli_docs.py"), "--check"], capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "docgen.cli", "--check"], capture_output=True, text=True,
+                          cwd=REPO / "tools")
     assert done.returncode == 0, done.stderr
 
 

@@ -1,4 +1,4 @@
-"""docs/en/configuration.md and docs/zh/configuration.md are what tools/config_docs.py generates from the code
+"""docs/en/configuration.md and docs/zh/configuration.md are what tools/docgen/config.py generates from the code
 (KubernetesSchedulerConfig, the variables from_env reads, the chart's values), and the generator refuses an option
 the code does not describe."""
 
@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from pathlib import Path
 
 import pytest
 
-import config_docs
+import docgen.config as config_docs
 from areal_workers import config as config_module
 from areal_workers.config import ENVIRONMENT, NAMESPACE_FALLBACK_VARIABLE, KubernetesSchedulerConfig
-from config_docs import REGENERATE, ConfigDocsError, attribute_docs, options
+from docgen.config import REGENERATE, ConfigDocsError, attribute_docs, options
+from repo_paths import REPO
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_committed_pages_are_the_generated_ones():

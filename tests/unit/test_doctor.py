@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,19 +20,19 @@ from areal_workers.cli import doctor
 from areal_workers.cli.doctor import Access, Check, gpu_capacity, permission_check, probe_worker, role_accesses
 from areal_workers.errors import SchedulerError
 from memory_backend import GUARD_PORT, MemoryCluster, memory_connect
+from repo_paths import REPO
 
 pytestmark = pytest.mark.unit
 
 GPU = "nvidia.com/gpu"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ROLE_TEXT = (REPO_ROOT / "rbac" / "role.yaml").read_text()
+ROLE_TEXT = (REPO / "rbac" / "role.yaml").read_text()
 
 
 # --- the Role as access reviews ----------------------------------------------------------------------------------
 
 
 def test_the_packaged_role_file_is_rbac_role_yaml():
-    assert doctor.ROLE_FILE.read_bytes() == (REPO_ROOT / "rbac" / "role.yaml").read_bytes()
+    assert doctor.ROLE_FILE.read_bytes() == (REPO / "rbac" / "role.yaml").read_bytes()
 
 
 def test_every_verb_of_every_resource_of_the_role_is_one_access():

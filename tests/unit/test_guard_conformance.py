@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import requests
 
+from repo_paths import AREAL_WORKER_PYTHON, REPO
+
 pytestmark = pytest.mark.areal_worker
 
-REPO = Path(__file__).resolve().parents[2]
-AREAL_PYTHON = REPO / ".tools" / "areal-worker" / "bin" / "python"
 SUPPORT_DIR = REPO / "tests" / "support"  # areal_engines and areal_workers_testing
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -156,13 +156,13 @@ class Pair:
 
 
 def areal_python() -> Path:
-    if not AREAL_PYTHON.exists():
+    if not AREAL_WORKER_PYTHON.exists():
         pytest.fail(
-            f"AReaL's worker environment is missing ({AREAL_PYTHON}): `make areal-worker` installs it "
+            f"AReaL's worker environment is missing ({AREAL_WORKER_PYTHON}): `make areal-worker` installs it "
             "(areal 1.0.4 on CPU torch, about 7 GB)",
             pytrace=False,
         )
-    return AREAL_PYTHON
+    return AREAL_WORKER_PYTHON
 
 
 def server_flags(workdir: Path) -> list[str]:

@@ -26,8 +26,9 @@ from areal_workers.job_values import (  # noqa: E402
     worker_command,
 )
 from areal_workers.areal_types import Job, SchedulingSpec  # noqa: E402
+from repo_paths import REPO  # noqa: E402
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "areal-workers"
+CHART = REPO / "charts" / "areal-workers"
 SIF_DEFAULT = "/storage/openpsi/images/areal-latest.sif"
 
 

@@ -8,7 +8,6 @@ import os  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from areal_workers import naming  # noqa: E402
 from areal_workers.naming import (  # noqa: E402
@@ -19,11 +18,12 @@ from areal_workers.naming import (  # noqa: E402
     role_selector,
     worker_id,
 )
+from repo_paths import REPO  # noqa: E402
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 HASHED = re.compile(r"^(?P<prefix>.*)-(?P<digest>[0-9a-f]{8})$")
-ADAPTER = Path(__file__).resolve().parents[2] / "adapter"
-HELPERS = Path(__file__).resolve().parents[2] / "charts" / "areal-workers" / "templates" / "_helpers.tpl"
+ADAPTER = REPO / "adapter"
+HELPERS = REPO / "charts" / "areal-workers" / "templates" / "_helpers.tpl"
 
 
 def valid_release(name: str) -> bool:
@@ -106,12 +106,12 @@ def test_long_names_are_distinct_and_deterministic():
 
 def test_long_names_are_stable_across_processes():
     """No use of hash() (salted per process): the name must be the same in another interpreter."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from areal_workers.naming import release_name; "
-            "print(release_name('x' * 80, 'My_Trial'))")
+    code = "from areal_workers.naming import release_name; print(release_name('x' * 80, 'My_Trial'))"
     here = release_name("x" * 80, "My_Trial")
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run([sys.executable, "-c", code, str(ADAPTER)], env=env, capture_output=True, text=True,
+        env = {**os.environ, "PYTHONHASHSEED": seed,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ADAPTER), os.environ.get("PYTHONPATH")]))}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              timeout=60, check=True)
         assert out.stdout.strip() == here
 

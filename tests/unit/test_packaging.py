@@ -12,7 +12,8 @@ import tomllib  # noqa: E402
 import zipfile  # noqa: E402
 from pathlib import Path, PurePosixPath  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+from repo_paths import REPO  # noqa: E402
+
 # The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
 # modules of areal_workers before they moved there).
 TEST_ONLY_MODULES = {"areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"}

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from localcluster_settings import Ports
-from podrunner_pods import pod_kind
-from realnode_config import (
+from localkube.settings import Ports
+from podrunner.pods import pod_kind
+from realnode.config import (
     BRIDGE,
     NODE_IP,
     NODE_TAINT,
@@ -26,9 +26,9 @@ from realnode_config import (
     corefile,
     kubelet_config,
 )
-from realnode_host import sockets_on
-from realnode_images import Layer, docker_archive
-from realnode_values import interpreter_home, worker_values
+from realnode.host import sockets_on
+from realnode.images import Layer, docker_archive
+from realnode.values import interpreter_home, worker_values
 
 pytestmark = pytest.mark.unit
 

@@ -3,13 +3,13 @@ import pytest
 pytestmark = pytest.mark.unit
 
 import copy  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
 from areal_workers.release import merge_values  # noqa: E402
+from repo_paths import REPO  # noqa: E402
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "areal-workers"
+CHART = REPO / "charts" / "areal-workers"
 
 
 def test_no_layers_is_empty():

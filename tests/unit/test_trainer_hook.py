@@ -26,8 +26,9 @@ from areal_workers.errors import (  # noqa: E402
     WorkerTimeoutError,
     attach_diagnosis,
 )
+from repo_paths import REPO  # noqa: E402
 
-ADAPTER = Path(__file__).resolve().parents[2] / "adapter"
+ADAPTER = REPO / "adapter"
 
 TRAINER_MODULE = '''
 class {name}:

@@ -12,6 +12,7 @@ from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.session import EXIT_USAGE, CliError
 from areal_workers.cli.trainer_job import load_spec, trainer_job
 from areal_workers.job_values import base_values
+from repo_paths import REPO
 
 pytestmark = pytest.mark.unit
 
@@ -61,8 +62,7 @@ def test_bad_submit_input_is_a_usage_error(tmp_path: Path, data, overrides, comm
 
 
 def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
-    repo = Path(__file__).resolve().parents[2]
-    example = yaml.safe_load((repo / "examples" / "trainer-job.yaml").read_text())
+    example = yaml.safe_load((REPO / "examples" / "trainer-job.yaml").read_text())
     command = ["python", "/opt/AReaL/examples/math/gsm8k_rl.py", "--config", "/opt/AReaL/examples/math/gsm8k_grpo.yaml",
                "scheduler.type=kubernetes"]
-    assert example == trainer_job(load_spec(repo / "examples" / "trainer.yaml", {}), command, "rl")
+    assert example == trainer_job(load_spec(REPO / "examples" / "trainer.yaml", {}), command, "rl")

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from pathlib import Path
 
 import numpy
 import pytest
 
 from areal_workers.wire_format import plain_deserialize_value, plain_serialize_value
+from repo_paths import AREAL_WORKER_PYTHON, REPO
 from wire_types import Config, Optimizer, Phase
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-AREAL_PYTHON = REPO / ".tools" / "areal-worker" / "bin" / "python"
 SUPPORT = REPO / "tests" / "support"
 
 
@@ -49,7 +48,6 @@ def test_object_arrays_are_refused():
 
 AREAL_SIDE = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
 from areal.infra.rpc.serialization import deserialize_value, serialize_value
 import wire_types
 ours = json.loads(sys.stdin.read())
@@ -63,10 +61,11 @@ print(json.dumps(serialize_value({"config": wire_types.Config(), "weights": rebu
 @pytest.mark.areal_worker
 def test_areals_own_serialization_agrees_with_ours():
     """AReaL's deserialize_value rebuilds what we send, and what AReaL sends we rebuild (needs `make areal-worker`)."""
-    assert AREAL_PYTHON.exists(), "AReaL's worker environment is missing: run `make areal-worker`"
+    assert AREAL_WORKER_PYTHON.exists(), "AReaL's worker environment is missing: run `make areal-worker`"
     ours = plain_serialize_value({"config": Config(), "weights": numpy.arange(4, dtype=numpy.float64).reshape(2, 2)})
-    answered = subprocess.run([str(AREAL_PYTHON), "-c", AREAL_SIDE, str(SUPPORT)],
-                              input=json.dumps(ours), capture_output=True, text=True, timeout=300)
+    pythonpath = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
+    answered = subprocess.run([str(AREAL_WORKER_PYTHON), "-c", AREAL_SIDE], input=json.dumps(ours), capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": pythonpath})
     assert answered.returncode == 0, answered.stderr[-3000:]
     theirs = json.loads(answered.stdout.splitlines()[-1])
     assert theirs["config"] == ours["config"]

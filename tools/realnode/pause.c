@@ -1,5 +1,5 @@
 /* The sandbox ("pause") container of the local cluster's real node: holds the pod's namespaces, reaps orphans
- * and exits on SIGINT/SIGTERM. Built static by tools/realnode_images.py, so its image is this one file. */
+ * and exits on SIGINT/SIGTERM. Built static by tools/realnode/images.py, so its image is this one file. */
 #include <signal.h>
 #include <stddef.h>
 #include <sys/wait.h>

@@ -1,0 +1,195 @@
+"""The real node's images, built on this machine without a registry and imported into its containerd.
+
+- `local/pause:dev`: the pod sandbox, one static binary (pause.c, beside this module).
+- `local/areal-worker:dev`: a Debian bookworm rootfs (debootstrap, minbase plus python3 for the chart's `helm test`
+  Pod) and a small layer with this repository's CPU engines on PYTHONPATH. AReaL's environment (torch: ~7 GB) is not
+  in the image: worker pods mount the cached environment and its interpreter read-only from the host at their host
+  paths (values.worker_values), so the image is ~200 MB and builds once.
+
+Each image is written as a docker-archive tar (manifest.json, config, one tar per layer) under the tool cache, named
+by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from localkube.settings import ClusterError
+from repo_paths import REPO
+
+CACHE = Path(os.environ.get("AREAL_WORKERS_CACHE") or Path.home() / ".cache" / "areal-workers") / "images"
+PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
+PAUSE_IMAGE = "local/pause:dev"
+WORKER_IMAGE = "local/areal-worker:dev"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_PACKAGES = ("python3",)
+# In-image directory of the engines layer; on the workers' PYTHONPATH.
+ENGINES_DIR = "/opt/areal-workers/python"
+ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
+    "bandit_engines.py": REPO / "examples" / "bandit_engines.py",
+    "bandit_config.py": REPO / "examples" / "bandit_config.py",  # the experiment config /configure rebuilds
+    "areal_engines.py": REPO / "tests" / "support" / "areal_engines.py",
+    "areal_workers_testing": REPO / "tests" / "support" / "areal_workers_testing",
+}
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Layer:
+    tar: Path
+    diff_id: str  # sha256 of the uncompressed tar
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _run(argv: list[str], what: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
+        raise ClusterError(f"{what} failed ({' '.join(argv[:3])} ...):\n{tail}")
+
+
+def _tree_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _hash_sources(*parts: bytes | Path) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Path):
+            for file in _tree_files(part):
+                digest.update(str(file.relative_to(REPO)).encode() + b"\0" + file.read_bytes())
+        else:
+            digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+def docker_archive(out: Path, tag: str, layers: list[Layer], config: dict) -> Path:
+    """Writes a docker-archive tar of `layers` (bottom first) with the container `config` (Env, Entrypoint, ...)."""
+    image_config = {
+        "architecture": "amd64", "os": "linux", "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer.diff_id}" for layer in layers]},
+        "history": [{"created_by": f"tools/realnode/images.py layer {i}"} for i in range(len(layers))],
+    }
+    config_bytes = json.dumps(image_config, sort_keys=True).encode()
+    config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
+    manifest = [{"Config": config_name, "RepoTags": [tag],
+                 "Layers": [f"{layer.diff_id}/layer.tar" for layer in layers]}]
+    partial = out.with_suffix(".partial")
+    with tarfile.open(partial, "w") as archive:
+        for layer in layers:
+            archive.add(layer.tar, arcname=f"{layer.diff_id}/layer.tar")
+        for name, data in ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    partial.rename(out)
+    return out
+
+
+def _layer_of_dir(root: Path, out: Path) -> Layer:
+    _run(["tar", "--numeric-owner", "--sort=name", "--mtime=@0", "--exclude=./dev/*", "--exclude=./proc/*",
+          "--exclude=./sys/*", "-C", str(root), "-cf", str(out), "."], f"packing {root}")
+    return Layer(out, _sha256(out))
+
+
+def pause_image() -> Path:
+    """The sandbox image's archive, built when its source or compiler changed."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise ClusterError("gcc is missing: the real node's pause image is compiled here (apt-get install gcc)")
+    compiler = subprocess.run([gcc, "--version"], capture_output=True, text=True).stdout.encode()
+    out = CACHE / f"pause-{_hash_sources(PAUSE_SOURCE, compiler)}.tar"
+    if out.exists():
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        root = Path(tmp) / "rootfs"
+        root.mkdir()
+        _run([gcc, "-static", "-Os", "-s", "-o", str(root / "pause"), str(PAUSE_SOURCE)], "compiling pause.c")
+        layer = _layer_of_dir(root, Path(tmp) / "layer.tar")
+        return docker_archive(out, PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"]})
+
+
+def debian_rootfs() -> Path:
+    """A Debian rootfs made by debootstrap once (about 2 minutes; its packages come from Debian's mirror)."""
+    key = _hash_sources(f"{DEBIAN_SUITE} {DEBIAN_MIRROR} {' '.join(DEBIAN_PACKAGES)}".encode())
+    root = CACHE / f"rootfs-{DEBIAN_SUITE}-{key}"
+    if (root / ".complete").exists():
+        return root
+    if shutil.which("debootstrap") is None:
+        raise ClusterError("debootstrap is missing: apt-get install debootstrap (the worker image's rootfs)")
+    _unmount_below(root)  # an interrupted debootstrap leaves its /proc and /sys mounted in the target
+    shutil.rmtree(root, ignore_errors=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(root),
+          DEBIAN_MIRROR], f"debootstrap of {DEBIAN_SUITE}")
+    shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+    # Workers run as uid 1000 and reach the environment mounted under /root (its host path) through it.
+    (root / "root").chmod(0o755)
+    (root / ".complete").write_text("")
+    return root
+
+
+def base_layer() -> Layer:
+    """The Debian rootfs as a layer tar, packed once."""
+    rootfs = debian_rootfs()
+    tar = CACHE / f"{rootfs.name}.layer.tar"
+    if not tar.exists():
+        _layer_of_dir(rootfs, tar.with_suffix(".partial")).tar.rename(tar)
+    return Layer(tar, _sha256(tar))
+
+
+def _unmount_below(root: Path) -> None:
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
+def worker_image(environment: Path) -> Path:
+    """The worker image's archive: the Debian rootfs layer and the engines layer; PATH starts with the bin/ of
+    `environment` (AReaL's virtualenv, mounted from the host at that path)."""
+    environment = environment.resolve()
+    rootfs = debian_rootfs()
+    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
+    out = CACHE / f"areal-worker-{key}.tar"
+    if out.exists():
+        return out
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        base = base_layer()
+        engines_root = Path(tmp) / "engines"
+        target = engines_root / ENGINES_DIR.lstrip("/")
+        target.mkdir(parents=True)
+        for name, source in ENGINE_SOURCES.items():
+            if source.is_dir():
+                shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, target / name)
+        layer = _layer_of_dir(engines_root, Path(tmp) / "engines.tar")
+        config = {"Env": [f"PATH={environment}/bin:{BASE_PATH}", f"PYTHONPATH={ENGINES_DIR}"],
+                  "WorkingDir": "/tmp", "Cmd": ["python3"]}
+        return docker_archive(out, WORKER_IMAGE, [base, layer], config)
+
+
+if __name__ == "__main__":
+    # `make tools` builds the slow parts ahead (the worker image's own layer needs AReaL's environment: at `up`).
+    print(pause_image())
+    print(base_layer().tar)

@@ -1,0 +1,49 @@
+"""Helm values that run a role's pods on the real node: the locally built image (never pulled), the node's label and
+taint, and AReaL's environment mounted read-only from the host (images.py says why it is not in the image)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from realnode.config import NODE_LABEL, NODE_TAINT
+from realnode.images import WORKER_IMAGE
+
+
+def interpreter_home(environment: Path) -> Path:
+    """The installation the virtualenv's python links to (pyvenv.cfg `home` is its bin/)."""
+    for line in (environment / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return Path(value.strip()).parent
+    raise ValueError(f"{environment}/pyvenv.cfg has no `home`: not a virtualenv")
+
+
+def placement() -> dict:
+    """nodeSelector and tolerations for the real node."""
+    return {
+        "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
+        "tolerations": [{"key": NODE_TAINT[0], "operator": "Equal", "value": NODE_TAINT[1], "effect": NODE_TAINT[2]}],
+    }
+
+
+def host_mounts(paths: dict[str, Path], read_only: bool) -> tuple[list[dict], list[dict]]:
+    """(volumes, volumeMounts) for host directories mounted at their own paths."""
+    volumes = [{"name": name, "hostPath": {"path": str(path), "type": "Directory"}} for name, path in paths.items()]
+    mounts = [{"name": name, "mountPath": str(path), "readOnly": read_only} for name, path in paths.items()]
+    return volumes, mounts
+
+
+def worker_values(environment: Path, shared: Path | None = None) -> dict:
+    """Values for the whole release; `shared` (e.g. the trial's --fileroot) is mounted read-write so that the
+    controller on the host and the workers see the same files, as AReaL's NFS name_resolve expects."""
+    environment = environment.resolve()
+    volumes, mounts = host_mounts({"areal-env": environment, "areal-python": interpreter_home(environment)}, True)
+    if shared is not None:
+        shared_volumes, shared_mounts = host_mounts({"areal-shared": shared}, False)
+        volumes, mounts = volumes + shared_volumes, mounts + shared_mounts
+    repository, tag = WORKER_IMAGE.rsplit(":", 1)
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "workerDefaults": {**placement(), "extraVolumes": volumes, "extraVolumeMounts": mounts},
+        "tests": placement(),
+    }
