@@ -32,7 +32,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec, Worker
-from areal_workers.release import merge_values
+from areal_workers.release.client import merge_values
 
 NAME = "rpc_overhead"
 TITLE = "Engine-call overhead: call_engine / async_call_engine vs a plain HTTP client"

@@ -23,7 +23,7 @@ for _path in (REPO / "tools", REPO / "tests" / "support"):
 from kubernetes import client, config, utils  # noqa: E402
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
-from areal_workers.podwatch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
+from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
 from localcluster import service_account_kubeconfig  # noqa: E402
 from podrunner import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from areal_workers.cli import doctor
+from areal_workers.cli.doctor import run as doctor
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
 from areal_workers.config import KubernetesSchedulerConfig

@@ -17,7 +17,7 @@ from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus,
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig, naming
-from areal_workers.cli import doctor
+from areal_workers.cli.doctor import run as doctor
 from areal_workers.cli.doctor import Access, Check, gpu_capacity, permission_check, probe_worker, role_accesses
 from areal_workers.errors import SchedulerError
 from memory_backend import GUARD_PORT, MemoryCluster, memory_connect

@@ -10,10 +10,10 @@ from types import SimpleNamespace  # noqa: E402
 import jsonschema  # noqa: E402
 import yaml  # noqa: E402
 
-from areal_workers import job_values  # noqa: E402
+from areal_workers.release import values as job_values  # noqa: E402
 from areal_workers.config import KubernetesSchedulerConfig  # noqa: E402
-from areal_workers.release import merge_values  # noqa: E402
-from areal_workers.job_values import (  # noqa: E402
+from areal_workers.release.client import merge_values  # noqa: E402
+from areal_workers.release.values import (  # noqa: E402
     DEFAULT_COMMAND,
     THREAD_VARIABLES,
     TopologyError,

@@ -7,7 +7,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from areal_workers.release import merge_values  # noqa: E402
+from areal_workers.release.client import merge_values  # noqa: E402
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "areal-workers"
 

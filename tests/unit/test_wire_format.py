@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from areal_workers.wire_format import plain_deserialize_value, plain_serialize_value
+from areal_workers.guard.wire_format import plain_deserialize_value, plain_serialize_value
 from wire_types import Config, Optimizer, Phase
 
 pytestmark = pytest.mark.unit

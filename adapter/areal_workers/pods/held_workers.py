@@ -1,8 +1,8 @@
 """What AReaL holds: the workers get_workers returned and their pods as last seen Ready.
 
 Each fact is learnt in an epoch (a number that changes whenever its workload's pods may have been replaced; see
-revisions.ReleaseDriver.epoch) and is valid only while the epoch stays the same, so no change has to remember
-to forget it: a scale, update, rollback or delete starts a new epoch for exactly the workloads it touches.
+orchestration.driver.ReleaseDriver.epoch) and is valid only while the epoch stays the same, so no change has to
+remember to forget it: a scale, update, rollback or delete starts a new epoch for exactly the workloads it touches.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from kubernetes import client
 
-from .areal_types import Worker
+from ..areal_types import Worker
 
 
 class HeldWorkers:

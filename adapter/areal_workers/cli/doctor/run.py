@@ -25,21 +25,22 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import backend, naming
-from ..areal_types import Job, SchedulingSpec
-from ..config import KubernetesSchedulerConfig
-from ..errors import SchedulerError
-from ..job_values import DEFAULT_COMMAND, TopologyError, base_values, role_values
-from ..release import HelmError, HelmNotFoundError, Releases, find_helm, helm_error_text
-from ..release_model import ReleaseModel
-from ..scheduler import KubernetesScheduler
-from .doctor_checks import Check, Status
-from .doctor_gpus import check_gpus, gpu_capacity, listed
+from ... import naming
+from ...areal_types import Job, SchedulingSpec
+from ...config import KubernetesSchedulerConfig
+from ...errors import SchedulerError
+from ...release.client import HelmError, HelmNotFoundError, Releases, find_helm, helm_error_text
+from ...release.model import ReleaseModel
+from ...release.values import DEFAULT_COMMAND, TopologyError, base_values, role_values
+from ...runtime import backend
+from ...scheduler import KubernetesScheduler
+from .check import Check, Status
+from .gpus import check_gpus, gpu_capacity, listed
 
 __all__ = ["Access", "Check", "ROLE_FILE", "gpu_capacity", "permission_check", "probe_worker", "role_accesses",
            "run_doctor"]
 
-RBAC_DIR = Path(__file__).parent.parent / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
+RBAC_DIR = Path(__file__).parents[2] / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
 ROLE_FILE = RBAC_DIR / "role.yaml"
 ROLE_FILE_NAME = "rbac/role.yaml"
 PROBE_EXPERIMENT = "areal-workers-doctor"

@@ -1,7 +1,7 @@
 """The controller side of the workers' guard HTTP API (AReaL's ``areal.infra.rpc.rpc_server``): the calls.
 
 Each call sends its request with AReaL's retries, backoff and time-outs, and leaves the meaning of the reply, as
-AReaL's exception or result, to ``guard_replies``.  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
+AReaL's exception or result, to ``guard.replies``.  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
 ``wait_healthy``) are the steps of ``fork_workers``; the scheduler maps their errors.
 
 Connections are pooled: one ``requests.Session`` for the synchronous calls and one
@@ -27,14 +27,13 @@ import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
-from .errors import EngineCreationError, SchedulerError, WorkerConfigurationError
-from .guard_replies import (ForkError, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome,
-                            call_payload, calls_exhausted, check_configured, check_env_set, connection_error,
-                            created_engine_result, encode, error_message, forked, guard_url, hostport, json_object,
-                            timeout_text)
+from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError
+from .replies import (ForkError, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome, call_payload,
+                      calls_exhausted, check_configured, check_env_set, connection_error, created_engine_result, encode,
+                      error_message, forked, guard_url, hostport, json_object, timeout_text)
 
 if TYPE_CHECKING:
-    from .areal_types import Worker
+    from ..areal_types import Worker
 
 __all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
 

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import naming
-from .release import merge_values
+from .. import naming
+from .client import merge_values
 
 __all__ = ["ReleaseModel"]
 

@@ -1,6 +1,6 @@
 """What the cluster says about one release (reads only, besides recording the last all-ready revision): diagnosis
 inputs (events, logs, nodes), the failure of a pod as AReaL's error, the chart's rendered topology, and the
-revision last seen all ready. The rollback policy that uses them is revisions.py's."""
+revision last seen all ready. The rollback policy that uses them is orchestration/driver.py's."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import diagnosis, naming
+from .. import diagnosis, naming
+from ..errors import WorkerFailedError, attach_diagnosis
 from .admission import Admission, AdmissionReader, is_gated, workload_name
-from .errors import WorkerFailedError, attach_diagnosis
-from .podwatch import is_ready, pod_index
+from .watch import is_ready, pod_index
 
 logger = logging.getLogger(__name__)
 

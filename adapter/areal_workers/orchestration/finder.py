@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from . import naming
-from .areal_types import Worker
-from .errors import WorkerFailedError, WorkerNotFoundError, WorkerTimeoutError, attach_diagnosis
-from .held_workers import HeldWorkers
-from .inspector import ReleaseInspector
-from .podwatch import PodWatch, WaitTimedOut, all_ready, pod_index
-from .release_model import ReleaseModel
-from .revisions import ReleaseDriver
+from .. import naming
+from ..areal_types import Worker
+from ..errors import WorkerFailedError, WorkerNotFoundError, WorkerTimeoutError, attach_diagnosis
+from ..pods.held_workers import HeldWorkers
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch, WaitTimedOut, all_ready, pod_index
+from ..release.model import ReleaseModel
+from .driver import ReleaseDriver
 
 # How often a wait for a Kueue-queued role re-reads its Workload (an inadmissible verdict changes no pod).
 ADMISSION_RECHECK_SECONDS = 2.0

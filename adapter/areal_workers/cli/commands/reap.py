@@ -1,4 +1,4 @@
-"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (reaper.py)."""
+"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (runtime/reaper.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from dataclasses import asdict
 
 from kubernetes import client
 
-from .. import naming, reaper
-from ..podwatch import WaitTimedOut, none_left
-from .output import Format, console, emit, table
-from .session import EXIT_OK, EXIT_TIMEOUT, CliError, Session
+from ... import naming
+from ...pods.watch import WaitTimedOut, none_left
+from ...runtime import reaper
+from ..output import Format, console, emit, table
+from ..session import EXIT_OK, EXIT_TIMEOUT, CliError, Session
 
 
 def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:

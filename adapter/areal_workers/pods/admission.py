@@ -24,8 +24,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .errors import SchedulerError
-from .naming import LABEL_ROLE
+from ..errors import SchedulerError
+from ..naming import LABEL_ROLE
 
 logger = logging.getLogger(__name__)
 

@@ -13,14 +13,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rich.live import Live
 
-from .. import diagnosis, naming, reaper
-from ..lease import lease_name
-from ..podwatch import WaitTimedOut, is_ready, pod_index
-from ..release_model import ReleaseModel
-from . import log_stream
-from .output import Format, console, emit, status_renderable
-from .session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
-from .status_view import TrialStatus, trial_status
+from ... import diagnosis, naming
+from ...pods.watch import WaitTimedOut, is_ready, pod_index
+from ...release.model import ReleaseModel
+from ...runtime import reaper
+from ...runtime.lease import lease_name
+from .. import log_stream
+from ..output import Format, console, emit, status_renderable
+from ..session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..status_view import TrialStatus, trial_status
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
 EXTERNAL_STATUS = "applied without helm"

@@ -33,9 +33,9 @@ from kubernetes.client import (
     V1Toleration,
 )
 
-from .config import CapacityCheck
-from .diagnosis import NodeFit, describe_selector, format_quantity, node_fit, pod_requests
-from .naming import LABEL_ROLE
+from ..config import CapacityCheck
+from ..diagnosis import NodeFit, describe_selector, format_quantity, node_fit, pod_requests
+from ..naming import LABEL_ROLE
 
 __all__ = ["CapacityCheck", "CapacityProblem", "check_capacity", "preflight", "role_statefulsets", "template_pod"]
 

@@ -1,5 +1,5 @@
 """`areal-workers render`: the values and manifests a Job file (AReaL's Job and SchedulingSpec as YAML) or a values
-file would produce, without a cluster: the values are built by the scheduler's own functions (job_values,
+file would produce, without a cluster: the values are built by the scheduler's own functions (release.values,
 ReleaseModel) and rendered by `helm template`, which also checks them against the chart's schema."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from typing import Any
 
 import yaml
 
-from .. import job_values, naming
-from ..areal_types import Job, SchedulingSpec, SchedulingStrategy
-from ..config import KubernetesSchedulerConfig
-from ..release_model import ReleaseModel
-from .output import Format, emit
-from .session import EXIT_OK, EXIT_USAGE, CliError, Session
+from ... import naming
+from ...areal_types import Job, SchedulingSpec, SchedulingStrategy
+from ...config import KubernetesSchedulerConfig
+from ...release import values as job_values
+from ...release.model import ReleaseModel
+from ..output import Format, emit
+from ..session import EXIT_OK, EXIT_USAGE, CliError, Session
 
 FILE_KEYS = {"experiment", "trial", "jobs"}
 DEFAULT_NAMES = {"experiment": "experiment", "trial": "trial"}  # render's, when neither a file nor a flag names one

@@ -11,12 +11,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import diagnosis
-from ..podwatch import WaitTimedOut
-from . import log_stream
-from .output import Format, console, emit
-from .session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
-from .trainer_job import load_spec, trainer_job
+from ... import diagnosis
+from ...pods.watch import WaitTimedOut
+from .. import log_stream
+from ..output import Format, console, emit
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ..trainer_job import load_spec, trainer_job
 
 FINISHED = ("Succeeded", "Failed")
 LOG_DRAIN_SECONDS = 2.0  # for the last lines after the pod has finished

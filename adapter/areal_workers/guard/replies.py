@@ -5,7 +5,7 @@ HTTP outcomes map to AReaL's scheduler exceptions exactly as AReaL's LocalSchedu
 failures are retried).  The fork replies (``alloc_ports``, ``fork``) are read here too; the scheduler maps
 their errors.  Also the guard's address, and the encoding of request and reply bodies.
 
-Nothing here does I/O: ``guard_client.GuardClient`` sends the requests and hands the replies to these functions.
+Nothing here does I/O: ``guard.client.GuardClient`` sends the requests and hands the replies to these functions.
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    EngineCallError,
-    EngineCreationError,
-    EngineImportError,
-    PortAllocationError,
-    RPCConnectionError,
-    SchedulerError,
-    WorkerConfigurationError,
-)
+from ..errors import (EngineCallError, EngineCreationError, EngineImportError, PortAllocationError, RPCConnectionError,
+                      SchedulerError, WorkerConfigurationError)
 
 if TYPE_CHECKING:
-    from .areal_types import Worker
+    from ..areal_types import Worker
 
 ERROR_TEXT_LIMIT = 2000
 

@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from . import forks, naming
-from .areal_types import Worker
-from .config import KubernetesSchedulerConfig
-from .discovery import WorkerFinder
-from .errors import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
-from .guard_client import GuardClient
-from .held_workers import HeldWorkers
-from .inspector import ReleaseInspector
-from .loop_thread import LoopThread
-from .podwatch import pod_index
-from .revisions import ReleaseDriver
+from .. import naming
+from ..areal_types import Worker
+from ..config import KubernetesSchedulerConfig
+from ..errors import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
+from ..guard import forks
+from ..guard.client import GuardClient
+from ..pods.held_workers import HeldWorkers
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import pod_index
+from ..runtime.loop_thread import LoopThread
+from .driver import ReleaseDriver
+from .finder import WorkerFinder
 
 FORK_LOG_LINES = 400  # of the parent pod's log searched for a fork's exit marker
 KILL_LOOKUP_TIMEOUT = 5.0  # for the targets' pods when a fork is deleted: gone pods took their forks with them

@@ -5,18 +5,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kubernetes import client, config as kube_config
 
-from . import cluster_access
-from .admission import AdmissionReader
-from .config import KubernetesSchedulerConfig
-from .guard_client import GuardClient, Liveness
-from .inspector import ReleaseInspector
+from .. import cluster_access
+from ..config import KubernetesSchedulerConfig
+from ..guard.client import GuardClient, Liveness
+from ..pods.admission import AdmissionReader
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch
+from ..release.client import Releases
 from .lease import ReleaseLease
-from .podwatch import PodWatch
-from .release import Releases
-from .revisions import StatefulSets
+
+
+class StatefulSets(Protocol):
+    """The StatefulSet reads and writes a rollback needs (the kubernetes client's AppsV1Api)."""
+
+    def list_namespaced_stateful_set(self, namespace: str, **kwargs: Any) -> Any: ...
+
+    def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
+
+    def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+
+    def delete_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Releases whose trainer died: a Lease (lease.py) older than its grace period. Reaping deletes the Lease first,
+"""Releases whose trainer died: a Lease (runtime/lease.py) older than its grace period. Reaping deletes the Lease first,
 on the resourceVersion it was judged by, so a trainer that renewed it in between keeps its release; then the
 release is uninstalled. Only releases with a Lease are ever reaped: one installed by helm or Argo CD has none."""
 

@@ -13,33 +13,24 @@ import json
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import admission, capacity, diagnosis, name_records, naming
-from .config import KubernetesSchedulerConfig
-from .errors import SchedulerError, WorkerCreationError
-from .inspector import ReleaseInspector
-from .loop_thread import LoopThread
-from .podwatch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
-from .release import HelmError, Releases, Snapshot, helm_error_text
-from .release_model import ReleaseModel
+from .. import diagnosis, naming
+from ..config import KubernetesSchedulerConfig
+from ..errors import SchedulerError, WorkerCreationError
+from ..pods import admission
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
+from ..release import capacity, name_records
+from ..release.client import HelmError, Releases, Snapshot, helm_error_text
+from ..release.model import ReleaseModel
+from ..runtime.backend import StatefulSets
+from ..runtime.loop_thread import LoopThread
 
 logger = logging.getLogger(__name__)
-
-
-class StatefulSets(Protocol):
-    """The StatefulSet reads and writes a rollback needs (the kubernetes client's AppsV1Api)."""
-
-    def list_namespaced_stateful_set(self, namespace: str, **kwargs: Any) -> Any: ...
-
-    def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
-
-    def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
-
-    def delete_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
 
 
 class ReleaseDriver:

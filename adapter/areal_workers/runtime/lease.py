@@ -1,6 +1,6 @@
 """The trainer's heartbeat for its release: a coordination.k8s.io Lease renewed from a daemon thread while the
 scheduler lives. A trainer that dies (kill -9, OOM, a lost laptop) stops renewing; once the Lease is
-`lease_grace_seconds` old, a reaper (`areal-workers reap`, reaper.py) uninstalls the release. A trainer that
+`lease_grace_seconds` old, a reaper (`areal-workers reap`, runtime/reaper.py) uninstalls the release. A trainer that
 restarts within the grace period takes the Lease over and keeps its workers.
 """
 
@@ -16,8 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from . import cluster_access, naming
-from .errors import ClusterAccessError
+from .. import cluster_access, naming
+from ..errors import ClusterAccessError
 
 logger = logging.getLogger(__name__)
 

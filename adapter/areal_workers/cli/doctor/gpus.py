@@ -12,9 +12,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ..capacity import role_statefulsets, template_pod
-from ..diagnosis import NodeFit, format_quantity, node_fit, pod_requests
-from .doctor_checks import Check
+from ...diagnosis import NodeFit, format_quantity, node_fit, pod_requests
+from ...release.capacity import role_statefulsets, template_pod
+from .check import Check
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 _LISTED = 4

@@ -1,6 +1,6 @@
 """Helm releases of charts/areal-workers through pyhelm3: apply values, read them back, roll back, uninstall.
 
-pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see loop_thread.py), never on the caller's.
+pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see runtime/loop_thread.py), never on the caller's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pyhelm3.errors import Error as HelmError
 from pyhelm3.errors import ReleaseNotFoundError
 from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
-from .config import KubernetesSchedulerConfig
-from .errors import InvalidSchedulerSetupError
+from ..config import KubernetesSchedulerConfig
+from ..errors import InvalidSchedulerSetupError
 
 __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from .config import KubernetesSchedulerConfig
-from .naming import role_problem
-from .areal_types import Job, SchedulingSpec
+from ..areal_types import Job, SchedulingSpec
+from ..config import KubernetesSchedulerConfig
+from ..naming import role_problem
 
 DEFAULT_COMMAND = "python -m areal.infra.rpc.rpc_server"
 # What a Job with no tasks gets (AReaL's LocalScheduler uses cpu=1, gpu=0, port_count=2 and the rpc_server);

@@ -6,11 +6,11 @@ import sys
 import time
 from typing import Any
 
-from .. import naming
-from ..podwatch import WaitTimedOut, all_ready, is_ready
-from ..revisions import ReleaseDriver
-from .output import Format, console, emit, table
-from .session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ... import naming
+from ...orchestration.driver import ReleaseDriver
+from ...pods.watch import WaitTimedOut, all_ready, is_ready
+from ..output import Format, console, emit, table
+from ..session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
 def _history(session: Session, release: str, doing: str) -> list[Any]:

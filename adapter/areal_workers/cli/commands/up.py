@@ -7,13 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import job_values
-from ..areal_types import Job
-from ..errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
-from ..scheduler import KubernetesScheduler
-from .output import Format, console, emit, table
+from ...areal_types import Job
+from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
+from ...release import values as job_values
+from ...scheduler import KubernetesScheduler
+from ..output import Format, console, emit, table
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 from .render import load_job_file, trial_names
-from .session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
 def _entry(job: Job, session: Session) -> dict[str, Any] | None:

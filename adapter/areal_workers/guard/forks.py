@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from .errors import SchedulerError
-from .guard_client import GuardClient
-from .areal_types import Worker
+from ..areal_types import Worker
+from ..errors import SchedulerError
+from .client import GuardClient
 
 EXIT_POLL_INTERVAL = 1.0  # seconds between looks at the parent's log while a fork starts
 ForkExitProbe = Callable[[int, str], Awaitable["ForkExit | None"]]

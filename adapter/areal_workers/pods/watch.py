@@ -14,7 +14,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from .naming import LABEL_POD_INDEX
+from ..naming import LABEL_POD_INDEX
 
 RECONNECT_DELAY = 0.5
 
