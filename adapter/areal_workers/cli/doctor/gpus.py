@@ -14,10 +14,9 @@ from kubernetes.client.exceptions import ApiException
 
 from ...diagnosis import NodeFit, format_quantity, node_fit, pod_requests
 from ...release.capacity import role_statefulsets, template_pod
-from .check import Check
+from .check import LISTED, Check, more
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-_LISTED = 4
 
 
 def _gpu_resource(pod: client.V1Pod) -> str:
@@ -53,10 +52,10 @@ def gpu_capacity(pod: client.V1Pod, nodes: Sequence[client.V1Node],
     detail = (f"{holding}/{len(nodes)} nodes have {resource}: {gpus} {measure}; {fitting} worker(s) of {gpus} GPUs "
               f"fit, {workers} wanted")
     if usable:
-        amounts = [f"{fit.name} {_gpus_text(fit, resource)}" for fit in usable[:_LISTED]]
-        detail += f" ({measure} {resource}: {', '.join(amounts)}{_more(usable)})"
+        amounts = [f"{fit.name} {_gpus_text(fit, resource)}" for fit in usable[:LISTED]]
+        detail += f" ({measure} {resource}: {', '.join(amounts)}{more(usable)})"
     if excluded:
-        detail += "; not usable: " + ", ".join(f"{node} ({why})" for node, why in excluded[:_LISTED])
+        detail += "; not usable: " + ", ".join(f"{node} ({why})" for node, why in excluded[:LISTED])
     if fitting >= workers:
         if pods_by_node is None:
             return Check(name, "warn", detail, "counted allocatable GPUs: other pods may hold some; grant list on "
@@ -69,15 +68,6 @@ def _gpus_text(fit: NodeFit, resource: str) -> str:
     total = format_quantity(resource, fit.allocatable.get(resource, Decimal(0)))
     free = None if fit.free is None else max(fit.free.get(resource, Decimal(0)), Decimal(0))
     return total if free is None else f"{format_quantity(resource, free)}/{total}"
-
-
-def _more(items: Sequence[object]) -> str:
-    return f", +{len(items) - _LISTED} more" if len(items) > _LISTED else ""
-
-
-def listed(names: Sequence[str]) -> str:
-    """The first few names, and how many more."""
-    return ", ".join(names[:_LISTED]) + _more(names)
 
 
 def _gpu_fix(usable: Sequence[NodeFit], resource: str, gpus: int, fitting: int) -> str:
