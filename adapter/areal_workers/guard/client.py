@@ -28,9 +28,10 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError
-from .replies import (ForkError, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome, call_payload,
-                      calls_exhausted, check_configured, check_env_set, connection_error, created_engine_result, encode,
-                      error_message, forked, guard_url, hostport, json_object, timeout_text)
+from .replies import (ForkError, NoReply, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome,
+                      call_payload, calls_exhausted, check_configured, check_env_set, connection_error,
+                      created_engine_result, encode, error_message, forked, guard_url, hostport, json_object,
+                      retryable, timeout_text, unanswered)
 
 if TYPE_CHECKING:
     from ..areal_types import Worker
@@ -107,15 +108,10 @@ class GuardClient:
         payload = encode(
             {"engine": engine, "engine_name": engine_name, "init_args": init_args, "init_kwargs": init_kwargs}
         )
-        try:
-            reply = await self._post(worker, "/create_engine", payload, timeout)
-        except aiohttp.ClientConnectionError as error:
-            await self._acheck_liveness(worker)
-            raise connection_error(worker, str(error)) from error
-        except asyncio.TimeoutError as error:
-            raise EngineCreationError(worker.id, f"Request timed out: {timeout_text(error, timeout)}") from error
-        except aiohttp.ClientError as error:
-            raise EngineCreationError(worker.id, f"Unexpected error: {error}") from error
+        reply = await self._async_attempt(worker, "/create_engine", payload, timeout)
+        if isinstance(reply, NoReply):
+            raise unanswered(worker, reply, EngineCreationError, "Request timed out", "Unexpected error") \
+                from reply.error
         return created_engine_result(worker, engine, reply)
 
     async def set_env(self, worker: Worker, env: dict[str, str], timeout: float = 30.0) -> None:
@@ -123,15 +119,9 @@ class GuardClient:
         await self._acheck_liveness(worker)
         if not env:
             return
-        try:
-            reply = await self._post(worker, "/set_env", encode({"env": env}), timeout)
-        except aiohttp.ClientConnectionError as error:
-            await self._acheck_liveness(worker)
-            raise connection_error(worker, str(error)) from error
-        except asyncio.TimeoutError as error:
-            raise SchedulerError(worker.id, f"set_env timed out: {timeout_text(error, timeout)}") from error
-        except aiohttp.ClientError as error:
-            raise SchedulerError(worker.id, f"set_env failed: {error}") from error
+        reply = await self._async_attempt(worker, "/set_env", encode({"env": env}), timeout)
+        if isinstance(reply, NoReply):
+            raise unanswered(worker, reply, SchedulerError, "set_env timed out", "set_env failed") from reply.error
         check_env_set(worker, reply)
 
     def call(self, worker: Worker, method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any],
@@ -169,37 +159,14 @@ class GuardClient:
         raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
 
     def _call_attempt(self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float) -> Any:
-        try:
-            response = self._http.post(
-                guard_url(worker) + "/call",
-                data=payload,
-                headers=JSON_HEADERS,
-                timeout=self._requests_timeout(timeout),
-            )
-        # ConnectTimeout is both; an unreachable pod is a connection problem.
-        except requests.ConnectionError as error:
-            self._check_liveness(worker)
-            return Retryable(f"Connection error: {error}", error)
-        except requests.Timeout as error:
-            return Retryable(f"Timeout: {error}", error)
-        except requests.RequestException as error:
-            return Retryable(f"Unexpected error: {error}", error)
-        return call_outcome(worker, method, attempt, Reply(response.status_code, response.content))
+        reply = self._sync_attempt(worker, "/call", payload, timeout)
+        return retryable(reply) if isinstance(reply, NoReply) else call_outcome(worker, method, attempt, reply)
 
     async def _async_call_attempt(
         self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float
     ) -> Any:
-        try:
-            reply = await self._post(worker, "/call", payload, timeout)
-        # aiohttp's connect time-out is both; an unreachable pod is a connection problem.
-        except aiohttp.ClientConnectionError as error:
-            await self._acheck_liveness(worker)
-            return Retryable(f"Connection error: {error}", error)
-        except asyncio.TimeoutError as error:
-            return Retryable(f"Timeout: {timeout_text(error, timeout)}", error)
-        except aiohttp.ClientError as error:
-            return Retryable(f"Unexpected error: {error}", error)
-        return call_outcome(worker, method, attempt, reply)
+        reply = await self._async_attempt(worker, "/call", payload, timeout)
+        return retryable(reply) if isinstance(reply, NoReply) else call_outcome(worker, method, attempt, reply)
 
     async def destroy_engines(self, workers: list[Worker], timeout: float) -> dict[str, str]:
         """POST /call {"method": "destroy"} to each worker's own engine, all at once, within `timeout` seconds
@@ -286,15 +253,14 @@ class GuardClient:
 
     def configure(self, worker: Worker, payload: Any, timeout: float = 300.0) -> None:
         """POST /configure with the serialized {config, role, rank}, mapped as AReaL's _configure_worker does."""
-        try:
-            response = self._http.post(guard_url(worker) + "/configure", data=encode(payload), headers=JSON_HEADERS,
-                                       timeout=self._requests_timeout(timeout))
-        except requests.ConnectionError as error:
-            self._check_liveness(worker)
-            raise connection_error(worker, str(error)) from error
-        except requests.Timeout as error:
-            raise WorkerConfigurationError(worker.id, f"Request timed out: {error}") from error
-        check_configured(worker, Reply(response.status_code, response.content))
+        reply = self._sync_attempt(worker, "/configure", encode(payload), timeout)
+        if isinstance(reply, NoReply):
+            if reply.kind == "connection":
+                raise connection_error(worker, reply.text) from reply.error
+            if reply.kind == "timeout":
+                raise WorkerConfigurationError(worker.id, f"Request timed out: {reply.text}") from reply.error
+            raise reply.error  # AReaL's _configure_worker maps no other client error
+        check_configured(worker, reply)
 
     def health(self, worker: Worker, timeout: float = HEALTH_PROBE_TIMEOUT) -> dict[str, Any] | None:
         """GET /health: the reply when it is 200 with a JSON object, else None."""
@@ -307,12 +273,10 @@ class GuardClient:
         return json_object(response.content)
 
     async def _fork_request(self, worker: Worker, path: str, payload: dict[str, Any], timeout: float) -> Reply:
-        try:
-            return await self._post(worker, path, encode(payload), timeout)
-        except aiohttp.ClientError as error:
-            raise connection_error(worker, f"{path}: {error}") from error
-        except asyncio.TimeoutError as error:
-            raise connection_error(worker, f"{path}: {timeout_text(error, timeout)}") from error
+        reply = await self._async_attempt(worker, path, encode(payload), timeout, check_liveness=False)
+        if isinstance(reply, NoReply):
+            raise connection_error(worker, f"{path}: {reply.text}") from reply.error
+        return reply
 
     # ----------------------------------------------------------------------- liveness and transport
 
@@ -327,6 +291,38 @@ class GuardClient:
 
     def _requests_timeout(self, timeout: float) -> tuple[float, float]:
         return min(self._connect_timeout, timeout), timeout
+
+    def _sync_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply | NoReply:
+        """POST `path` with requests: the reply, or why none came (after a connection error the worker's liveness
+        is checked, so a dead pod raises its WorkerFailedError instead)."""
+        try:
+            response = self._http.post(guard_url(worker) + path, data=payload, headers=JSON_HEADERS,
+                                       timeout=self._requests_timeout(timeout))
+        # ConnectTimeout is both; an unreachable pod is a connection problem.
+        except requests.ConnectionError as error:
+            self._check_liveness(worker)
+            return NoReply("connection", str(error), error)
+        except requests.Timeout as error:
+            return NoReply("timeout", str(error), error)
+        except requests.RequestException as error:
+            return NoReply("other", str(error), error)
+        return Reply(response.status_code, response.content)
+
+    async def _async_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float, *,
+                             check_liveness: bool = True) -> Reply | NoReply:
+        """POST `path` with aiohttp: the reply, or why none came (see _sync_attempt; `check_liveness` False: not
+        checked)."""
+        try:
+            return await self._post(worker, path, payload, timeout)
+        # aiohttp's connect time-out is both; an unreachable pod is a connection problem.
+        except aiohttp.ClientConnectionError as error:
+            if check_liveness:
+                await self._acheck_liveness(worker)
+            return NoReply("connection", str(error), error)
+        except asyncio.TimeoutError as error:
+            return NoReply("timeout", timeout_text(error, timeout), error)
+        except aiohttp.ClientError as error:
+            return NoReply("other", str(error), error)
 
     async def _post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply:
         return await self._request("POST", guard_url(worker) + path, payload, timeout)

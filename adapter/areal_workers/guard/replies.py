@@ -11,8 +11,9 @@ Nothing here does I/O: ``guard.client.GuardClient`` sends the requests and hands
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import (EngineCallError, EngineCreationError, EngineImportError, PortAllocationError, RPCConnectionError,
                       SchedulerError, WorkerConfigurationError)
@@ -45,6 +46,16 @@ class Retryable:
 
     reason: str
     error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class NoReply:
+    """A request that got no reply: a connection error, a time-out or another client error of the HTTP library,
+    with the error's text (a time-out's says how long it waited)."""
+
+    kind: Literal["connection", "timeout", "other"]
+    text: str
+    error: BaseException
 
 
 # --------------------------------------------------------------------------- addresses
@@ -122,6 +133,23 @@ def backoff(retry_delay: float, attempt: int) -> float:
 
 def connection_error(worker: Worker, reason: str) -> RPCConnectionError:
     return RPCConnectionError(worker.id, worker.ip, guard_port(worker), reason)
+
+
+# How AReaL words each kind of NoReply in a call attempt it retries.
+RETRY_REASONS = {"connection": "Connection error", "timeout": "Timeout", "other": "Unexpected error"}
+
+
+def retryable(no_reply: NoReply) -> Retryable:
+    return Retryable(f"{RETRY_REASONS[no_reply.kind]}: {no_reply.text}", no_reply.error)
+
+
+def unanswered(worker: Worker, no_reply: NoReply, error_type: Callable[[str, str], SchedulerError], timed_out: str,
+               failed: str) -> SchedulerError:
+    """AReaL's error for a request that is not retried: RPCConnectionError for a connection error, else
+    `error_type(worker.id, "<timed_out or failed>: <text>")`."""
+    if no_reply.kind == "connection":
+        return connection_error(worker, no_reply.text)
+    return error_type(worker.id, f"{timed_out if no_reply.kind == 'timeout' else failed}: {no_reply.text}")
 
 
 # --------------------------------------------------------------------------- replies of each call
