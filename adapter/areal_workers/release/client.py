@@ -1,6 +1,7 @@
 """Helm releases of charts/areal-workers through pyhelm3: apply values, read them back, roll back, uninstall.
 
-pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see runtime/loop_thread.py), never on the caller's.
+pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see runtime/loop_thread.py), never on the
+caller's.
 """
 
 from __future__ import annotations

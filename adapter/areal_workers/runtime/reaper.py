@@ -1,5 +1,5 @@
-"""Releases whose trainer died: a Lease (runtime/lease.py) older than its grace period. Reaping deletes the Lease first,
-on the resourceVersion it was judged by, so a trainer that renewed it in between keeps its release; then the
+"""Releases whose trainer died: a Lease (runtime/lease.py) older than its grace period. Reaping deletes the Lease
+first, on the resourceVersion it was judged by, so a trainer that renewed it in between keeps its release; then the
 release is uninstalled. Only releases with a Lease are ever reaped: one installed by helm or Argo CD has none."""
 
 from __future__ import annotations
