@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # on its path: what runs AReaL's own controllers, i.e. the demo's trainer.
 AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/python
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart lint test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -102,9 +102,13 @@ bench: tools areal-worker ## the quick benchmark profile on a cluster of its own
 bench-full: tools areal-worker ## the full benchmark profile (up to 1024 workers; long)
 	$(PY) bench/run.py --profile full $(BENCH_ARGS)
 
+# Static checks, one tool a line; seconds, so `make test` runs them first.
+lint: venv ## static checks: the adapter's import layers (lint-imports, [tool.importlinter] in pyproject.toml)
+	$(VENV)/bin/lint-imports
+
 # The lanes (main, AReaL's worker server, helm 4, then the tests that change what every test shares) and which of
 # them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane.
-test: ## everything: unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+test: lint ## everything: the static checks, unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
 	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PY) tools/test_lanes.py $(PYTEST_ARGS); rc=$$?; fi; \

@@ -1,7 +1,7 @@
 """What the adapter adds to an engine call: `call_engine` and `async_call_engine` against a plain HTTP client on
 persistent connections (a `requests.Session`, an `aiohttp.ClientSession`) POSTing the same `/call` payloads to the
 same workers, side by side in one run. A third client, the adapter's GuardClient called with the Worker at hand,
-separates what the HTTP layer (guard_client.py) costs from what the scheduler's call path adds; the latter is also
+separates what the HTTP layer (guard/client.py) costs from what the scheduler's call path adds; the latter is also
 timed inside each adapter call (the call minus its GuardClient call), which no load on the machine blurs.
 
 Two targets, each in a private namespace of its own with a podrunner of its own: workers running AReaL's real
@@ -32,7 +32,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec, Worker
-from areal_workers.release import merge_values
+from areal_workers.release.client import merge_values
 
 NAME = "rpc_overhead"
 TITLE = "Engine-call overhead: call_engine / async_call_engine vs a plain HTTP client"
@@ -82,7 +82,7 @@ class Measured:
 
 
 def call_body(worker_id: str, method: str, args: list[Any]) -> bytes:
-    """The body the adapter sends (guard_replies.call_payload): the worker's own engine, no kwargs, no rpc_meta."""
+    """The body the adapter sends (guard.replies.call_payload): the worker's own engine, no kwargs, no rpc_meta."""
     return json.dumps({"method": method, "engine_name": worker_id, "args": args, "kwargs": {},
                        "rpc_meta": None}).encode()
 

@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client, config, utils  # noqa: E402
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
-from areal_workers.podwatch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
+from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
 from localkube.pki import service_account_kubeconfig
 from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 from repo_paths import REPO, TOOLS_BIN

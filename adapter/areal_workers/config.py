@@ -256,7 +256,7 @@ VARIABLE_PREFIX = "AREAL_K8S_"
 ENVIRONMENT = {f"{VARIABLE_PREFIX}{spec.name.upper()}": spec.name for spec in fields(KubernetesSchedulerConfig)}
 
 # How from_env turns a variable's text into its field's value (fields not listed take the text as it is). The
-# first line of each parser's docstring is the format docs/*/configuration.md shows (tools/config_docs.py).
+# first line of each parser's docstring is the format docs/*/configuration.md shows (tools/docgen/config.py).
 ENVIRONMENT_PARSERS = {
     "values_files": parse_names,
     "image_pull_secrets": parse_names,

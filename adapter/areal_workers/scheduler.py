@@ -2,9 +2,9 @@
 
 One release per (experiment, trial); every create / scale / fork / delete is one `helm upgrade`, so
 `helm history` is the log of the topology and `helm rollback` its undo. The scheduler validates a request, takes
-its lock and delegates: the next values come from the release model (release_model.py), the revision and the
-rollback policy are the driver's (revisions.py), waits and liveness are the worker finder's (discovery.py), forks
-are fork_ops.py's.
+its lock and delegates: the next values come from the release model (release/model.py), the revision and the
+rollback policy are the driver's (orchestration/driver.py), waits and liveness are the worker finder's
+(orchestration/finder.py), forks are orchestration/fork_operations.py's.
 """
 
 from __future__ import annotations
@@ -14,24 +14,19 @@ import logging
 import threading
 from typing import Any
 
-from . import backend as backend_module
-from . import fork_ops, job_values, naming
+from . import naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 from .config import KubernetesSchedulerConfig
-from .discovery import WorkerFinder
-from .errors import (
-    InvalidRequestError,
-    InvalidSchedulerSetupError,
-    WorkerCreationError,
-    WorkerFailedError,
-    WorkerNotFoundError,
-    WorkerTimeoutError,
-)
-from .held_workers import HeldWorkers
-from .lease import ReleaseLease
-from .loop_thread import LoopThread
-from .revisions import ReleaseDriver
-from .wire_format import deserialize_value, serialize_value
+from .errors import (InvalidRequestError, InvalidSchedulerSetupError, WorkerCreationError, WorkerFailedError,
+                     WorkerNotFoundError, WorkerTimeoutError)
+from .guard.wire_format import deserialize_value, serialize_value
+from .orchestration.driver import ReleaseDriver
+from .orchestration.finder import WorkerFinder
+from .orchestration.fork_operations import ForkOperations
+from .pods.held_workers import HeldWorkers
+from .release import values as job_values
+from .runtime import backend as backend_module
+from .runtime.loop_thread import LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +61,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self.driver = ReleaseDriver(self.release, self.config, parts.releases, parts.inspector, parts.pods,
                                         parts.statefulsets, self.loop)
             self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
-            self.forks = fork_ops.ForkOperations(self.driver, self.finder, self.guard, self.loop, self.held,
-                                                 parts.inspector, self.config, self.experiment_name, self.trial_name)
+            self.forks = ForkOperations(self.driver, self.finder, self.guard, self.loop, self.held,
+                                        parts.inspector, self.config, self.experiment_name, self.trial_name)
             self._lock = threading.RLock()
             self.driver.adopt()
             self.lease = parts.lease

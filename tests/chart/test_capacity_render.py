@@ -8,7 +8,7 @@ pytestmark = pytest.mark.chart
 from chartlib import role  # noqa: E402
 from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta  # noqa: E402
 
-from areal_workers.capacity import check_capacity, preflight  # noqa: E402
+from areal_workers.release.capacity import check_capacity, preflight  # noqa: E402
 
 
 def gpu_node(name: str, gpus: int, cpu: str = "96") -> V1Node:

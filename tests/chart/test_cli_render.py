@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from areal_workers.cli import doctor
+from areal_workers.cli.doctor import chart
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
 from areal_workers.config import KubernetesSchedulerConfig
@@ -93,5 +93,5 @@ def test_render_and_doctor_find_a_helm_beside_the_interpreter_off_path(cli, tmp_
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     code, out, err = cli("render", "-f", write(tmp_path, "job.yaml", JOB), "--show", "manifests")
     assert code == EXIT_OK and "kind: StatefulSet" in out, err
-    check, _ = doctor.render_chart(KubernetesSchedulerConfig(), 0, 1)
+    check, _ = chart.render_chart(KubernetesSchedulerConfig(), 0, 1)
     assert check.status == "pass", check

@@ -219,9 +219,9 @@ def test_every_variable_set_before_the_roles_env_is_reserved(name, render, rende
 
 
 def test_the_adapters_reserved_names_are_the_chart_owned_variables(render):
-    """areal_workers.job_values.RESERVED_ENV (refused in SchedulingSpec.env_vars before anything is written) is
+    """areal_workers.release.values.RESERVED_ENV (refused in SchedulingSpec.env_vars before anything is written) is
     exactly what the chart sets from the pod and the role, before the role's own env."""
-    from areal_workers.job_values import RESERVED_ENV
+    from areal_workers.release.values import RESERVED_ENV
 
     s = sts(render({"roles": {"actor": role(1)}}), "actor")
     assert set(names(s)[:len(RESERVED_ENV)]) == RESERVED_ENV

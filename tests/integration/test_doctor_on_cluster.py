@@ -1,4 +1,4 @@
-"""`areal-workers doctor`'s checks (areal_workers/cli/doctor.py) against the cluster: all pass for the admin, with a
+"""`areal-workers doctor`'s checks (areal_workers/cli/doctor/) against the cluster: all pass for the admin, with a
 real probe worker; a ServiceAccount whose copy of rbac/role.yaml lacks one permission fails exactly that one; more
 GPUs per worker than any node has fails with the numbers."""
 

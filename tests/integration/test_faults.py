@@ -306,7 +306,7 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
         [pinned] = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=pinned").items
         core.patch_namespaced_pod(pinned.metadata.name, scheduler.namespace, {"metadata": {"annotations": {
             **HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}})  # localkube/kwok-stages.yaml: never finalized
-        with caplog.at_level(logging.INFO, logger="areal_workers.revisions"):
+        with caplog.at_level(logging.INFO, logger="areal_workers.orchestration.driver"):
             scheduler.delete_workers()
         assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text
         assert "still terminating after" not in caplog.text

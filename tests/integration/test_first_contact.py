@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSchedulerConfig
-from areal_workers.lease import lease_name
+from areal_workers.runtime.lease import lease_name
 from clusterlib import controller_kubeconfig, job
 from repo_paths import REPO
 

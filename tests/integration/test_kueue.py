@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from areal_workers import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
-from areal_workers.admission import ADMISSION_GATE, GROUP, POD_GROUP_LABEL, VERSION
+from areal_workers.pods.admission import ADMISSION_GATE, GROUP, POD_GROUP_LABEL, VERSION
 from clusterlib import job, spec, wait_for
 
 # It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).

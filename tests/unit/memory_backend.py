@@ -17,10 +17,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
-from areal_workers.backend import Backend
+from areal_workers.runtime.backend import Backend
 from areal_workers.errors import WorkerFailedError
-from areal_workers.release import HelmError
-from areal_workers.podwatch import WaitTimedOut, pod_index
+from areal_workers.release.client import HelmError
+from areal_workers.pods.watch import WaitTimedOut, pod_index
 
 GUARD_PORT = 8000
 

@@ -1,4 +1,4 @@
-"""Kueue admission read from Workload objects (pure logic of areal_workers.admission; the cluster side is in
+"""Kueue admission read from Workload objects (pure logic of areal_workers.pods.admission; the cluster side is in
 tests/integration/test_kueue.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from areal_workers.admission import ADMISSION_GATE, POD_GROUP_LABEL, admission_of, is_gated, queues_of, workload_name
+from areal_workers.pods.admission import ADMISSION_GATE, POD_GROUP_LABEL, admission_of, is_gated, queues_of, workload_name
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from kubernetes.client import (  # noqa: E402
     V1Taint,
 )
 
-from areal_workers.capacity import (  # noqa: E402
+from areal_workers.release.capacity import (  # noqa: E402
     CapacityProblem,
     check_capacity,
     preflight,

@@ -57,8 +57,8 @@ def closed_stdout(code: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("code", [
     "from areal_workers.cli.main import main; raise SystemExit(main(['completion', 'bash']))",
     # status printing more than a pipe holds (the cluster replaced by its output)
-    "from areal_workers.cli import main, workers_cmds\n"
-    "workers_cmds.status = lambda *args: print('actor/0  yes\\n' * 20000) or 0\n"
+    "from areal_workers.cli import main\nfrom areal_workers.cli.commands import workers\n"
+    "workers.status = lambda *args: print('actor/0  yes\\n' * 20000) or 0\n"
     "raise SystemExit(main.main(['status']))",
 ])
 def test_a_closed_stdout_ends_quietly_with_141(code):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from areal_workers.cli import up_cmd
+from areal_workers.cli.commands import up
 from areal_workers.cli.main import main
-from areal_workers.cli.render import trial_names
+from areal_workers.cli.commands.render import trial_names
 from areal_workers.cli.session import EXIT_USAGE, CliError
 
 pytestmark = pytest.mark.unit
@@ -63,7 +63,7 @@ def test_up_creates_the_release_release_names(job_file, tmp_path, monkeypatch):
         seen.update(release=config.release_name, experiment=experiment_name, trial=trial_name)
         raise Stop
 
-    monkeypatch.setattr(up_cmd, "KubernetesScheduler", scheduler)
+    monkeypatch.setattr(up, "KubernetesScheduler", scheduler)
     with pytest.raises(Stop):
         main(["up", "-f", str(job_file), "--release", "aw-mine", "--trial", "run-7"])
     assert seen == {"release": "aw-mine", "experiment": "gsm8k", "trial": "run-7"}

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from areal_workers.cli.render import job_file_values, load_job_file
+from areal_workers.cli.commands.render import job_file_values, load_job_file
 from areal_workers.cli.session import EXIT_USAGE, CliError, Selection, kubeconfig_namespace
 from areal_workers.cli.status_view import pod_state, trial_status
 from areal_workers.config import KubernetesSchedulerConfig
-from areal_workers.release_model import ReleaseModel
+from areal_workers.release.model import ReleaseModel
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from areal_workers.release import merge_values
+from areal_workers.release.client import merge_values
 from docslib import REPO, Block, documents, parse
 from kubeconform_schemas import KUBECONFORM, has_schema, kubeconform
 

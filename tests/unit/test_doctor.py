@@ -1,4 +1,4 @@
-"""The pure parts of `areal-workers doctor` (areal_workers/cli/doctor.py): the controller Role as access reviews,
+"""The pure parts of `areal-workers doctor` (areal_workers/cli/doctor/): the controller Role as access reviews,
 the verdicts and their fixes, GPU counting on hand-written nodes, and the probe worker on the in-memory cluster."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus,
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig, naming
-from areal_workers.cli import doctor
+from areal_workers.cli.doctor import chart, permissions, run
+from areal_workers.cli.doctor import probe as doctor_probe
 from areal_workers.cli.doctor import Access, Check, gpu_capacity, permission_check, probe_worker, role_accesses
 from areal_workers.errors import SchedulerError
 from memory_backend import GUARD_PORT, MemoryCluster, memory_connect
@@ -32,7 +33,7 @@ ROLE_TEXT = (REPO / "rbac" / "role.yaml").read_text()
 
 
 def test_the_packaged_role_file_is_rbac_role_yaml():
-    assert doctor.ROLE_FILE.read_bytes() == (REPO / "rbac" / "role.yaml").read_bytes()
+    assert permissions.ROLE_FILE.read_bytes() == (REPO / "rbac" / "role.yaml").read_bytes()
 
 
 def test_every_verb_of_every_resource_of_the_role_is_one_access():
@@ -91,11 +92,11 @@ def test_a_denied_access_fails_naming_verb_resource_namespace_and_the_file_that_
     assert check.status == "fail"
     assert check.detail == "missing: get pods/log in namespace rl (no RBAC policy matched)"
     assert "granted by rbac/role.yaml (Role areal-controller)" in check.fix
-    assert f"kubectl apply -n rl -f {doctor.RBAC_DIR}/" in check.fix
+    assert f"kubectl apply -n rl -f {permissions.RBAC_DIR}/" in check.fix
 
 
 def test_listing_nodes_denied_is_only_a_warning_with_a_cluster_role_to_grant_it():
-    check = permission_check(doctor.NODE_LIST, False, "", "rl", "areal-controller")
+    check = permission_check(permissions.NODE_LIST, False, "", "rl", "areal-controller")
     assert check.status == "warn"
     assert check.detail.startswith("missing: list nodes at cluster scope")
     assert "clusterrole" in check.fix and "--serviceaccount=rl:areal-controller" in check.fix
@@ -121,7 +122,7 @@ class FakeAuthorization:
 
 def test_one_review_per_access_and_exactly_the_denied_one_fails():
     authorization = FakeAuthorization({("delete", "", "pods", None)})
-    checks = doctor.check_permissions(authorization, "rl")  # type: ignore[arg-type]
+    checks = permissions.check_permissions(authorization, "rl")  # type: ignore[arg-type]
     _, accesses = role_accesses(ROLE_TEXT)
     assert len(authorization.asked) == len(accesses) + 1  # and list nodes
     assert [c.name for c in checks if c.status != "pass"] == ["permission delete pods"]
@@ -135,7 +136,7 @@ def test_one_review_per_access_and_exactly_the_denied_one_fails():
 
 def test_a_review_the_api_server_cannot_answer_ends_the_permission_checks_with_the_cause():
     authorization = FakeAuthorization(set(), fail_on="statefulsets")
-    checks = doctor.check_permissions(authorization, "rl")  # type: ignore[arg-type]
+    checks = permissions.check_permissions(authorization, "rl")  # type: ignore[arg-type]
     assert checks[-1].name == "permissions" and checks[-1].status == "fail"
     assert "HTTP 500" in checks[-1].detail
     assert all(c.status == "pass" for c in checks[:-1]) and len(checks) == len(authorization.asked)
@@ -147,7 +148,7 @@ def test_an_unreachable_api_server_fails_the_first_check():
         port = sock.getsockname()[1]
     configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
     configuration.retries = 0
-    check = doctor.check_cluster(client.ApiClient(configuration))
+    check = run.check_cluster(client.ApiClient(configuration))
     assert check.status == "fail" and f"127.0.0.1:{port}" in check.detail and check.fix
 
 
@@ -309,8 +310,8 @@ def test_a_release_left_behind_is_reported_with_the_command_that_removes_it():
 
 
 def test_the_probe_and_render_values_are_one_role_of_the_default_worker_command():
-    values = doctor.probe_values(KubernetesSchedulerConfig(namespace="rl", image="example.com/areal:1"), 8, 3)
-    role = values["roles"][doctor.PROBE_ROLE]
+    values = chart.probe_values(KubernetesSchedulerConfig(namespace="rl", image="example.com/areal:1"), 8, 3)
+    role = values["roles"][chart.PROBE_ROLE]
     assert role["replicas"] == 3 and role["resources"]["gpu"] == 8
     assert role["command"] == ["python", "-m", "areal.infra.rpc.rpc_server"]
     assert values["image"] == {"repository": "example.com/areal", "tag": "1"}
@@ -339,18 +340,18 @@ def health_server():
 
 def test_http_health_is_none_only_for_a_200_answer(health_server, monkeypatch):
     port, codes = health_server
-    assert doctor.http_health("127.0.0.1", str(port)) is None
+    assert doctor_probe.http_health("127.0.0.1", str(port)) is None
     codes["status"] = 503
-    assert doctor.http_health("127.0.0.1", str(port)) == "HTTP 503"
-    monkeypatch.setattr(doctor, "HEALTH_ATTEMPTS", 1)
+    assert doctor_probe.http_health("127.0.0.1", str(port)) == "HTTP 503"
+    monkeypatch.setattr(doctor_probe, "HEALTH_ATTEMPTS", 1)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
-    assert "ConnectionError" in doctor.http_health("127.0.0.1", str(closed))
+    assert "ConnectionError" in doctor_probe.http_health("127.0.0.1", str(closed))
 
 
 def test_a_missing_helm_fails_the_render_before_anything_runs():
-    check, manifests = doctor.render_chart(KubernetesSchedulerConfig(helm_executable="/nonexistent/helm"), 0, 1)
+    check, manifests = chart.render_chart(KubernetesSchedulerConfig(helm_executable="/nonexistent/helm"), 0, 1)
     assert check.status == "fail" and check.detail == "helm not found: /nonexistent/helm is not an executable file"
     assert "install helm 3.x or 4.x" in check.fix and "AREAL_K8S_HELM_EXECUTABLE" in check.fix
     assert manifests == []

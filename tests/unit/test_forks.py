@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from areal_workers.forks import ForkPlan, parse_exit
+from areal_workers.guard.forks import ForkPlan, parse_exit
 
 pytestmark = pytest.mark.unit
 

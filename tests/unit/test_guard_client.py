@@ -36,8 +36,8 @@ from areal_workers.errors import (  # noqa: E402
     SchedulerError,
     WorkerFailedError,
 )
-from areal_workers.guard_client import ForkError, GuardClient  # noqa: E402
-from areal_workers.guard_replies import Reply, Retryable, call_outcome, created_engine_result  # noqa: E402
+from areal_workers.guard.client import ForkError, GuardClient  # noqa: E402
+from areal_workers.guard.replies import Reply, Retryable, call_outcome, created_engine_result  # noqa: E402
 from areal_workers.areal_types import Worker  # noqa: E402
 
 MODES = ["sync", "async"]

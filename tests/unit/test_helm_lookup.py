@@ -10,7 +10,7 @@ import pytest
 
 from areal_workers.config import KubernetesSchedulerConfig
 from areal_workers.errors import SchedulerError
-from areal_workers.release import HelmNotFoundError, Releases, find_helm
+from areal_workers.release.client import HelmNotFoundError, Releases, find_helm
 
 pytestmark = pytest.mark.unit
 

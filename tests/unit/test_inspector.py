@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from areal_workers.inspector import ReleaseInspector
+from areal_workers.pods.inspector import ReleaseInspector
 
 pytestmark = pytest.mark.unit
 

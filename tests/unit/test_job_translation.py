@@ -10,10 +10,10 @@ from types import SimpleNamespace  # noqa: E402
 import jsonschema  # noqa: E402
 import yaml  # noqa: E402
 
-from areal_workers import job_values  # noqa: E402
+from areal_workers.release import image_reference  # noqa: E402
 from areal_workers.config import KubernetesSchedulerConfig  # noqa: E402
-from areal_workers.release import merge_values  # noqa: E402
-from areal_workers.job_values import (  # noqa: E402
+from areal_workers.release.client import merge_values  # noqa: E402
+from areal_workers.release.values import (  # noqa: E402
     DEFAULT_COMMAND,
     THREAD_VARIABLES,
     TopologyError,
@@ -22,9 +22,9 @@ from areal_workers.job_values import (  # noqa: E402
     cluster_values,
     resolve_spec,
     role_values,
-    split_image,
     worker_command,
 )
+from areal_workers.release.image_reference import split_image  # noqa: E402
 from areal_workers.areal_types import Job, SchedulingSpec  # noqa: E402
 from repo_paths import REPO  # noqa: E402
 
@@ -207,7 +207,7 @@ VALID_IMAGES = [
 @pytest.mark.parametrize("image", VALID_IMAGES)
 def test_container_images_accepted(image):
     check_spec("actor", spec(image=image))
-    assert job_values.image_reference_problem(image) is None
+    assert image_reference.image_reference_problem(image) is None
 
 
 @pytest.mark.parametrize("image,fragment", [
@@ -263,7 +263,8 @@ def test_image_checks_agree_with_the_whole_grammar():
     import random
     import re
 
-    full = re.compile(rf"({job_values._NAME.pattern})(?::({job_values._TAG.pattern}))?(?:@({job_values._DIGEST.pattern}))?")
+    full = re.compile(rf"({image_reference._NAME.pattern})(?::({image_reference._TAG.pattern}))?"
+                      rf"(?:@({image_reference._DIGEST.pattern}))?")
 
     def grammar_ok(image: str) -> bool:
         match = full.fullmatch(image)
@@ -276,7 +277,7 @@ def test_image_checks_agree_with_the_whole_grammar():
     atoms = [*"aB0._-/:@[]", "__", "--", "localhost", "x.io", SHA]
     for _ in range(20000):
         image = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 10)))
-        assert (job_values.image_reference_problem(image) is None) == grammar_ok(image), image
+        assert (image_reference.image_reference_problem(image) is None) == grammar_ok(image), image
 
 
 def test_invalid_config_image_rejected_before_anything_is_written():

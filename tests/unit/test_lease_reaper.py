@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from areal_workers.lease import LEASE_LABEL, ReleaseLease, lease_body, lease_name, renew_interval
-from areal_workers.reaper import lease_states, reap
+from areal_workers.runtime.lease import LEASE_LABEL, ReleaseLease, lease_body, lease_name, renew_interval
+from areal_workers.runtime.reaper import lease_states, reap
 from memory_backend import MemoryLeases
 
 pytestmark = pytest.mark.unit

@@ -112,8 +112,10 @@ def test_wheel_contains_the_controller_rbac_manifests(wheel):
 def test_wheel_contains_the_package(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     package = REPO / "adapter" / "areal_workers"
-    for module in package.glob("*.py"):
-        assert f"areal_workers/{module.name}" in names
+    modules = [module.relative_to(package).as_posix() for module in package.rglob("*.py")]
+    assert "orchestration/driver.py" in modules  # the subpackages too
+    missing = [module for module in modules if f"areal_workers/{module}" not in names]
+    assert not missing, missing
     assert "areal_workers/py.typed" in names
     assert not any(name.startswith(("tests/", "charts/", "adapter/")) for name in names)
 

@@ -6,7 +6,7 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
-from areal_workers.release import merge_values  # noqa: E402
+from areal_workers.release.client import merge_values  # noqa: E402
 from repo_paths import REPO  # noqa: E402
 
 CHART = REPO / "charts" / "areal-workers"

@@ -11,7 +11,7 @@ from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSch
 from areal_workers.areal_types import Job, SchedulingSpec
 from areal_workers.cluster_access import missing_namespace
 from areal_workers.errors import WorkerCreationError
-from areal_workers.lease import ReleaseLease, lease_name
+from areal_workers.runtime.lease import ReleaseLease, lease_name
 from memory_backend import MemoryCluster, MemoryLeases, memory_connect
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ import yaml
 from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.session import EXIT_USAGE, CliError
 from areal_workers.cli.trainer_job import load_spec, trainer_job
-from areal_workers.job_values import base_values
+from areal_workers.release.values import base_values
 from repo_paths import REPO
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import subprocess
 import numpy
 import pytest
 
-from areal_workers.wire_format import plain_deserialize_value, plain_serialize_value
+from areal_workers.guard.wire_format import plain_deserialize_value, plain_serialize_value
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 from wire_types import Config, Optimizer, Phase
 

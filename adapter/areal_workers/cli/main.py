@@ -19,7 +19,8 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from ..errors import SchedulerError
-from . import completion, duration, reap_cmd, release_cmds, render, submit_cmd, up_cmd, workers_cmds
+from . import duration
+from .commands import completion, reap, release, render, submit, up, workers
 from .output import console, emit, table
 from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, CliError, \
     Selection, Session, cluster_error, make_config
@@ -103,12 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
     rollback.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
                           help="how long to wait for the workers (" + DURATION + "; default 10m)")
-    up = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
-                       "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
-    up.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
-    up.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
-    up.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
-                    help="how long to wait for each role (" + DURATION + "; default 10m)")
+    up_cmd = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
+                           "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
+    up_cmd.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
+    up_cmd.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
+    up_cmd.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
+                        help="how long to wait for each role (" + DURATION + "; default 10m)")
     render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
                                    "values files (helm template, schema-checked)")
     render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
     doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")
     doctor.add_argument("--no-probe", action="store_true", help="skip creating a probe worker")
-    for sub in (up, render_cmd, doctor):
+    for sub in (up_cmd, render_cmd, doctor):
         sub.add_argument("--values", action="append", default=[], metavar="FILE",
                          help="values file under the adapter's values (repeatable)")
         sub.add_argument("--chart", default=None, help="chart directory or reference (default: the bundled one)")
@@ -130,24 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("-y", "--yes", action="store_true", help="do not ask")
     down.add_argument("--rank-zero-last", action="store_true",
                       help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)")
-    submit = command("submit", "run the trainer as a Job in the namespace (controller ServiceAccount, the label the "
-                               "NetworkPolicy admits, its workers owned by its pod), stream its log and exit with "
-                               "its exit code")
-    submit.add_argument("-f", "--file", help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
-                                             "volumes, volume_mounts, lease_grace_seconds, ...)")
-    submit.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
-    submit.add_argument("--name", help="the Job's name (default: trainer-<script>)")
-    submit.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
-    submit.add_argument("--detach", action="store_true", help="return once the Job is created")
-    submit.add_argument("--start-timeout", type=duration.seconds, metavar="DURATION", default="10m",
-                        help="how long the trainer pod may take to start (" + DURATION + "; default 10m)")
-    submit.add_argument("trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                        help="the trainer's command")
-    reap = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
-                           "grace period (run it by hand or from a CronJob), and wait for their pods to go")
-    reap.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
-    reap.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="5m",
-                      help="how long to wait for a release's pods to go (" + DURATION + "; default 5m)")
+    submit_cmd = command("submit", "run the trainer as a Job in the namespace (controller ServiceAccount, the "
+                                   "label the NetworkPolicy admits, its workers owned by its pod), stream its log and "
+                                   "exit with its exit code")
+    submit_cmd.add_argument("-f", "--file", help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
+                                                 "volumes, volume_mounts, lease_grace_seconds, ...)")
+    submit_cmd.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
+    submit_cmd.add_argument("--name", help="the Job's name (default: trainer-<script>)")
+    submit_cmd.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
+    submit_cmd.add_argument("--detach", action="store_true", help="return once the Job is created")
+    submit_cmd.add_argument("--start-timeout", type=duration.seconds, metavar="DURATION", default="10m",
+                            help="how long the trainer pod may take to start (" + DURATION + "; default 10m)")
+    submit_cmd.add_argument("trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                            help="the trainer's command")
+    reap_cmd = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
+                               "grace period (run it by hand or from a CronJob), and wait for their pods to go")
+    reap_cmd.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
+    reap_cmd.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="5m",
+                          help="how long to wait for a release's pods to go (" + DURATION + "; default 5m)")
     completion_cmd = command("completion", "print a shell completion script")
     completion_cmd.add_argument("shell", choices=("bash", "zsh"))
     return parser
@@ -198,18 +199,18 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     session = _session(args)
     try:
         if args.command == "status":
-            return workers_cmds.status(session, fmt, args.watch, args.watch_seconds)
+            return workers.status(session, fmt, args.watch, args.watch_seconds)
         if args.command == "diagnose":
-            return workers_cmds.diagnose(session, args.target, fmt)
+            return workers.diagnose(session, args.target, fmt)
         if args.command == "logs":
-            return workers_cmds.logs(session, args.target, args.follow, args.tail, args.previous)
+            return workers.logs(session, args.target, args.follow, args.tail, args.previous)
         if args.command == "history":
-            return release_cmds.history(session, fmt)
+            return release.history(session, fmt)
         if args.command == "rollback":
-            return release_cmds.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
+            return release.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
         if args.command == "up":
-            return up_cmd.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
-                             not args.no_wait, args.timeout, fmt)
+            return up.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
+                         not args.no_wait, args.timeout, fmt)
         if args.command == "render":
             return render.render(session, args.job_file, getattr(args, "experiment", None),
                                  getattr(args, "trial", None), args.show, fmt)
@@ -217,12 +218,12 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return _doctor(session, args, fmt)
         if args.command == "submit":
             command_line = args.trainer_command[1:] if args.trainer_command[:1] == ["--"] else args.trainer_command
-            return submit_cmd.submit(session, args.file, {"image": args.image, "name": args.name}, command_line,
-                                     args.dry_run, args.detach, args.start_timeout, fmt)
+            return submit.submit(session, args.file, {"image": args.image, "name": args.name}, command_line,
+                                 args.dry_run, args.detach, args.start_timeout, fmt)
         if args.command == "reap":
-            return reap_cmd.reap(session, args.dry_run, args.timeout, fmt)
+            return reap.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":
-            return release_cmds.down(session, args.yes, args.rank_zero_last, fmt)
+            return release.down(session, args.yes, args.rank_zero_last, fmt)
     finally:
         session.close()
     raise AssertionError(f"unhandled command {args.command}")

@@ -14,14 +14,15 @@ from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from .. import backend, naming
+from .. import naming
 from ..config import ConfigError, KubernetesSchedulerConfig
-from ..inspector import ReleaseInspector
-from ..loop_thread import LoopThread
-from ..podwatch import PodWatch
-from ..release import HelmError, HelmNotFoundError, Releases, helm_error_text
-from ..release_model import ReleaseModel
-from ..revisions import ReleaseDriver
+from ..orchestration.driver import ReleaseDriver
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch
+from ..release.client import HelmError, HelmNotFoundError, Releases, helm_error_text
+from ..release.model import ReleaseModel
+from ..runtime import backend
+from ..runtime.loop_thread import LoopThread
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes import client
 
 from .. import diagnosis, naming
-from ..podwatch import is_ready, pod_index
-from ..release_model import ReleaseModel
+from ..pods.watch import is_ready, pod_index
+from ..release.model import ReleaseModel
 
 
 @dataclass(frozen=True)

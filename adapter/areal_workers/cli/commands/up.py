@@ -1,0 +1,81 @@
+"""`areal-workers up -f job.yaml`: a trial's roles created (or changed) from a job file by KubernetesScheduler
+itself, each waited for until its workers answer — what a trainer's create_workers + get_workers would do."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ...areal_types import Job
+from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
+from ...release import values as job_values
+from ...scheduler import KubernetesScheduler
+from ..output import Format, console, emit, table
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from .render import load_job_file, trial_names
+
+
+def _entry(job: Job, session: Session) -> dict[str, Any] | None:
+    """The role's values entry create_workers(job) would write (None when the spec is invalid: the scheduler
+    raises the error)."""
+    try:
+        return job_values.role_values(job_values.resolve_spec(job), job.replicas, session.config)
+    except job_values.TopologyError:
+        return None
+
+
+def _diagnosis(error: BaseException) -> str:
+    notes = "\n".join(getattr(error, "__notes__", []))
+    return f"{error}\n{notes}".strip()
+
+
+def up(session: Session, job_file: str, experiment: str | None, trial: str | None, wait: bool, timeout: float,
+       fmt: Format) -> int:
+    names, jobs = load_job_file(Path(job_file))
+    named = trial_names(names, experiment, trial, job_file)
+    if "experiment" not in named or "trial" not in named:
+        raise CliError("up needs the trial's names: experiment and trial in the job file, or --experiment and "
+                       "--trial", EXIT_USAGE)
+    experiment, trial = named["experiment"], named["trial"]
+    session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
+    err = console(stderr=True)
+    created: list[dict[str, Any]] = []
+    config = replace(session.config, release_name=session.selection.release or session.config.release_name)
+    scheduler = KubernetesScheduler(config=config, experiment_name=experiment, trial_name=trial)
+    try:
+        for job in jobs:
+            model = scheduler.driver.model
+            if job.role in model.roles and model.values["roles"][job.role] == _entry(job, session):
+                err.print(f"= {job.role}: unchanged")
+            elif job.role in model.roles:
+                with err.status(f"updating {job.role}: {job.replicas} worker(s) in release {scheduler.release}"):
+                    scheduler.update_workers(job)
+            elif not model.exists(job.role):
+                with err.status(f"creating {job.role}: {job.replicas} worker(s) in release {scheduler.release}"):
+                    scheduler.create_workers(job)
+            if not wait:
+                continue
+            with err.status(f"waiting for {job.role}: its workers to answer (up to {timeout:.0f}s)"):
+                workers = scheduler.get_workers(job.role, timeout=timeout)
+            created += [{"id": w.id, "ip": w.ip, "ports": list(w.worker_ports)} for w in workers]
+            err.print(f"✓ {job.role}: {len(workers)} worker(s) ready")
+    except WorkerTimeoutError as error:
+        raise CliError(_diagnosis(error), EXIT_TIMEOUT) from None
+    except WorkerFailedError as error:  # the scheduler already rolled the release back (see its note)
+        raise CliError(_diagnosis(error), EXIT_PROBLEM) from None
+    except SchedulerError as error:
+        raise CliError(_diagnosis(error), EXIT_USAGE if "Invalid" in str(error) else EXIT_PROBLEM) from None
+    finally:
+        scheduler.close()
+    outcome = {"release": scheduler.release, "namespace": session.namespace, "experiment": experiment,
+               "trial": trial, "workers": created}
+    if fmt != "table":
+        emit(outcome, fmt)
+    else:
+        console().print(f"release {scheduler.release} in namespace {session.namespace} (experiment {experiment}, "
+                        f"trial {trial})")
+        if created:
+            console().print(table(["WORKER", "ADDRESS"], [[w["id"], f"{w['ip']}:{','.join(w['ports'])}"]
+                                                         for w in created]))
+    return EXIT_OK

@@ -1,0 +1,229 @@
+"""Commands that read a trial's workers: status (with --watch), diagnose and logs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from dataclasses import asdict
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from rich.live import Live
+
+from ... import diagnosis, naming
+from ...pods.watch import WaitTimedOut, is_ready, pod_index
+from ...release.model import ReleaseModel
+from ...runtime import reaper
+from ...runtime.lease import lease_name
+from .. import log_stream
+from ..output import Format, console, emit, status_renderable
+from ..session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..status_view import TrialStatus, trial_status
+
+AREAL_PODS = "app.kubernetes.io/part-of=areal"
+EXTERNAL_STATUS = "applied without helm"
+
+
+class TrialReader:
+    """Release models read once per trial (re-read when a pod of an unknown workload shows up)."""
+
+    def __init__(self, session: Session, releases: list[str]) -> None:
+        self.session, self.releases = session, releases
+        self.models: dict[str, tuple[ReleaseModel, str, int | None]] = {}
+        self.nodes = session.inspector(releases[0]).nodes() if releases else []
+
+    def read(self, release: str) -> tuple[ReleaseModel, str, int | None]:
+        current = self.session.helm(self.session.releases.current(release), f"reading release {release}")
+        inspector = self.session.inspector(release)
+        topology = self.session.kube(inspector.topology, f"reading the topology of {release}")
+        if current is None:  # applied without helm (Argo CD syncing the chart): no helm status, no revisions
+            self.models[release] = (self.session.external_model(release, topology), EXTERNAL_STATUS, None)
+            return self.models[release]
+        values = self.session.helm(current.values(), f"reading the values of {release}")
+        ready = self.session.kube(inspector.ready_revision, f"reading the topology of {release}")
+        self.models[release] = (ReleaseModel(values, topology, current.revision), current.status.value, ready)
+        return self.models[release]
+
+    def statuses(self, pods: list[client.V1Pod]) -> list[TrialStatus]:
+        made = []
+        for release in self.releases:
+            mine = [p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_INSTANCE) == release]
+            model, helm_status, ready = self.models.get(release) or self.read(release)
+            known = model.workloads()
+            if any((p.metadata.labels or {}).get(naming.LABEL_ROLE) not in known for p in mine):
+                model, helm_status, ready = self.read(release)  # a revision added a workload
+            status = trial_status(release, model, mine, self.nodes, helm_status, ready)
+            status.trainer = self.trainer(release)
+            made.append(status)
+        return made
+
+    def trainer(self, release: str) -> str:
+        """The trainer's Lease in words ("" when there is none or it cannot be read: helm or Argo CD releases)."""
+        try:
+            lease = client.CoordinationV1Api(self.session.api).read_namespaced_lease(lease_name(release),
+                                                                                     self.session.namespace)
+        except ApiException:
+            return ""
+        [state] = reaper.lease_states([lease]) or [None]
+        if state is None:
+            return ""
+        overdue = state.overdue_seconds(datetime.now(timezone.utc))
+        if overdue > 0:
+            return (f"trainer {state.holder} silent: lease expired {overdue:.0f}s ago "
+                    f"(areal-workers reap removes the release)")
+        return f"trainer {state.holder} alive (lease renewed {state.grace_seconds + overdue:.0f}s ago)"
+
+
+def status(session: Session, fmt: Format, watch: bool, watch_seconds: float | None) -> int:
+    named = session.selection.named()
+    releases = [named] if named else [trial.release for trial in session.trials()]
+    reader = TrialReader(session, releases)
+    selector = naming.release_selector(named) if named else AREAL_PODS
+    pods, _ = session.kube(session.pods().list, "listing worker pods", selector)
+    statuses = reader.statuses(pods)
+    if not watch:
+        if fmt == "table":
+            console().print(status_renderable(session.namespace, statuses))
+        else:
+            emit({"namespace": session.namespace, "trials": [s.to_dict() for s in statuses]}, fmt)
+        return EXIT_OK if all(s.all_ready for s in statuses) else EXIT_PROBLEM
+    return _watch(session, reader, selector, fmt, watch_seconds)
+
+
+def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, seconds: float | None) -> int:
+    """One list and one watch of the pods; the view is redrawn on every pod change (JSON: one line per change)."""
+    last: list[TrialStatus] = []
+
+    def redraw(pods: dict[str, client.V1Pod], live: Live | None) -> bool:
+        last[:] = reader.statuses(list(pods.values()))
+        if live is not None:
+            live.update(status_renderable(session.namespace, last), refresh=True)
+        else:  # one JSON object per line, or one YAML document per change
+            snapshot = {"namespace": session.namespace, "time": time.time(), "trials": [s.to_dict() for s in last]}
+            if fmt == "json":
+                print(json.dumps(snapshot, default=str))
+            else:
+                print("---")
+                emit(snapshot, "yaml")
+            sys.stdout.flush()
+        return False
+
+    deadline = seconds if seconds is not None else 10 * 365 * 86400.0
+    try:
+        if fmt == "table":
+            with Live(console=console(), auto_refresh=False, redirect_stdout=False) as live:
+                session.pods().wait(selector, lambda pods: redraw(pods, live), deadline)
+        else:
+            session.pods().wait(selector, lambda pods: redraw(pods, None), deadline)
+    except (WaitTimedOut, KeyboardInterrupt):  # --watch-seconds ran out, or Ctrl-C: the normal ends of a watch
+        pass
+    return EXIT_OK
+
+
+# --- diagnose ----------------------------------------------------------------------------------------------
+
+
+def _resolve(model: ReleaseModel, target: str) -> tuple[str, list[int] | None]:
+    """A role (every index) or a worker `role/index`; raises when the release has no such thing."""
+    parsed = naming.parse_worker_id(target)
+    role, index = parsed if parsed else (target, None)
+    if not model.exists(role):
+        known = ", ".join(sorted(model.workloads())) or "none"
+        raise CliError(f"no role {role!r} in this trial (roles: {known})", EXIT_NOT_FOUND)
+    if index is not None and not 0 <= index < model.replicas(role):
+        raise CliError(f"{role} has {model.replicas(role)} workers (0..{model.replicas(role) - 1}); "
+                       f"no {target}", EXIT_NOT_FOUND)
+    return role, [index] if index is not None else None
+
+
+def _statefulset_events(session: Session, model: ReleaseModel, workload: str) -> list[str]:
+    entry = model.roles.get(workload) or model.forks.get(workload) or {}
+    name = entry.get("statefulset")
+    if not name:
+        return []
+    events = session.kube(session.core.list_namespaced_event, "reading events", session.namespace,
+                          field_selector=f"involvedObject.kind=StatefulSet,involvedObject.name={name}").items
+    return [f"{e.type} {e.reason}: {e.message}" for e in events[-5:]]
+
+
+def diagnose(session: Session, target: str, fmt: Format) -> int:
+    release = session.release()
+    model = TrialReader(session, [release]).read(release)[0]
+    role, indices = _resolve(model, target)
+    pod_role = model.pod_role(role)
+    inspector = session.inspector(release)
+    pods, _ = session.kube(session.pods().list, "listing worker pods", naming.role_selector(release, pod_role))
+    by_index = {pod_index(p): p for p in sorted(pods, key=lambda p: p.metadata.deletion_timestamp is None)}
+    nodes = inspector.nodes()
+    findings: list[dict[str, Any]] = []
+    for index in indices if indices is not None else range(model.replicas(role)):
+        worker, pod = naming.worker_id(role, index), by_index.get(index)
+        if pod is None:
+            findings.append({"worker": worker, "pod": None, "ready": False, "problem": {
+                "reason": "NoPod", "fatal": False,
+                "message": "the StatefulSet has not created this pod", "events": _statefulset_events(
+                    session, model, pod_role)}})
+            continue
+        problem = diagnosis.diagnose_pod(pod, nodes=nodes, events=inspector.events(pod),
+                                         log_tail=inspector.log_tail(pod))
+        findings.append({"worker": worker, "pod": pod.metadata.name, "ready": is_ready(pod),
+                         "problem": asdict(problem) if problem else None, "text": problem.render() if problem else ""})
+    healthy = all(f["ready"] and f["problem"] is None for f in findings)
+    if fmt != "table":
+        emit({"release": release, "target": target, "healthy": healthy, "workers": findings}, fmt)
+    else:
+        out = console()
+        for finding in findings:
+            if finding["problem"] is None:
+                out.print(f"{finding['worker']} ({finding['pod']}): ready, no problem found" if finding["ready"]
+                          else f"{finding['worker']} ({finding['pod']}): starting, nothing wrong seen yet")
+            elif finding["pod"] is None:
+                events = "\n".join(f"    {line}" for line in finding["problem"]["events"]) or "    (no events)"
+                out.print(f"{finding['worker']}: no pod; the StatefulSet has not created it. Its events:\n{events}")
+            else:
+                out.print(finding["text"], markup=False)
+    return EXIT_OK if healthy else EXIT_PROBLEM
+
+
+# --- logs --------------------------------------------------------------------------------------------------
+
+
+def worker_pod(session: Session, release: str, target: str) -> str:
+    """The pod running worker `role/index` (a process fork's: its target's pod), or a pod name as given."""
+    if naming.parse_worker_id(target) is None:
+        return target
+    model = TrialReader(session, [release]).read(release)[0]
+    role, indices = _resolve(model, target)
+    assert indices is not None
+    pods, _ = session.kube(session.pods().list, "listing worker pods",
+                           naming.role_selector(release, model.pod_role(role)))
+    found = [p for p in pods if pod_index(p) == indices[0] and p.metadata.deletion_timestamp is None]
+    if not found:
+        raise CliError(f"worker {target} has no pod right now (areal-workers diagnose {target})", EXIT_NOT_FOUND)
+    return found[0].metadata.name
+
+
+def logs(session: Session, target: str, follow: bool, tail: int | None, previous: bool) -> int:
+    release = session.release()
+    pod = worker_pod(session, release, target)
+    try:
+        response = session.core.read_namespaced_pod_log(pod, session.namespace, follow=follow, tail_lines=tail,
+                                                        previous=previous, _preload_content=False)
+    except ApiException as error:
+        if error.status == 404:
+            raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
+        if error.status == 400:  # no previous container, or the container has not started
+            raise CliError(f"no log for {pod}: {error.body or error.reason}", EXIT_PROBLEM) from None
+        raise CliError(f"reading the log of {pod}: {error.status} {error.reason}", EXIT_CLUSTER) from None
+    reader = log_stream.start_copy(response)
+    try:
+        log_stream.wait_for(reader)
+    except KeyboardInterrupt:  # the normal end of -f
+        pass
+    finally:
+        log_stream.stop_copy(response, reader)
+    return EXIT_OK
+

@@ -1,0 +1,18 @@
+"""Preflight checks of `areal-workers doctor`: can this identity, from this machine, run AReaL's workers here?
+Each check passes, fails, warns or is skipped, with what was found and, unless it passed, what to change:
+the API server answers; one SelfSubjectAccessReview per verb and resource of rbac/role.yaml (shipped in the wheel)
+in the namespace, plus listing nodes (optional: a warning); `helm template` of the chart and values files for a
+one-role probe (the schema too); how many workers of `gpus_per_worker` GPUs the nodes hold now, judged with the
+adapter's own `diagnosis.node_fit` on the pod template the chart rendered; and a one-worker release created by
+KubernetesScheduler itself, whose /health is then fetched from this process on the pod IP (as the controller
+calls workers), deleted whatever happened.
+"""
+
+from .check import Check
+from .gpus import gpu_capacity
+from .permissions import ROLE_FILE, Access, permission_check, role_accesses
+from .probe import probe_worker
+from .run import run_doctor
+
+__all__ = ["Access", "Check", "ROLE_FILE", "gpu_capacity", "permission_check", "probe_worker", "role_accesses",
+           "run_doctor"]

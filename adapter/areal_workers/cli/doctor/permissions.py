@@ -1,0 +1,101 @@
+"""`areal-workers doctor`'s permission checks: one SelfSubjectAccessReview per verb and resource of rbac/role.yaml
+(shipped in the wheel) in the namespace, plus listing nodes (optional: a warning)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .check import Check
+
+RBAC_DIR = Path(__file__).parents[2] / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
+ROLE_FILE = RBAC_DIR / "role.yaml"
+ROLE_FILE_NAME = "rbac/role.yaml"
+
+
+@dataclass(frozen=True)
+class Access:
+    """One verb on one resource: a SelfSubjectAccessReview. `required`: the adapter fails without it."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    namespaced: bool = True
+    required: bool = True
+
+    @property
+    def resource_text(self) -> str:
+        """kubectl's spelling: `statefulsets.apps/scale`, `pods/log`."""
+        text = self.resource + (f".{self.group}" if self.group else "")
+        return text + (f"/{self.subresource}" if self.subresource else "")
+
+    @property
+    def name(self) -> str:
+        return f"permission {self.verb} {self.resource_text}"
+
+
+NODE_LIST = Access("list", "", "nodes", namespaced=False, required=False)
+
+
+def role_accesses(text: str) -> tuple[str, list[Access]]:
+    """The Role's name and one Access per (verb, apiGroup, resource[/subresource]) of its rules, in file order."""
+    role = yaml.safe_load(text)
+    if not isinstance(role, dict) or role.get("kind") != "Role":
+        raise ValueError("expected a single rbac.authorization.k8s.io Role")
+    accesses: dict[Access, None] = {}
+    for rule in role.get("rules") or []:
+        for group in rule.get("apiGroups") or [""]:
+            for resource in rule["resources"]:
+                name, _, subresource = resource.partition("/")
+                for verb in rule["verbs"]:
+                    accesses[Access(verb, group, name, subresource)] = None
+    return role["metadata"]["name"], list(accesses)
+
+
+def permission_check(access: Access, allowed: bool, reason: str, namespace: str, role: str) -> Check:
+    """The verdict of one review, with the file and command that grant a missing permission."""
+    where = f"in namespace {namespace}" if access.namespaced else "at cluster scope"
+    if allowed:
+        return Check(access.name, "pass", f"allowed {where}")
+    found = f"missing: {access.verb} {access.resource_text} {where}" + (f" ({reason})" if reason else "")
+    if not access.required:  # listing nodes
+        return Check(access.name, "warn", found + "; optional: diagnoses lose node details, the GPU check is skipped",
+                     f"a ClusterRole bound to this identity grants it, e.g. for ServiceAccount {role}: kubectl create "
+                     f"clusterrole areal-node-reader --verb=get,list --resource=nodes && kubectl create "
+                     f"clusterrolebinding areal-node-reader --clusterrole=areal-node-reader "
+                     f"--serviceaccount={namespace}:{role}")
+    return Check(access.name, "fail", found,
+                 f"granted by {ROLE_FILE_NAME} (Role {role}); apply it: kubectl apply -n {namespace} -f {RBAC_DIR}/ "
+                 f"and run the controller as ServiceAccount {role}, or bind the Role to this identity")
+
+
+def _review(authorization: client.AuthorizationV1Api, access: Access, namespace: str) -> tuple[bool, str]:
+    attributes = client.V1ResourceAttributes(
+        namespace=namespace if access.namespaced else None, verb=access.verb, group=access.group,
+        resource=access.resource, subresource=access.subresource or None)
+    review = authorization.create_self_subject_access_review(
+        client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)))
+    status = review.status
+    return bool(status.allowed), status.evaluation_error or status.reason or ""
+
+
+def check_permissions(authorization: client.AuthorizationV1Api, namespace: str,
+                      role_file: Path = ROLE_FILE) -> list[Check]:
+    role, accesses = role_accesses(role_file.read_text())
+    checks = []
+    for access in [*accesses, NODE_LIST]:
+        try:
+            allowed, reason = _review(authorization, access, namespace)
+        except ApiException as error:
+            return [*checks, Check("permissions", "fail",
+                                   f"SelfSubjectAccessReview of {access.verb} {access.resource_text} failed: "
+                                   f"HTTP {error.status} {error.reason}",
+                                   "the API server must serve authorization.k8s.io/v1 to every authenticated user "
+                                   "(ClusterRole system:basic-user): ask the cluster's administrators")]
+        checks.append(permission_check(access, allowed, reason, namespace, role))
+    return checks

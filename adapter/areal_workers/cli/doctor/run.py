@@ -1,0 +1,68 @@
+"""Every check of `areal-workers doctor`, in order: can this identity, from this machine, run AReaL's workers here?
+Each check passes, fails, warns or is skipped, with what was found and, unless it passed, what to change."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ...config import KubernetesSchedulerConfig
+from ...runtime import backend
+from ...scheduler import KubernetesScheduler
+from .chart import PROBE_ROLE, render_chart
+from .check import Check, listed
+from .gpus import check_gpus
+from .permissions import ROLE_FILE_NAME, check_permissions
+from .probe import probe_worker
+
+
+def check_cluster(api_client: client.ApiClient) -> Check:
+    host = api_client.configuration.host
+    try:
+        version = client.VersionApi(api_client).get_code()
+    except ApiException as error:
+        return Check("cluster reachable", "fail", f"{host} answered HTTP {error.status} {error.reason}",
+                     "check the kubeconfig's credentials (kubeconfig, context) for this cluster")
+    except urllib3.exceptions.HTTPError as error:
+        return Check("cluster reachable", "fail", f"cannot reach {host}: {error}",
+                     "check the kubeconfig and context, and that this machine reaches the API server")
+    return Check("cluster reachable", "pass", f"Kubernetes {version.git_version} at {host}")
+
+
+def run_doctor(api_client: client.ApiClient, config: KubernetesSchedulerConfig, *, gpus_per_worker: int = 0,
+               workers: int = 1, probe: bool = True,
+               progress: Callable[[str], None] = lambda message: None) -> list[Check]:
+    """Every check, in order; a check whose precondition failed is skipped with the reason. Synchronous: call it
+    from a thread without a running asyncio loop."""
+    progress("connecting to the cluster")
+    checks = [check_cluster(api_client)]
+    reachable = checks[0].status == "pass"
+    if reachable:
+        progress(f"checking the permissions of {ROLE_FILE_NAME} in namespace {config.namespace}")
+        checks += check_permissions(client.AuthorizationV1Api(api_client), config.namespace)
+    progress("rendering the chart")
+    rendered, manifests = render_chart(config, gpus_per_worker, workers)
+    checks.append(rendered)
+    if gpus_per_worker <= 0:
+        checks.append(Check("GPU capacity", "skip", "no GPUs asked for (gpus_per_worker=0)"))
+    elif not reachable:
+        checks.append(Check("GPU capacity", "skip", "the cluster is not reachable"))
+    else:
+        progress(f"counting nodes with {gpus_per_worker} free GPUs")
+        checks.append(check_gpus(client.CoreV1Api(api_client), manifests, PROBE_ROLE, gpus_per_worker, workers))
+    # The probe worker asks for no GPUs, so only the other failures would make it fail for a known cause.
+    blockers = [check.name for check in checks if check.status == "fail" and check.name != "GPU capacity"]
+    if not probe:
+        checks.append(Check("worker reachable", "skip", "not asked for (probe=False)"))
+    elif blockers:
+        checks.append(Check("worker reachable", "skip",
+                            f"not tried: {len(blockers)} check(s) above failed ({listed(blockers)})", "fix those first"))
+    else:
+        connect = functools.partial(backend.connect, api_client=api_client)
+        checks.append(probe_worker(config, lambda probe_config, experiment, trial: KubernetesScheduler(
+            config=probe_config, experiment_name=experiment, trial_name=trial, connect=connect), progress=progress))
+    return checks

@@ -1,0 +1,365 @@
+"""The release's revisions and the rollback policy.
+
+Every change is one helm revision; after it the model is read back from the release (`helm get values` and the
+chart's topology ConfigMap), exactly as a scheduler adopting the release reads it. The last revision whose
+workers were all ready is recorded on the topology ConfigMap (so a restarted controller rolls back to the same
+place); what is pending is derived by comparing the current revision's values with that one's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .. import diagnosis, naming
+from ..config import KubernetesSchedulerConfig
+from ..errors import SchedulerError, WorkerCreationError
+from ..pods import admission
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
+from ..release import capacity, name_records
+from ..release.client import HelmError, Releases, Snapshot, helm_error_text
+from ..release.model import ReleaseModel
+from ..runtime.backend import StatefulSets
+from ..runtime.loop_thread import LoopThread
+
+logger = logging.getLogger(__name__)
+
+
+class ReleaseDriver:
+    """Owns the release of one trial: its current model, its last all-ready revision, and every helm change."""
+
+    def __init__(self, name: str, config: KubernetesSchedulerConfig, releases: Releases, inspector: ReleaseInspector,
+                 pods: PodWatch, statefulsets: StatefulSets, loop: LoopThread) -> None:
+        self.name, self.config, self.namespace = name, config, config.namespace
+        self.releases, self.inspector, self.pods, self.statefulsets, self.loop = (
+            releases, inspector, pods, statefulsets, loop)
+        self.model = ReleaseModel()
+        self.good_revision: int | None = None
+        self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
+        self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
+        # Not revision numbers: helm numbers revisions from 1 again after an uninstall, epochs never repeat.
+        self._epoch_counter = itertools.count(1)
+
+    # --- reading the release ---------------------------------------------------------------------
+
+    def helm(self, coroutine: Coroutine[Any, Any, Any], key: str | None = None) -> Any:
+        """Runs a release operation; helm's failure becomes AReaL's error with helm's own message."""
+        try:
+            return self.loop.run(coroutine)
+        except HelmError as error:
+            text = helm_error_text(error)
+            if key is not None:
+                raise WorkerCreationError(key, "helm failed", text) from error
+            raise SchedulerError(f"helm failed for release {self.name} in namespace {self.namespace}: {text}") \
+                from error
+
+    def adopt(self) -> ReleaseModel:
+        """A controller that restarts finds its release as it left it (a pending operation is recovered); the
+        last all-ready revision is the recorded one, else the adopted revision when it is deployed."""
+        revision = self.helm(self.releases.recover(self.name))
+        if revision is None:
+            if self.config.ownership == "external":
+                return self._adopt_rendered()
+            return self.model
+        self.reload()
+        logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
+        recorded = self.inspector.ready_revision()
+        deployed = revision.status.value == "deployed"
+        self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
+        return self.model
+
+    def _adopt_rendered(self) -> ReleaseModel:
+        """An external install without a helm record: Argo CD (or any `helm template | kubectl apply`) applies what
+        the chart renders, and the chart's topology ConfigMap is then the whole model (it names every role, fork
+        and port); there are no revisions."""
+        self.reload()
+        if not self.model.installed:
+            raise SchedulerError(
+                f"release {self.name!r} not found in namespace {self.namespace!r}: neither a helm release nor the "
+                f"chart's topology ConfigMap (labels {naming.release_selector(self.name)},"
+                f"{naming.LABEL_COMPONENT}=topology) is there. Install it first (helm install {self.name} ..., or an "
+                f"Argo CD Application with spec.source.helm.releaseName: {self.name} synced to this namespace), or "
+                f"fix release_name / namespace")
+        logger.info("adopted release %s from its rendered topology (no helm record: applied by a GitOps tool)",
+                    self.name)
+        return self.model
+
+    def reload(self, written: Snapshot | None = None) -> ReleaseModel:
+        """The model of the release's current revision, read as an adopter reads it (`written`: helm's record of
+        the revision an upgrade just wrote, which spares a `helm status` and a `helm get values`)."""
+        snapshot = written or self.helm(self.releases.snapshot(self.name))
+        previous = self.model
+        if snapshot is None:
+            rendered = self.inspector.topology() if self.config.ownership == "external" else {}
+            self.model = ReleaseModel(topology=rendered)
+        else:
+            revision, values = snapshot
+            self.model = ReleaseModel(values=values, topology=self.inspector.topology(), revision=revision)
+        epochs: dict[str, int] = {}
+        for workload in self.model.workloads():
+            unchanged = workload in self._epochs and self.model.fingerprint(workload) == previous.fingerprint(workload)
+            epochs[workload] = self._epochs[workload] if unchanged else next(self._epoch_counter)
+        self._epochs = epochs
+        return self.model
+
+    def epoch(self, workload: str) -> int | None:
+        """A number that changes whenever `workload`'s pods may have been replaced (a change of its entry, a
+        rollback, a delete and re-create): facts learnt about its workers (their addresses, the pods AReaL holds)
+        stay true while it stays the same."""
+        return self._epochs.get(workload)
+
+    def pending(self) -> set[str]:
+        """Workloads whose pods changed since the last revision whose workers were all ready."""
+        if not self.model.installed:
+            return set()
+        return self.model.changed_since(self._good_model())
+
+    def _good_model(self) -> ReleaseModel | None:
+        good = self.good_revision
+        if good is None:
+            return None
+        if good == self.model.revision:
+            return self.model
+        if good not in self._good_values:
+            values = self.helm(self.releases.values(self.name, good))
+            if values is None:  # pruned from the history (history_max): every workload counts as changed
+                return None
+            self._good_values[good] = values
+        return ReleaseModel(values=self._good_values[good], revision=good)
+
+    # --- changing the release --------------------------------------------------------------------
+
+    def apply(self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()) \
+            -> ReleaseModel:
+        """One helm revision with `values`; on failure the release is left at its previous revision (the model's:
+        it is read back after every change). The pods of `workloads` (roles or pod-mode forks created or changed)
+        are checked against the nodes first, and a first install clears the trial's stale name_resolve records (as
+        AReaL's schedulers do at start); `helm template` renders the revision only for these."""
+        before = self.model.revision
+        nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
+        if nodes or before is None or (workloads and self.config.kueue_queue):
+            manifests = self.helm(self.releases.render(self.name, values), key)
+            self._check_capacity(manifests, workloads, nodes, key)
+            self._check_queues(manifests, workloads, key)
+            if before is None:
+                self._clear_name_records(manifests)
+        self.requeue(values)
+        try:
+            written = self.loop.run(self.releases.apply(self.name, values, description))
+        except HelmError as error:
+            self._restore(before)
+            raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
+        return self.reload(written)
+
+    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], nodes: list[client.V1Node],
+                        key: str) -> None:
+        problems = capacity.preflight(manifests, workloads, nodes)
+        if problems and self.config.capacity_check == "reject":
+            raise WorkerCreationError(key, "No node can hold a worker", "\n".join(problems) +
+                                      "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
+        for problem in problems:
+            logger.warning("capacity check: %s", problem)
+
+    def _check_queues(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
+        """A queued workload's LocalQueue must exist: Kueue would hold its pods forever without a word."""
+        for queue in sorted(admission.queues_of(manifests, workloads)):
+            if self.inspector.local_queue_exists(queue) is False:
+                raise WorkerCreationError(key, f"Kueue LocalQueue {queue!r} not found in namespace {self.namespace}",
+                                          f"create it (kind LocalQueue, apiVersion kueue.x-k8s.io/v1beta2, pointing at "
+                                          f"a ClusterQueue) or set kueue_queue (AREAL_K8S_KUEUE_QUEUE, values "
+                                          f"kueue.queueName) to one of: kubectl -n {self.namespace} get localqueues")
+
+    def requeue(self, values: dict[str, Any]) -> list[str]:
+        """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
+        change), so the StatefulSets of queued workloads that `values` change are deleted, and their pods waited
+        gone, before the revision that re-creates them: Kueue then admits each as a new group. Returns them."""
+        target = ReleaseModel(values=values)
+        changed = sorted(w for w in target.changed_since(self.model) & self.model.pod_workloads()
+                         if self.model.kueue_queue(w) or self.config.kueue_queue)
+        for workload in changed:
+            selector = naming.role_selector(self.name, workload)
+            names = [s.metadata.name for s in self.statefulsets.list_namespaced_stateful_set(
+                self.namespace, label_selector=selector).items]
+            for name in names:
+                self.statefulsets.delete_namespaced_stateful_set(name, self.namespace, propagation_policy="Background")
+            self._wait_statefulsets_gone(names)
+            self.wait_gone(selector)
+            logger.info("re-creating the Kueue-queued StatefulSet(s) %s: Kueue admits them again", ", ".join(names))
+        return changed
+
+    def _wait_statefulsets_gone(self, names: list[str]) -> None:
+        deadline = time.monotonic() + self.config.helm_timeout
+        for name in names:
+            while time.monotonic() < deadline:
+                try:
+                    self.statefulsets.read_namespaced_stateful_set(name, self.namespace)
+                except ApiException as error:
+                    if error.status == 404:
+                        break
+                    raise
+                time.sleep(0.2)
+
+    def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
+        topology_maps = [m for m in manifests if m.get("kind") == "ConfigMap"
+                         and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"]
+        if not topology_maps:
+            return
+        topology = json.loads(topology_maps[0]["data"]["topology.json"])
+        cleared = name_records.clear_trial(topology.get("worker_flags", []), topology["experiment"],
+                                           topology["trial"], name_records.pod_users(manifests))
+        if cleared:
+            logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
+
+    def _restore(self, before: int | None) -> None:
+        """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
+        current = self.helm(self.releases.current(self.name))
+        if current is None or current.revision == before:
+            return
+        if before is None:
+            self.helm(self.releases.uninstall(self.name))
+        else:
+            self.helm(self.releases.rollback(self.name, before))
+
+    def uninstall(self) -> None:
+        self.helm(self.releases.uninstall(self.name))
+        # The chart keeps its `helm test` Pod after a run and helm uninstall leaves hooks: without this it would
+        # outlive the release (and the wait below would wait for it until the time-out).
+        test_pods, _ = self.pods.list(naming.helm_test_pods_selector(self.name))
+        for pod in test_pods:
+            try:
+                self.pods.delete(pod.metadata.name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        self.wait_gone(naming.release_selector(self.name))
+        self.reload()
+        self.good_revision = None
+
+    def scale_down_to_rank_zero(self, role: str) -> None:
+        """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
+        selector = naming.role_selector(self.name, role)
+        for statefulset in self.statefulsets.list_namespaced_stateful_set(self.namespace,
+                                                                          label_selector=selector).items:
+            if (statefulset.spec.replicas or 0) > 1:
+                self.statefulsets.patch_namespaced_stateful_set_scale(statefulset.metadata.name, self.namespace,
+                                                                      {"spec": {"replicas": 1}})
+        self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
+
+    def wait_gone(self, selector: str) -> None:
+        """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
+        confirm their end (Kubernetes removes them when the node returns or is deleted), so waiting for them would
+        only run into the time-out. Without read access to nodes every pod is waited for."""
+        nodes = self.inspector.nodes()
+
+        def stranded(pod: client.V1Pod) -> bool:
+            return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
+
+        try:
+            left = self.pods.wait(selector, lambda pods: all(stranded(p) for p in pods.values()),
+                                  self.config.helm_timeout)
+        except WaitTimedOut:
+            names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
+            logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
+            return
+        if left:
+            logger.warning("not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
+                           "returns or is deleted): %s", len(left), ", ".join(
+                               f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())))
+
+    # --- the last all-ready revision and the rollback to it ------------------------------------
+
+    def confirm_ready(self, workload: str) -> None:
+        """`workload`'s workers all answered: the revision is good once every other pending workload's pods are
+        Ready too (one pod listing, only when there are others)."""
+        if self.config.ownership != "managed":
+            return
+        others = self.pending() - {workload}
+        if others:
+            pods, _ = self.pods.list(naming.release_selector(self.name))
+            for other in others:
+                mine = {p.metadata.name: p for p in pods
+                        if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
+                if not all_ready(self.model.replicas(other))(mine):
+                    return
+        self.mark_good()
+
+    def settle(self) -> None:
+        """After a change that only removed or mapped workloads: as good as its predecessor, if nothing waits."""
+        if self.config.ownership == "managed" and not self.pending():
+            self.mark_good()
+
+    def mark_good(self) -> None:
+        revision = self.model.revision
+        if revision is None or revision == self.good_revision:
+            return
+        self.good_revision = revision
+        self.inspector.record_ready_revision(revision)
+
+    def roll_back(self, error: BaseException) -> None:
+        """After a change whose workers failed: back to the last revision whose workers were all ready, with the
+        pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken)."""
+        target = self.good_revision
+        if target is None:
+            self.uninstall()
+            note = f"uninstalled release {self.name}: no revision ever had all workers ready"
+        else:
+            replaced = self.restore(target)
+            self.mark_good()
+            note = f"rolled back release {self.name} to revision {target}" + (
+                f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
+        logger.warning("%s after: %s", note, error)
+        error.add_note(note)
+
+    def restore(self, target: int) -> list[str]:
+        """`helm rollback` to `target`, then what a StatefulSet rollback leaves undone: the pods of workloads the
+        target lacks are waited gone, and pods stuck on the abandoned revision are replaced (their names returned)."""
+        before = self.model.workloads()
+        self._requeue_for(target)
+        self.helm(self.releases.rollback(self.name, target))
+        self.reload()
+        for workload in before - self.model.workloads():
+            self.wait_gone(naming.role_selector(self.name, workload))
+        return self.replace_stuck_pods()
+
+    def _requeue_for(self, revision: int) -> None:
+        """Before a rollback to `revision`: its queued workloads that differ are re-created (see requeue)."""
+        if not self.model.installed:
+            return
+        values = self._good_values.get(revision) or self.helm(self.releases.values(self.name, revision))
+        if values is not None:
+            self.requeue(values)
+
+    def replace_stuck_pods(self) -> list[str]:
+        """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
+        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
+        replaced = []
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(
+            self.namespace, label_selector=naming.release_selector(self.name)).items
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            pods, _ = self.pods.list(selector)
+            for pod in pods:
+                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+                if revision != statefulset.status.update_revision and not is_ready(pod):
+                    self.pods.delete(pod.metadata.name)
+                    replaced.append(pod.metadata.name)
+        return replaced
+
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
+        deadline = time.monotonic() + timeout
+        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            statefulset = self.statefulsets.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        return statefulset

@@ -1,0 +1,34 @@
+"""What AReaL holds: the workers get_workers returned and their pods as last seen Ready.
+
+Each fact is learnt in an epoch (a number that changes whenever its workload's pods may have been replaced; see
+orchestration.driver.ReleaseDriver.epoch) and is valid only while the epoch stays the same, so no change has to
+remember to forget it: a scale, update, rollback or delete starts a new epoch for exactly the workloads it touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kubernetes import client
+
+from ..areal_types import Worker
+
+
+class HeldWorkers:
+    def __init__(self) -> None:
+        self._workers: dict[str, tuple[int | None, list[Worker]]] = {}
+        self._pods: dict[str, tuple[int | None, client.V1Pod]] = {}
+
+    def hold(self, workload: str, epoch: int | None, workers: list[Worker],
+             pods: Iterable[client.V1Pod] = ()) -> None:
+        self._workers[workload] = (epoch, workers)
+        self._pods.update({pod.metadata.name: (epoch, pod) for pod in pods})
+
+    def workers(self, workload: str, epoch: int | None) -> list[Worker] | None:
+        learnt, workers = self._workers.get(workload, (None, None))
+        return workers if epoch is not None and learnt == epoch else None
+
+    def ready_pod(self, name: str, epoch: int | None) -> client.V1Pod | None:
+        """The pod as AReaL got it, if it is still the pod of the same epoch (a restart of it loses engines)."""
+        learnt, pod = self._pods.get(name, (None, None))
+        return pod if epoch is not None and learnt == epoch else None

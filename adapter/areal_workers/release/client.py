@@ -1,0 +1,183 @@
+"""Helm releases of charts/areal-workers through pyhelm3: apply values, read them back, roll back, uninstall.
+
+pyhelm3 is asyncio; these coroutines run on the scheduler's helper loop (see runtime/loop_thread.py), never on the
+caller's.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyhelm3 import Client
+from pyhelm3.command import Command
+from pyhelm3.errors import Error as HelmError
+from pyhelm3.errors import ReleaseNotFoundError
+from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
+
+from ..config import KubernetesSchedulerConfig
+from ..errors import InvalidSchedulerSetupError
+
+__all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
+
+Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
+
+PENDING = {ReleaseRevisionStatus.PENDING_INSTALL, ReleaseRevisionStatus.PENDING_UPGRADE,
+           ReleaseRevisionStatus.PENDING_ROLLBACK, ReleaseRevisionStatus.UNINSTALLING}
+
+
+def merge_values(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of values files: later layers win; maps merge key by key; lists and scalars replace."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = _merge(merged, layer)
+    return merged
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = _merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+class HelmNotFoundError(InvalidSchedulerSetupError):
+    """The configured helm executable is not there: `where` it was looked for, and the `fix`."""
+
+    def __init__(self, where: str, fix: str) -> None:
+        super().__init__(f"helm not found: {where}; {fix}")
+        self.where, self.fix = where, fix
+
+
+def find_helm(executable: str) -> str:
+    """The helm binary to run: `executable` as a path, or a name on PATH, else beside the running interpreter (a
+    virtualenv's bin, where pip puts console scripts such as areal-workers: a helm there is found without
+    activating the virtualenv)."""
+    found = shutil.which(executable)
+    beside = Path(sys.executable).parent
+    if found is None and not os.path.dirname(executable):
+        found = shutil.which(executable, path=str(beside))
+    if found is None:
+        where = (f"{executable} is not an executable file" if os.path.dirname(executable)
+                 else f"no executable {executable!r} on PATH or in {beside}")
+        raise HelmNotFoundError(where, "install helm 3.x or 4.x (https://helm.sh/docs/intro/install/), or name it "
+                                       "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)")
+    return found
+
+
+def helm_error_text(error: HelmError) -> str:
+    """The useful part of a failed helm command: its stderr, without the usage noise."""
+    stderr = getattr(error, "stderr", b"") or b""
+    text = (stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr)) or str(error)
+    return text.strip().removeprefix("Error: ")
+
+
+class Releases:
+    """One namespace's releases of the configured chart."""
+
+    def __init__(self, config: KubernetesSchedulerConfig) -> None:
+        self.config = config
+        self.namespace = config.namespace
+        executable = find_helm(config.helm_executable)
+        # The command layer is used directly for upgrades: its JSON output is the release record helm wrote,
+        # values included, which pyhelm3's Client drops (so reading them back would cost a `helm get values`).
+        self.command = Command(
+            executable=executable,
+            kubeconfig=Path(config.kubeconfig) if config.kubeconfig else None,
+            kubecontext=config.context,
+            history_max_revisions=config.history_max,
+            default_timeout=f"{int(config.helm_timeout)}s",
+        )
+        self.client = Client(self.command, executable=executable)
+        self.file_values = merge_values(*(self._load(path) for path in config.values_files))
+        self._chart: Chart | None = None
+
+    @staticmethod
+    def _load(path: str) -> dict[str, Any]:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ValueError(f"values file {path} is not valid YAML: {error}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"values file {path} must hold a mapping at the top level")
+        return loaded
+
+    async def chart(self) -> Chart:
+        if self._chart is None:
+            self._chart = await self.client.get_chart(self.config.chart, repo=self.config.chart_repo,
+                                                      version=self.config.chart_version)
+        return self._chart
+
+    async def current(self, name: str) -> ReleaseRevision | None:
+        try:
+            return await self.client.get_current_revision(name, namespace=self.namespace)
+        except ReleaseNotFoundError:
+            return None
+
+    async def snapshot(self, name: str) -> Snapshot | None:
+        """The number and user-supplied values of the current revision (None: no release)."""
+        revision = await self.current(name)
+        return None if revision is None else (revision.revision, await revision.values())
+
+    async def values(self, name: str, revision: int) -> dict[str, Any] | None:
+        """The user-supplied values of one revision (None when the history no longer holds it)."""
+        for entry in await self.history(name):
+            if entry.revision == revision:
+                return await entry.values()
+        return None
+
+    def layered(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The values files under `values`. A file's `roles.<name>` (per-role placement, volumes, ...) applies
+        once the scheduler creates that role, and never creates one by itself."""
+        files = copy.deepcopy(self.file_values)
+        files["roles"] = {role: settings for role, settings in (files.get("roles") or {}).items()
+                          if role in (values.get("roles") or {})}
+        return merge_values(files, values)
+
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> Snapshot:
+        """One `helm upgrade --install` with exactly these values (over the configured values files); returns the
+        revision helm wrote, read from its own record of it."""
+        record = await self.command.install_or_upgrade(
+            name, (await self.chart()).ref, self.layered(values), namespace=self.namespace,
+            description=description[:200], reset_values=True, wait=False, create_namespace=False)
+        return int(record["version"]), record.get("config") or {}
+
+    async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+        """The manifests an apply would send (helm template: no cluster access)."""
+        chart = await self.chart()
+        return list(await self.client.template_resources(
+            chart, name, self.layered(values), namespace=self.namespace))
+
+    async def history(self, name: str) -> list[ReleaseRevision]:
+        revision = await self.current(name)
+        if revision is None:
+            return []
+        return sorted(await revision.release.history(), key=lambda r: r.revision)
+
+    async def rollback(self, name: str, revision: int) -> ReleaseRevision:
+        current = await self.current(name)
+        if current is None:
+            raise ReleaseNotFoundError(1, "", f"release {name} not found")
+        return await current.release.rollback(revision, cleanup_on_fail=True)
+
+    async def uninstall(self, name: str) -> bool:
+        """Removes the release and everything it made; False when there was none."""
+        if await self.current(name) is None:
+            return False
+        await self.client.uninstall_release(name, namespace=self.namespace, wait=True)
+        return True
+
+    async def recover(self, name: str) -> ReleaseRevision | None:
+        """A release left pending by a crashed operation becomes usable again (rolled back or uninstalled)."""
+        current = await self.current(name)
+        if current is None or current.status not in PENDING:
+            return current
+        return await self.client.get_proceedable_revision(name, namespace=self.namespace)
