@@ -273,11 +273,22 @@ def remove_fault_node(core, name: str) -> None:
 
 
 def make_node_not_ready(core, node_name: str) -> None:
-    """KWOK stops managing the node (HOLD) and its status says what a node controller says of a silent kubelet."""
+    """KWOK stops managing the node (HOLD) and its status says what a node controller says of a silent kubelet.
+    A status update KWOK had in flight when HOLD landed can still report Ready, so the condition is written until
+    it has read back Unknown three times in a row."""
     core.patch_node(node_name, {"metadata": {"annotations": HOLD}})
-    core.patch_node_status(node_name, {"status": {"conditions": [{
-        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-        "message": "Kubelet stopped posting node status."}]}})
+    unknown_reads, deadline = 0, time.monotonic() + 60
+    while unknown_reads < 3:
+        assert time.monotonic() < deadline, f"node {node_name} did not stay Ready=Unknown"
+        ready = next(c for c in core.read_node_status(node_name).status.conditions if c.type == "Ready")
+        if ready.status == "Unknown":
+            unknown_reads += 1
+        else:
+            unknown_reads = 0
+            core.patch_node_status(node_name, {"status": {"conditions": [{
+                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status."}]}})
+        time.sleep(0.5)
 
 
 def test_a_node_that_goes_not_ready_fails_its_workers(make_scheduler, core):
