@@ -6,9 +6,10 @@
 
 Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane
 (unit, chart and the integration tests that keep to their namespaces) beside the AReaL lane (scheduler and
-conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then, alone, the tests marked
-`serial_cluster`, which load or change what every test shares (nodes, the API server, the real node, GPU capacity,
-Kueue). Each lane writes its output to .tools/lanes/<lane>.log; the report prints every lane's log once it ends
+conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`,
+which load or change what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that
+run on the real node (`real_node`) beside those that do not. Last, alone, the tests that restart a component of the
+control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log; the report prints every lane's log once it ends
 (whole for a failed lane, the summary line otherwise), its time and its result. The exit status is the first
 failure's, else 0.
 """
@@ -56,15 +57,20 @@ class Lane:
         return self.code
 
 
+SIDE_BY_SIDE = "not serial_cluster and not restarts_control_plane"
+SERIAL = "serial_cluster and not restarts_control_plane"
+
+
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
-    main = Lane("main", ["-m", "not serial_cluster"])
-    areal = Lane("areal", [*AREAL_FILES, "-m", "not reference_guard_only and not serial_cluster", "-k", "not rbac"],
+    main = Lane("main", ["-m", SIDE_BY_SIDE])
+    areal = Lane("areal", [*AREAL_FILES, "-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"],
                  {"AREAL_WORKERS_WORKER": "areal"})
-    helm4 = Lane("helm4", [*HELM4_FILES, "-m", "not serial_cluster", "-k", "not rbac"],
-                 {"AREAL_WORKERS_HELM": str(HELM4)})
-    serial = Lane("serial", ["-m", "serial_cluster"])
-    return [[[main], [areal, helm4]], [[serial]]]
+    helm4 = Lane("helm4", [*HELM4_FILES, "-m", SIDE_BY_SIDE, "-k", "not rbac"], {"AREAL_WORKERS_HELM": str(HELM4)})
+    serial_node = Lane("serial-node", ["-m", f"{SERIAL} and real_node"])
+    serial = Lane("serial", ["-m", f"{SERIAL} and not real_node"])
+    restarts = Lane("restarts", ["-m", "restarts_control_plane"])
+    return [[[main], [areal, helm4]], [[serial_node], [serial]], [[restarts]]]
 
 
 def by_name(name: str) -> Lane:

@@ -26,7 +26,8 @@ from localkube.cluster import LocalCluster
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
-    pytest.mark.serial_cluster,  # on the real node's few cores, in a namespace of a fixed name: alone
+    pytest.mark.serial_cluster,  # in a namespace of a fixed name (tools/test_lanes.py)
+    pytest.mark.real_node,  # its workers run on the real node when the cluster has one
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
                        reason="the demo's workers need examples/ in their image on other clusters; here it runs on "
                               "the local one"),

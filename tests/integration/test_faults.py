@@ -220,6 +220,7 @@ def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_schedu
 
 
 @LOCAL_ONLY
+@pytest.mark.restarts_control_plane
 def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
     from localkube.cluster import LocalCluster
 

@@ -28,7 +28,8 @@ from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.serial_cluster,  # the real node's few cores: alone (tools/test_lanes.py)
+    pytest.mark.serial_cluster,  # the real node's few cores (tools/test_lanes.py)
+    pytest.mark.real_node,
     # The node joins this checkout's local cluster; against another cluster ($AREAL_WORKERS_KUBECONFIG) there is none.
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
