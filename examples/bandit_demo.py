@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.iterations < MIN_ITERATIONS:
         parser.error(f"--iterations must be at least {MIN_ITERATIONS}: the demo checks that the reward rises")
-    if args.kubeconfig is None and local_kubeconfig().exists():
+    # A trainer pod acts with its ServiceAccount's credentials (KUBECONFIG from its runner), never the admin's.
+    if args.kubeconfig is None and not args.local_cluster_pod and local_kubeconfig().exists():
         args.kubeconfig = str(local_kubeconfig())
     if args.helm is None:
         args.helm = str(LOCAL_HELM) if LOCAL_HELM.exists() else "helm"
