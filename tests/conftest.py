@@ -12,11 +12,14 @@ import pytest
 
 from repo_paths import REPO, TOOLS_BIN
 
+# The lane of a test is the first directory under tests/, however deep the test sits below it: tests/unit/cli/doctor
+# is the unit lane, tests/chart/docs the chart lane.
 MARKER_BY_DIRECTORY = {"unit": "unit", "chart": "chart", "integration": "integration"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test carries the marker of its directory, so `-m unit|chart|integration` selects lanes."""
+    """Every test carries the marker of its top directory under tests/, so `-m unit|chart|integration` selects
+    lanes."""
     for item in items:
         directory = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
         marker = MARKER_BY_DIRECTORY.get(directory)

@@ -1,7 +1,7 @@
 """Helpers for the unit tests that run real reference guards (`python -m areal_workers_testing.reference_guard`).
 
-Test modules import this module by name (pytest puts tests/unit on sys.path), as the chart tests do
-with chartlib.py. It starts guard subprocesses on 127.0.0.1, waits for their banner, and stops
+Test modules beside it import this module by name (pytest puts a test module's directory on sys.path), as the
+chart tests do with chartlib.py. It starts guard subprocesses on 127.0.0.1, waits for their banner, and stops
 every process a test started, forked children included."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The values table of the chart's README is what tools/docgen/chart.py generates from values.yaml and
 values.schema.json, and the generator refuses a value without a description. (The same rows in
-docs/*/configuration.md: tests/unit/test_config_docs.py.)"""
+docs/*/configuration.md: tests/unit/docs/test_config_docs.py.)"""
 
 from __future__ import annotations
 
