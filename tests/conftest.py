@@ -50,7 +50,7 @@ def kubeconfig() -> Path:
 
 @pytest.fixture(scope="session")
 def kube_client(kubeconfig: Path):
-    from kubernetes import client, config
+    from kubernetes import config
 
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     yield api_client
@@ -69,6 +69,7 @@ def make_namespace(kube_client, request) -> Iterator:
     test's own (the pod_runner fixture), so two runners never run one pod. private=False hands them to the
     cluster's podrunner."""
     from kubernetes import client
+
     from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE
 
     core = client.CoreV1Api(kube_client)

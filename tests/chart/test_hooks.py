@@ -71,7 +71,8 @@ def test_notes(tmp_path):
     shutil.copytree(CHART, chart)
     (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
     (chart / "templates" / "zz-notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
     values = {"roles": {"actor": role(2)}, "colocations": {"critic": "actor"}, "forks": {"ref": {"target": "actor"}}}
     out = template_text(values, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout

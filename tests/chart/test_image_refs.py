@@ -5,9 +5,8 @@ import pytest
 
 pytestmark = pytest.mark.chart
 
-from chartlib import container, role, sts  # noqa: E402
-
 from areal_workers.release.image_reference import image_reference_problem, split_image  # noqa: E402
+from chartlib import container, role, sts  # noqa: E402
 
 SHA = "sha256:" + "0123456789abcdef" * 4
 IMAGES = [

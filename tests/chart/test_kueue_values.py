@@ -19,8 +19,12 @@ def test_off_by_default(render):
 
 
 def test_queue_and_priority_label_the_statefulset_not_its_pods(render):
-    docs = render({"workerDefaults": {"kueue": {"queueName": "team-a", "priorityClass": "high"}},
-                   "roles": {"actor": role(2), "ref": role(1, kueue={"queueName": "team-b", "priorityClass": ""})}})
+    docs = render(
+        {
+            "workerDefaults": {"kueue": {"queueName": "team-a", "priorityClass": "high"}},
+            "roles": {"actor": role(2), "ref": role(1, kueue={"queueName": "team-b", "priorityClass": ""})},
+        }
+    )
     actor, ref = sts(docs, "actor"), sts(docs, "ref")
     assert actor["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     assert actor["metadata"]["labels"][PRIORITY_LABEL] == "high"
@@ -32,8 +36,13 @@ def test_queue_and_priority_label_the_statefulset_not_its_pods(render):
 
 
 def test_topology_records_the_queue_of_roles_and_pod_forks(render):
-    docs = render({"workerDefaults": {"kueue": {"queueName": "lq"}}, "roles": {"actor": role(1)},
-                   "forks": {"ref": {"target": "actor", "mode": "pod"}}})
+    docs = render(
+        {
+            "workerDefaults": {"kueue": {"queueName": "lq"}},
+            "roles": {"actor": role(1)},
+            "forks": {"ref": {"target": "actor", "mode": "pod"}},
+        }
+    )
     topology = json.loads(one(docs, "ConfigMap")["data"]["topology.json"])
     assert topology["roles"]["actor"]["kueue_queue"] == "lq"
     assert topology["forks"]["ref"]["kueue_queue"] == "lq"

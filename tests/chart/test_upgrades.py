@@ -35,7 +35,11 @@ def test_a_chart_version_bump_does_not_touch_pod_templates(tmp_path):
     bumped = tmp_path / "areal-workers"
     shutil.copytree(CHART, bumped)
     chart_yaml = bumped / "Chart.yaml"
-    chart_yaml.write_text(chart_yaml.read_text().replace("version: 0.1.0", "version: 0.2.0").replace('appVersion: "1.0.4"', 'appVersion: "1.0.5"'))
+    chart_yaml.write_text(
+        chart_yaml.read_text()
+        .replace("version: 0.1.0", "version: 0.2.0")
+        .replace('appVersion: "1.0.4"', 'appVersion: "1.0.5"')
+    )
     values = {"image": {"tag": "v1.0.4"}, "roles": {"actor": role(2)}}
     old = [d for d in yaml.safe_load_all(template_text(values).stdout) if d]
     new = [d for d in yaml.safe_load_all(template_text(values, chart=bumped).stdout) if d]

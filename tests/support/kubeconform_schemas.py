@@ -26,8 +26,11 @@ def pinned_kubernetes_minor() -> str:
 
 
 def schema_directory() -> Path:
-    source = (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-              / f"v{pinned_kubernetes_minor()}.0-local-strict")
+    source = (
+        Path(kubernetes_validate.__file__).parent
+        / "kubernetes-json-schema"
+        / f"v{pinned_kubernetes_minor()}.0-local-strict"
+    )
     assert source.is_dir(), f"kubernetes-validate {kubernetes_validate.__version__} has no schemas for {source.name}"
     return source
 
@@ -35,8 +38,7 @@ def schema_directory() -> Path:
 def schema_name(document: dict) -> str:
     """kubeconform's file name for a document's schema: <kind>[-<group>]-<version>.json."""
     group_version = document["apiVersion"].split("/")
-    suffix = "-".join([group_version[0].split(".")[0], group_version[1]] if len(group_version) == 2
-                      else group_version)
+    suffix = "-".join([group_version[0].split(".")[0], group_version[1]] if len(group_version) == 2 else group_version)
     return f"{document['kind'].lower()}-{suffix}.json"
 
 
@@ -64,6 +66,17 @@ def kubeconform(manifests: str, workdir: Path, *extra: str) -> subprocess.Comple
     """`kubeconform -strict -summary` of `manifests` (YAML documents) against the pinned Kubernetes' schemas."""
     schemas = standalone_strict_schemas(manifests, workdir)
     return subprocess.run(
-        [str(KUBECONFORM), "-strict", "-summary", *extra,
-         "-schema-location", f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json", "-"],
-        input=manifests, capture_output=True, text=True, timeout=120)
+        [
+            str(KUBECONFORM),
+            "-strict",
+            "-summary",
+            *extra,
+            "-schema-location",
+            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
+            "-",
+        ],
+        input=manifests,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -19,8 +19,11 @@ RELEASE = "trial-release"
 
 
 def job(role: str, image: str = "example.com/areal:1") -> Job:
-    return Job(role=role, replicas=2, tasks=[SchedulingSpec(cpu=1, mem=1, gpu=0, image=image,
-                                                            cmd="python -m areal.infra.rpc.rpc_server")])
+    return Job(
+        role=role,
+        replicas=2,
+        tasks=[SchedulingSpec(cpu=1, mem=1, gpu=0, image=image, cmd="python -m areal.infra.rpc.rpc_server")],
+    )
 
 
 @pytest.fixture
@@ -34,9 +37,12 @@ def make_scheduler(leases):
 
     def make(cluster: MemoryCluster, access_error: BaseException | None = None) -> KubernetesScheduler:
         lease = ReleaseLease(leases, "ns", RELEASE, grace_seconds=60)  # type: ignore[arg-type]
-        scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
-                                        experiment_name="exp", trial_name="trial",
-                                        connect=memory_connect(cluster, lease=lease, access_error=access_error))
+        scheduler = KubernetesScheduler(
+            config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
+            experiment_name="exp",
+            trial_name="trial",
+            connect=memory_connect(cluster, lease=lease, access_error=access_error),
+        )
         made.append(scheduler)
         return scheduler
 

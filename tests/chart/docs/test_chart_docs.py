@@ -9,9 +9,9 @@ import difflib
 import json
 
 import pytest
-from chartlib import CHART, REPO
 
 import docgen.chart as chart_docs
+from chartlib import CHART, REPO
 from docgen.chart import REGENERATE, ChartDocsError, flow, rows
 
 pytestmark = pytest.mark.chart
@@ -25,8 +25,9 @@ def test_the_committed_tables_are_the_generated_ones():
     for path, expected in chart_docs.expected_files().items():
         actual = path.read_text()
         if actual != expected:
-            diff = difflib.unified_diff(actual.splitlines(), expected.splitlines(), str(path.relative_to(REPO)),
-                                        "generated", lineterm="", n=0)
+            diff = difflib.unified_diff(
+                actual.splitlines(), expected.splitlines(), str(path.relative_to(REPO)), "generated", lineterm="", n=0
+            )
             stale.append("\n".join(list(diff)[:30]))
     assert not stale, f"values tables out of date; run {REGENERATE}\n" + "\n\n".join(stale)
 
@@ -40,7 +41,8 @@ def test_every_value_is_a_row_with_its_default():
     assert table["workerDefaults.probes.startup.failureThreshold"].description.startswith("*role* ")
     assert table["roles.<name>.replicas"].default == "required"
     assert [key for key in table if key.startswith("forks.<name>.")] == [
-        f"forks.<name>.{name}" for name in SCHEMA["definitions"]["fork"]["properties"]]
+        f"forks.<name>.{name}" for name in SCHEMA["definitions"]["fork"]["properties"]
+    ]
 
 
 def with_value(line: str, comment: str = "") -> str:
@@ -54,18 +56,22 @@ def schema_with(name: str, node: dict) -> dict:
     return schema
 
 
-@pytest.mark.parametrize("comment", ["", "# A plain comment is for maintainers, not a description.\n"],
-                         ids=["no comment", "plain comment"])
+@pytest.mark.parametrize(
+    "comment", ["", "# A plain comment is for maintainers, not a description.\n"], ids=["no comment", "plain comment"]
+)
 def test_an_undocumented_value_is_refused(comment):
     with pytest.raises(ChartDocsError, match=r"newValue: no `# -- description` comment"):
         rows(with_value("newValue: 3", comment), schema_with("newValue", {"type": "integer"}))
 
 
 def test_a_documented_new_value_becomes_a_row():
-    table = rows(with_value("newValue: 3", "# -- What it does.\n# @default -- three\n"),
-                 schema_with("newValue", {"type": "integer", "minimum": 1}))
+    table = rows(
+        with_value("newValue: 3", "# -- What it does.\n# @default -- three\n"),
+        schema_with("newValue", {"type": "integer", "minimum": 1}),
+    )
     assert [row for row in table if row.key == "newValue"] == [
-        chart_docs.Row("newValue", "integer (>= 1)", "three", "What it does.")]
+        chart_docs.Row("newValue", "integer (>= 1)", "three", "What it does.")
+    ]
 
 
 def test_a_value_the_schema_does_not_know_is_refused():
@@ -88,9 +94,20 @@ def test_a_description_of_a_key_that_does_not_exist_is_refused():
     assert "forks.<name>.target: no `# forks.<name>.target -- description`" in str(refused.value)
 
 
-@pytest.mark.parametrize("value,text", [
-    ("", '""'), ("1", '"1"'), ("true", '"true"'), ("localhost:2379", "localhost:2379"), ("a: b", '"a: b"'),
-    (True, "true"), (None, "null"), (0, "0"), ({"a": ["-m", "x y"]}, "{a: [-m, x y]}"), ([], "[]"),
-])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        ("", '""'),
+        ("1", '"1"'),
+        ("true", '"true"'),
+        ("localhost:2379", "localhost:2379"),
+        ("a: b", '"a: b"'),
+        (True, "true"),
+        (None, "null"),
+        (0, "0"),
+        ({"a": ["-m", "x y"]}, "{a: [-m, x y]}"),
+        ([], "[]"),
+    ],
+)
 def test_defaults_are_shown_as_yaml_flow_text(value, text):
     assert flow(value) == text

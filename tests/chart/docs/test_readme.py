@@ -54,9 +54,22 @@ def test_readme_documents_no_value_that_does_not_exist():
 
 
 def test_readme_documents_the_worker_env_and_quick_start():
-    for name in ("POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX", "AREAL_EXPERIMENT_NAME", "AREAL_TRIAL_NAME",
-                 "AREAL_ROLE", "AREAL_WORKER_ID", "AREAL_CACHE_DIR", "TOKENIZERS_PARALLELISM", "PYTORCH_KERNEL_CACHE_PATH",
-                 "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "CUDA_DEVICE_MAX_CONNECTIONS"):
+    for name in (
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "POD_IP",
+        "AREAL_WORKER_INDEX",
+        "AREAL_EXPERIMENT_NAME",
+        "AREAL_TRIAL_NAME",
+        "AREAL_ROLE",
+        "AREAL_WORKER_ID",
+        "AREAL_CACHE_DIR",
+        "TOKENIZERS_PARALLELISM",
+        "PYTORCH_KERNEL_CACHE_PATH",
+        "TRITON_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+    ):
         assert f"| `{name}` |" in README, name
     assert "| `TMS_INIT_ENABLE`, `TMS_INIT_ENABLE_CPU_BACKUP` |" in README
     assert "-f examples/values-example.yaml" in README
@@ -65,8 +78,19 @@ def test_readme_documents_the_worker_env_and_quick_start():
 
 @pytest.mark.parametrize(
     "feature,level",
-    [("CPU or GPU roles", "restricted"), ("runAsUser: 0", "baseline"), ("nfs", "baseline"), ("hostNetwork: true", "privileged"), ("rdma.enabled: true", "privileged"), ("hostPath", "privileged")],
+    [
+        ("CPU or GPU roles", "restricted"),
+        ("runAsUser: 0", "baseline"),
+        ("nfs", "baseline"),
+        ("hostNetwork: true", "privileged"),
+        ("rdma.enabled: true", "privileged"),
+        ("hostPath", "privileged"),
+    ],
 )
 def test_readme_podsecurity_table(feature, level):
-    rows = [line for line in section("Security and PodSecurity levels").splitlines() if line.startswith("| ") and feature in line.split("|")[1]]
+    rows = [
+        line
+        for line in section("Security and PodSecurity levels").splitlines()
+        if line.startswith("| ") and feature in line.split("|")[1]
+    ]
     assert len(rows) == 1 and rows[0].split("|")[2].strip() == level, rows

@@ -16,15 +16,24 @@ import run  # noqa: E402
 
 def synthetic(name: str = "startup", date: str = "2026-01-02 03:04 UTC") -> harness.Result:
     return harness.Result(
-        name=name, title="Worker start-up: create_workers + get_workers against the floor",
+        name=name,
+        title="Worker start-up: create_workers + get_workers against the floor",
         summary="Seconds from the first create_workers to the last get_workers.",
-        command=f"python bench/run.py --profile quick --only {name}", profile="quick",
+        command=f"python bench/run.py --profile quick --only {name}",
+        profile="quick",
         tables=[harness.Table("KWOK readiness", ["N", "adapter s", "note"], [[1, "2.10", "a|b"], [128, "9.50", ""]])],
         plots=[f"results/{name}.png"],
         targets=["met: adapter/floor ratio 1.10 at N=128; target <= 1.15", "missed: growth N^1.30; target <= 1.1"],
         date=date,
-        machine={"cpus": 2, "cpu_model": "Test CPU", "memory_gib": 23.4, "python": "3.11.7", "kernel": "6.1",
-                 "load_average": [1.5, 2.25, 3.0]})
+        machine={
+            "cpus": 2,
+            "cpu_model": "Test CPU",
+            "memory_gib": 23.4,
+            "python": "3.11.7",
+            "kernel": "6.1",
+            "load_average": [1.5, 2.25, 3.0],
+        },
+    )
 
 
 def test_results_survive_a_save_and_load(tmp_path):
@@ -43,15 +52,19 @@ def test_the_report_holds_every_part_of_a_result(tmp_path):
     assert "Seconds from the first create_workers to the last get_workers." in text
     assert "- ✅ met: adapter/floor ratio 1.10 at N=128; target <= 1.15" in text
     assert "- ❌ missed: growth N^1.30; target <= 1.1" in text
-    assert "**KWOK readiness**\n\n| N | adapter s | note |\n|---|---|---|\n| 1 | 2.10 | a\\|b |\n| 128 | 9.50 |  |" in text
+    assert (
+        "**KWOK readiness**\n\n| N | adapter s | note |\n|---|---|---|\n| 1 | 2.10 | a\\|b |\n| 128 | 9.50 |  |" in text
+    )
     assert "![startup](results/startup.png)" in text
     assert "Command: `python bench/run.py --profile quick --only startup`" in text
     assert "| load average (1, 5, 15 min) | 1.5, 2.25, 3.0 |" in text
     assert "| CPU model | Test CPU |" in text
     assert "profile `quick`, load average 1.5, 2.25, 3.0 at the end" in text
-    overview = "| [Worker start-up: create_workers + get_workers against the floor]" \
-               "(#worker-start-up-create_workers--get_workers-against-the-floor) | quick | 2026-01-02 03:04 UTC | " \
-               "1 met, 1 missed |"
+    overview = (
+        "| [Worker start-up: create_workers + get_workers against the floor]"
+        "(#worker-start-up-create_workers--get_workers-against-the-floor) | quick | 2026-01-02 03:04 UTC | "
+        "1 met, 1 missed |"
+    )
     assert overview in text
 
 
@@ -95,17 +108,20 @@ def test_apiserver_counters_by_verb_and_resource_and_by_flow_schema():
     assert delta.requests == {("LIST", "pods"): 3} and delta.total == 3 and delta.controller == 3
 
 
-@pytest.mark.parametrize(("method", "url", "expected"), [
-    ("GET", "https://h/api/v1/namespaces/ns/pods?labelSelector=a%3Db", ("LIST", "pods")),
-    ("GET", "https://h/api/v1/namespaces/ns/pods?watch=True&resourceVersion=5", ("WATCH", "pods")),
-    ("GET", "https://h/api/v1/namespaces/ns/pods/p-0/log?tailLines=20", ("GET", "pods/log")),
-    ("PATCH", "https://h/api/v1/namespaces/ns/configmaps/topology", ("PATCH", "configmaps")),
-    ("GET", "https://h/apis/apps/v1/namespaces/ns/statefulsets/s", ("GET", "statefulsets")),
-    ("PATCH", "https://h/apis/apps/v1/namespaces/ns/statefulsets/s/scale", ("PATCH", "statefulsets/scale")),
-    ("GET", "https://h/api/v1/nodes", ("LIST", "nodes")),
-    ("GET", "https://h/api/v1/namespaces/ns", ("GET", "namespaces")),
-    ("DELETE", "https://h/api/v1/namespaces/ns/pods", ("DELETECOLLECTION", "pods")),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "expected"),
+    [
+        ("GET", "https://h/api/v1/namespaces/ns/pods?labelSelector=a%3Db", ("LIST", "pods")),
+        ("GET", "https://h/api/v1/namespaces/ns/pods?watch=True&resourceVersion=5", ("WATCH", "pods")),
+        ("GET", "https://h/api/v1/namespaces/ns/pods/p-0/log?tailLines=20", ("GET", "pods/log")),
+        ("PATCH", "https://h/api/v1/namespaces/ns/configmaps/topology", ("PATCH", "configmaps")),
+        ("GET", "https://h/apis/apps/v1/namespaces/ns/statefulsets/s", ("GET", "statefulsets")),
+        ("PATCH", "https://h/apis/apps/v1/namespaces/ns/statefulsets/s/scale", ("PATCH", "statefulsets/scale")),
+        ("GET", "https://h/api/v1/nodes", ("LIST", "nodes")),
+        ("GET", "https://h/api/v1/namespaces/ns", ("GET", "namespaces")),
+        ("DELETE", "https://h/api/v1/namespaces/ns/pods", ("DELETECOLLECTION", "pods")),
+    ],
+)
 def test_kubernetes_client_requests_are_named_as_the_apiserver_names_them(method, url, expected):
     assert request_counts.kube_verb_resource(method, url) == expected
 

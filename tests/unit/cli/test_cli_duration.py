@@ -13,10 +13,24 @@ from areal_workers.cli.main import build_parser, main
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("600", 600.0), ("1.5", 1.5), ("0", 0.0), ("90s", 90.0), ("15m", 900.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
-    ("500ms", 0.5), ("2m0.5s", 120.5), ("250us", 250e-6), ("1µs", 1e-6), ("10ns", 10e-9), (" 5m ", 300.0),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("600", 600.0),
+        ("1.5", 1.5),
+        ("0", 0.0),
+        ("90s", 90.0),
+        ("15m", 900.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("500ms", 0.5),
+        ("2m0.5s", 120.5),
+        ("250us", 250e-6),
+        ("1µs", 1e-6),
+        ("10ns", 10e-9),
+        (" 5m ", 300.0),
+    ],
+)
 def test_go_durations_and_plain_seconds(text, expected):
     assert seconds(text) == pytest.approx(expected)
 
@@ -27,11 +41,16 @@ def test_anything_else_is_refused_with_the_accepted_forms(text):
         seconds(text)
 
 
-@pytest.mark.parametrize(("argv", "dest"), [
-    (["up", "-f", "job.yaml", "--timeout"], "timeout"), (["rollback", "--timeout"], "timeout"),
-    (["reap", "--timeout"], "timeout"), (["submit", "--start-timeout"], "start_timeout"),
-    (["status", "--watch-seconds"], "watch_seconds"),
-])
+@pytest.mark.parametrize(
+    ("argv", "dest"),
+    [
+        (["up", "-f", "job.yaml", "--timeout"], "timeout"),
+        (["rollback", "--timeout"], "timeout"),
+        (["reap", "--timeout"], "timeout"),
+        (["submit", "--start-timeout"], "start_timeout"),
+        (["status", "--watch-seconds"], "watch_seconds"),
+    ],
+)
 def test_every_time_out_of_the_command_takes_a_duration(argv, dest, capsys):
     assert getattr(build_parser().parse_args([*argv, "1h30m"]), dest) == 5400.0
     assert getattr(build_parser().parse_args([*argv, "90"]), dest) == 90.0

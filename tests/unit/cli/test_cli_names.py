@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from areal_workers.cli.commands import up
-from areal_workers.cli.main import main
 from areal_workers.cli.commands.render import trial_names
+from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_USAGE, CliError
 
 pytestmark = pytest.mark.unit
@@ -20,10 +20,18 @@ JOB = {"experiment": "gsm8k", "trial": "run-7", "jobs": [{"role": "actor", "repl
 @pytest.fixture
 def job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     unreachable = tmp_path / "kubeconfig"  # nothing here may reach a cluster
-    unreachable.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "x",
-                                           "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
-                                           "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-                                           "users": [{"name": "x", "user": {}}]}))
+    unreachable.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+                "users": [{"name": "x", "user": {}}],
+            }
+        )
+    )
     monkeypatch.setenv("KUBECONFIG", str(unreachable))
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(JOB))
@@ -32,8 +40,9 @@ def job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("command", ["render", "up"])
 @pytest.mark.parametrize(("flag", "value", "files"), [("--trial", "run-8", "run-7"), ("--experiment", "math", "gsm8k")])
-def test_a_flag_naming_another_trial_than_the_job_file_is_refused_with_both_values(job_file, capsys, command, flag,
-                                                                                   value, files):
+def test_a_flag_naming_another_trial_than_the_job_file_is_refused_with_both_values(
+    job_file, capsys, command, flag, value, files
+):
     assert main([command, "-f", str(job_file), flag, value]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert f"{flag} {value} conflicts with {flag[2:]} {files} in {job_file}" in err and f"drop {flag}" in err

@@ -3,7 +3,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 from collections.abc import Mapping, Sequence  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 from decimal import Decimal  # noqa: E402
 
 from kubernetes.client import (  # noqa: E402
@@ -47,7 +47,7 @@ from areal_workers.diagnosis import (  # noqa: E402
     summarize_role,
 )
 
-NOW = datetime(2026, 3, 1, 3, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, 3, 0, 0, tzinfo=UTC)
 IMAGE = "ghcr.io/inclusionai/areal-runtime:v1.0.4"
 
 
@@ -74,7 +74,12 @@ def container_status(
         terminated=state_terminated,
     )
     return V1ContainerStatus(
-        name=name, image=IMAGE, image_id="", ready=ready, restart_count=restarts, state=state,
+        name=name,
+        image=IMAGE,
+        image_id="",
+        ready=ready,
+        restart_count=restarts,
+        state=state,
         last_state=V1ContainerState(terminated=last) if last else V1ContainerState(),
     )
 
@@ -98,26 +103,41 @@ def make_pod(
     uid: str = "uid-1",
 ) -> V1Pod:
     container = V1Container(
-        name="guard", image=IMAGE,
-        resources=V1ResourceRequirements(limits=dict(limits) if limits else None,
-                                         requests=dict(requests) if requests else None),
+        name="guard",
+        image=IMAGE,
+        resources=V1ResourceRequirements(
+            limits=dict(limits) if limits else None, requests=dict(requests) if requests else None
+        ),
     )
     init = [V1Container(name="setup", image=IMAGE)] if init_statuses is not None else None
     return V1Pod(
         metadata=V1ObjectMeta(name=name, namespace="areal", uid=uid, deletion_timestamp=deletion),
-        spec=V1PodSpec(containers=[container], init_containers=init, node_name=node,
-                       node_selector=dict(node_selector) if node_selector else None,
-                       tolerations=list(tolerations) if tolerations else None, affinity=affinity),
-        status=V1PodStatus(phase=phase, reason=reason, message=message, conditions=list(conditions) or None,
-                           container_statuses=list(statuses) or None,
-                           init_container_statuses=list(init_statuses) if init_statuses is not None else None),
+        spec=V1PodSpec(
+            containers=[container],
+            init_containers=init,
+            node_name=node,
+            node_selector=dict(node_selector) if node_selector else None,
+            tolerations=list(tolerations) if tolerations else None,
+            affinity=affinity,
+        ),
+        status=V1PodStatus(
+            phase=phase,
+            reason=reason,
+            message=message,
+            conditions=list(conditions) or None,
+            container_statuses=list(statuses) or None,
+            init_container_statuses=list(init_statuses) if init_statuses is not None else None,
+        ),
     )
 
 
 def ready_conditions(ready: bool) -> list[V1PodCondition]:
     status = "True" if ready else "False"
-    return [V1PodCondition(type="PodScheduled", status="True"), V1PodCondition(type="Ready", status=status),
-            V1PodCondition(type="ContainersReady", status=status)]
+    return [
+        V1PodCondition(type="PodScheduled", status="True"),
+        V1PodCondition(type="Ready", status=status),
+        V1PodCondition(type="ContainersReady", status=status),
+    ]
 
 
 def unschedulable(message: str) -> list[V1PodCondition]:
@@ -142,9 +162,12 @@ def make_node(
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
     if gpus is not None:
         allocatable["nvidia.com/gpu"] = str(gpus)
-    condition = V1NodeCondition(type="Ready", status=ready,
-                                reason="KubeletReady" if ready == "True" else "NodeStatusUnknown",
-                                message="" if ready == "True" else "Kubelet stopped posting node status.")
+    condition = V1NodeCondition(
+        type="Ready",
+        status=ready,
+        reason="KubeletReady" if ready == "True" else "NodeStatusUnknown",
+        message="" if ready == "True" else "Kubelet stopped posting node status.",
+    )
     return V1Node(
         metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name, **(labels or {})}),
         spec=V1NodeSpec(taints=list(taints) or None, unschedulable=unschedulable_),
@@ -171,7 +194,12 @@ def make_event(
     return CoreV1Event(
         metadata=V1ObjectMeta(name=f"{pod}.{reason}.{ago}", namespace="areal"),
         involved_object=V1ObjectReference(kind=kind, name=pod, namespace="areal", uid=uid),
-        reason=reason, message=message, type=type_, count=count, first_timestamp=when, last_timestamp=when,
+        reason=reason,
+        message=message,
+        type=type_,
+        count=count,
+        first_timestamp=when,
+        last_timestamp=when,
     )
 
 
@@ -184,10 +212,15 @@ def test_healthy_pod_is_not_a_problem() -> None:
 
 
 def test_container_creating_is_progressing() -> None:
-    pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ContainerCreating", ""))],
-                   conditions=ready_conditions(False))
-    events = [make_event("Scheduled", "Successfully assigned areal/actor-0 to node-a", type_="Normal", ago=30),
-              make_event("Pulling", f'Pulling image "{IMAGE}"', type_="Normal", ago=20)]
+    pod = make_pod(
+        phase="Pending",
+        statuses=[container_status(waiting=("ContainerCreating", ""))],
+        conditions=ready_conditions(False),
+    )
+    events = [
+        make_event("Scheduled", "Successfully assigned areal/actor-0 to node-a", type_="Normal", ago=30),
+        make_event("Pulling", f'Pulling image "{IMAGE}"', type_="Normal", ago=20),
+    ]
     assert diagnose_pod(pod, nodes=[make_node("node-a")], events=events) is None
 
 
@@ -208,8 +241,12 @@ def test_a_failing_readiness_probe_is_named_but_not_fatal() -> None:
 
 def test_init_container_that_completed_is_fine() -> None:
     setup = container_status("setup", state_terminated=terminated(0, "Completed"))
-    pod = make_pod(phase="Pending", init_statuses=[setup],
-                   statuses=[container_status(waiting=("PodInitializing", ""))], conditions=ready_conditions(False))
+    pod = make_pod(
+        phase="Pending",
+        init_statuses=[setup],
+        statuses=[container_status(waiting=("PodInitializing", ""))],
+        conditions=ready_conditions(False),
+    )
     assert diagnose_pod(pod) is None
 
 
@@ -225,12 +262,18 @@ def test_pod_without_status_is_progressing() -> None:
 def test_image_pull_backoff_is_fatal_and_names_the_image() -> None:
     message = f'Back-off pulling image "{IMAGE}"'
     pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ImagePullBackOff", message))])
-    events = [make_event("Failed", f'Failed to pull image "{IMAGE}": not found', ago=40, count=3),
-              make_event("BackOff", message, ago=5, count=7)]
+    events = [
+        make_event("Failed", f'Failed to pull image "{IMAGE}": not found', ago=40, count=3),
+        make_event("BackOff", message, ago=5, count=7),
+    ]
     problem = diagnose_pod(pod, events=events, now=NOW)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.container, problem.exit_code) == (
-        "ImagePullBackOff", True, "guard", None)
+        "ImagePullBackOff",
+        True,
+        "guard",
+        None,
+    )
     assert problem.message == message
     assert IMAGE in problem.advice and "image.pullSecrets" in problem.advice
     assert problem.events == (
@@ -273,25 +316,32 @@ def test_invalid_image_name_is_fatal() -> None:
 
 def test_crash_loop_reports_last_exit_code_and_logs() -> None:
     waiting = "back-off 40s restarting failed container=guard pod=actor-0_areal(uid-1)"
-    pod = make_pod(statuses=[container_status(waiting=("CrashLoopBackOff", waiting),
-                                              last=terminated(1, "Error"), restarts=3)],
-                   conditions=ready_conditions(False))
+    pod = make_pod(
+        statuses=[container_status(waiting=("CrashLoopBackOff", waiting), last=terminated(1, "Error"), restarts=3)],
+        conditions=ready_conditions(False),
+    )
     logs = ["Traceback (most recent call last):", '  File "rpc_server.py", line 10', "ValueError: bad port\n"]
     problem = diagnose_pod(pod, log_tail=logs)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.exit_code, problem.signal) == ("CrashLoopBackOff", True, 1, None)
     assert waiting in problem.message and "exit code 1" in problem.message
     assert "kubectl logs actor-0 -c guard --previous" in problem.advice
-    assert problem.log_tail == ("Traceback (most recent call last):", '  File "rpc_server.py", line 10',
-                                "ValueError: bad port")
+    assert problem.log_tail == (
+        "Traceback (most recent call last):",
+        '  File "rpc_server.py", line 10',
+        "ValueError: bad port",
+    )
     rendered = problem.render()
     assert "ValueError: bad port" in rendered and "exit code: 1" in rendered
     assert problem.exit_code_or(-1) == 1
 
 
 def test_oom_killed_in_last_state_is_fatal_with_sigkill() -> None:
-    pod = make_pod(statuses=[container_status(running=True, last=terminated(137, "OOMKilled"), restarts=1)],
-                   limits={"memory": "32Gi", "cpu": "8"}, conditions=ready_conditions(False))
+    pod = make_pod(
+        statuses=[container_status(running=True, last=terminated(137, "OOMKilled"), restarts=1)],
+        limits={"memory": "32Gi", "cpu": "8"},
+        conditions=ready_conditions(False),
+    )
     problem = diagnose_pod(pod)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.exit_code, problem.signal) == ("OOMKilled", True, 137, "SIGKILL")
@@ -300,8 +350,13 @@ def test_oom_killed_in_last_state_is_fatal_with_sigkill() -> None:
 
 
 def test_crash_loop_after_oom_is_reported_as_oom() -> None:
-    pod = make_pod(statuses=[container_status(waiting=("CrashLoopBackOff", "back-off 5m0s"),
-                                              last=terminated(137, "OOMKilled"), restarts=6)])
+    pod = make_pod(
+        statuses=[
+            container_status(
+                waiting=("CrashLoopBackOff", "back-off 5m0s"), last=terminated(137, "OOMKilled"), restarts=6
+            )
+        ]
+    )
     problem = diagnose_pod(pod)
     assert problem is not None
     assert (problem.reason, problem.exit_code, problem.signal, problem.fatal) == ("OOMKilled", 137, "SIGKILL", True)
@@ -331,8 +386,10 @@ def test_restart_lost_to_the_runtime_before_ready_is_not_fatal() -> None:
 
 
 def test_crash_the_container_recovered_from_before_readiness_is_history() -> None:
-    pod = make_pod(statuses=[container_status(running=True, ready=True, last=terminated(1, "Error"), restarts=1)],
-                   conditions=ready_conditions(True))
+    pod = make_pod(
+        statuses=[container_status(running=True, ready=True, last=terminated(1, "Error"), restarts=1)],
+        conditions=ready_conditions(True),
+    )
     assert diagnose_pod(pod) is None
 
 
@@ -354,14 +411,23 @@ def test_sigterm_and_command_not_found_advice() -> None:
 
 
 def test_init_container_crash_loop_is_fatal() -> None:
-    pod = make_pod(phase="Pending",
-                   init_statuses=[container_status("setup", waiting=("CrashLoopBackOff", "back-off 10s"),
-                                                   last=terminated(2, "Error"), restarts=2)],
-                   statuses=[container_status(waiting=("PodInitializing", ""))])
+    pod = make_pod(
+        phase="Pending",
+        init_statuses=[
+            container_status(
+                "setup", waiting=("CrashLoopBackOff", "back-off 10s"), last=terminated(2, "Error"), restarts=2
+            )
+        ],
+        statuses=[container_status(waiting=("PodInitializing", ""))],
+    )
     problem = diagnose_pod(pod)
     assert problem is not None
     assert (problem.container, problem.reason, problem.fatal, problem.exit_code) == (
-        "setup", "CrashLoopBackOff", True, 2)
+        "setup",
+        "CrashLoopBackOff",
+        True,
+        2,
+    )
 
 
 def test_create_container_config_error_names_the_missing_secret() -> None:
@@ -389,8 +455,10 @@ def test_create_container_config_error_missing_key_and_run_as_non_root() -> None
 
 
 def test_restart_after_ready_loses_engines() -> None:
-    pod = make_pod(statuses=[container_status(running=True, ready=True, last=terminated(1, "Error"), restarts=1)],
-                   conditions=ready_conditions(True))
+    pod = make_pod(
+        statuses=[container_status(running=True, ready=True, last=terminated(1, "Error"), restarts=1)],
+        conditions=ready_conditions(True),
+    )
     problem = diagnose_pod(pod, was_ready=True)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.exit_code) == ("RestartedAfterReady", True, 1)
@@ -413,8 +481,10 @@ def test_oom_after_ready_keeps_the_oom_reason_and_mentions_engines() -> None:
 
 def test_ready_pod_baseline_ignores_restarts_before_readiness() -> None:
     seen_ready = make_pod(statuses=[container_status(running=True, ready=True, last=terminated(1), restarts=1)])
-    same = make_pod(statuses=[container_status(running=True, ready=True, last=terminated(1), restarts=1)],
-                    conditions=ready_conditions(True))
+    same = make_pod(
+        statuses=[container_status(running=True, ready=True, last=terminated(1), restarts=1)],
+        conditions=ready_conditions(True),
+    )
     assert diagnose_pod(same, ready_pod=seen_ready) is None
     again = make_pod(statuses=[container_status(running=True, last=terminated(1, "Error"), restarts=2)])
     problem = diagnose_pod(again, ready_pod=seen_ready)
@@ -434,10 +504,16 @@ def test_replaced_pod_after_ready_is_a_restart() -> None:
 
 
 def test_evicted_pod_is_fatal() -> None:
-    message = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi. "
-               "Container guard was using 30Gi, request is 4Gi, has larger consumption of memory.")
-    pod = make_pod(phase="Failed", reason="Evicted", message=message,
-                   statuses=[container_status(state_terminated=terminated(137, "ContainerStatusUnknown"))])
+    message = (
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi. "
+        "Container guard was using 30Gi, request is 4Gi, has larger consumption of memory."
+    )
+    pod = make_pod(
+        phase="Failed",
+        reason="Evicted",
+        message=message,
+        statuses=[container_status(state_terminated=terminated(137, "ContainerStatusUnknown"))],
+    )
     problem = diagnose_pod(pod)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.message) == ("Evicted", True, message)
@@ -445,17 +521,27 @@ def test_evicted_pod_is_fatal() -> None:
 
 
 def test_evicted_for_disk() -> None:
-    pod = make_pod(phase="Failed", reason="Evicted",
-                   message="The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi")
+    pod = make_pod(
+        phase="Failed",
+        reason="Evicted",
+        message="The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi",
+    )
     problem = diagnose_pod(pod)
     assert problem is not None and "out of disk" in problem.advice
 
 
 def test_preempted_by_scheduler() -> None:
-    condition = V1PodCondition(type="DisruptionTarget", status="True", reason="PreemptionByScheduler",
-                               message="kube-scheduler: preempting to accommodate a higher priority pod")
-    pod = make_pod(statuses=[container_status(running=True, ready=True)],
-                   conditions=[*ready_conditions(True), condition], deletion=NOW)
+    condition = V1PodCondition(
+        type="DisruptionTarget",
+        status="True",
+        reason="PreemptionByScheduler",
+        message="kube-scheduler: preempting to accommodate a higher priority pod",
+    )
+    pod = make_pod(
+        statuses=[container_status(running=True, ready=True)],
+        conditions=[*ready_conditions(True), condition],
+        deletion=NOW,
+    )
     problem = diagnose_pod(pod, was_ready=True)
     assert problem is not None
     assert (problem.reason, problem.fatal) == ("Preempted", True)
@@ -471,8 +557,11 @@ def test_preempted_by_kubelet_for_a_critical_pod() -> None:
 def test_deadline_exceeded_and_out_of_gpu() -> None:
     problem = diagnose_pod(make_pod(phase="Failed", reason="DeadlineExceeded", message="Pod was active too long"))
     assert problem is not None and problem.fatal and "activeDeadlineSeconds" in problem.advice
-    problem = diagnose_pod(make_pod(phase="Failed", reason="OutOfnvidia.com/gpu",
-                                    message="Node didn't have enough resource: nvidia.com/gpu"))
+    problem = diagnose_pod(
+        make_pod(
+            phase="Failed", reason="OutOfnvidia.com/gpu", message="Node didn't have enough resource: nvidia.com/gpu"
+        )
+    )
     assert problem is not None and problem.reason == "OutOfnvidia.com/gpu" and problem.fatal
 
 
@@ -529,9 +618,12 @@ def test_node_checks_are_skipped_without_nodes() -> None:
 
 def test_missing_secret_volume_keeps_the_pod_creating() -> None:
     pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ContainerCreating", ""))])
-    events = [make_event("Scheduled", "Successfully assigned", type_="Normal", ago=60),
-              make_event("FailedMount", 'MountVolume.SetUp failed for volume "ckpt" : secret "s3-creds" not found',
-                         ago=5, count=4)]
+    events = [
+        make_event("Scheduled", "Successfully assigned", type_="Normal", ago=60),
+        make_event(
+            "FailedMount", 'MountVolume.SetUp failed for volume "ckpt" : secret "s3-creds" not found', ago=5, count=4
+        ),
+    ]
     problem = diagnose_pod(pod, events=events)
     assert problem is not None
     assert (problem.reason, problem.fatal) == ("FailedMount", True)
@@ -540,23 +632,29 @@ def test_missing_secret_volume_keeps_the_pod_creating() -> None:
 
 def test_mount_that_later_succeeded_is_history() -> None:
     pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ContainerCreating", ""))])
-    events = [make_event("FailedMount", 'secret "s3-creds" not found', ago=60),
-              make_event("Pulling", f'Pulling image "{IMAGE}"', type_="Normal", ago=5)]
+    events = [
+        make_event("FailedMount", 'secret "s3-creds" not found', ago=60),
+        make_event("Pulling", f'Pulling image "{IMAGE}"', type_="Normal", ago=5),
+    ]
     assert diagnose_pod(pod, events=events) is None
 
 
 def test_events_of_an_earlier_pod_with_the_same_name_are_ignored() -> None:
     pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ContainerCreating", ""))], uid="uid-2")
-    events = [make_event("FailedMount", 'secret "s3-creds" not found', uid="uid-1"),
-              make_event("FailedMount", 'secret "s3-creds" not found', pod="actor-1", uid="uid-9")]
+    events = [
+        make_event("FailedMount", 'secret "s3-creds" not found', uid="uid-1"),
+        make_event("FailedMount", 'secret "s3-creds" not found', pod="actor-1", uid="uid-9"),
+    ]
     assert diagnose_pod(pod, events=events) is None
 
 
 # ------------------------------------------------------------------------------------------------ scheduling
 
 
-GPU_MESSAGE = ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available: "
-               "2 No preemption victims found for incoming pod.")
+GPU_MESSAGE = (
+    "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available: "
+    "2 No preemption victims found for incoming pod."
+)
 
 
 def gpu_cluster() -> tuple[list[V1Node], dict[str, list[V1Pod]]]:
@@ -575,8 +673,10 @@ def test_insufficient_gpu_computes_the_largest_free_across_nodes() -> None:
     problem = diagnose_pod(pod, nodes=nodes, events=events, pods_by_node=pods_by_node, now=NOW)
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.message) == ("Unschedulable", False, GPU_MESSAGE)
-    assert ("needs 8 nvidia.com/gpu per pod; the largest free on any node is 4 (node node-b): wait for running pods "
-            "to finish, lower resources.gpu or add nodes") in problem.advice
+    assert (
+        "needs 8 nvidia.com/gpu per pod; the largest free on any node is 4 (node node-b): wait for running pods "
+        "to finish, lower resources.gpu or add nodes"
+    ) in problem.advice
     assert "(x12)" in problem.events[0]
     assert scheduling_advice(pod, GPU_MESSAGE, nodes, pods_by_node) == problem.advice
 
@@ -595,8 +695,10 @@ def test_never_fitting_cpu_is_fatal() -> None:
     problem = diagnose_pod(pod, nodes=nodes, pods_by_node={})
     assert problem is not None
     assert (problem.reason, problem.fatal) == ("Unschedulable", True)
-    assert ("needs 600 cpu per pod; no node has more than 64 allocatable (node node-a): lower resources.cpu"
-            in problem.advice)
+    assert (
+        "needs 600 cpu per pod; no node has more than 64 allocatable (node node-a): lower resources.cpu"
+        in problem.advice
+    )
 
 
 def test_needs_that_fit_no_single_node() -> None:
@@ -623,9 +725,11 @@ def test_tolerated_taint_is_no_obstacle() -> None:
     taint = V1Taint(key="dedicated", value="inference", effect="NoSchedule")
     nodes = [make_node("node-a", taints=[taint])]
     message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
-    pod = pending_pod(message, limits={"nvidia.com/gpu": "4"},
-                      tolerations=[V1Toleration(key="dedicated", operator="Equal", value="inference",
-                                                effect="NoSchedule")])
+    pod = pending_pod(
+        message,
+        limits={"nvidia.com/gpu": "4"},
+        tolerations=[V1Toleration(key="dedicated", operator="Equal", value="inference", effect="NoSchedule")],
+    )
     problem = diagnose_pod(pod, nodes=nodes, pods_by_node={"node-a": [gpu_pod("other", 6, "node-a")]})
     assert problem is not None and not problem.fatal
     assert "the largest free on any node is 2 (node node-a)" in problem.advice
@@ -637,13 +741,17 @@ def test_gpu_not_offered_by_any_node() -> None:
     pod = pending_pod(message, limits={"nvidia.com/gpu": "1"})
     problem = diagnose_pod(pod, nodes=nodes)
     assert problem is not None and problem.fatal
-    assert ("nvidia.com/gpu is not offered by any node: is the device plugin installed? or set resources.gpu 0"
-            in problem.advice)
+    assert (
+        "nvidia.com/gpu is not offered by any node: is the device plugin installed? or set resources.gpu 0"
+        in problem.advice
+    )
 
 
 def test_gpu_only_on_tainted_nodes() -> None:
-    message = ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-               "1 node(s) had untolerated taint {nvidia.com/gpu: present}.")
+    message = (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "1 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    )
     taint = V1Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")
     nodes = [make_node("cpu-node", gpus=None), make_node("gpu-node", taints=[taint])]
     pod = pending_pod(message, limits={"nvidia.com/gpu": "1"})
@@ -666,20 +774,30 @@ def test_node_selector_mismatch_names_the_selector() -> None:
 def test_required_node_affinity_mismatch() -> None:
     message = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
     requirement = V1NodeSelectorRequirement(key="zone", operator="In", values=["us-east-1a"])
-    affinity = V1Affinity(node_affinity=V1NodeAffinity(
-        required_during_scheduling_ignored_during_execution=V1NodeSelector(
-            node_selector_terms=[V1NodeSelectorTerm(match_expressions=[requirement])])))
+    affinity = V1Affinity(
+        node_affinity=V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=V1NodeSelector(
+                node_selector_terms=[V1NodeSelectorTerm(match_expressions=[requirement])]
+            )
+        )
+    )
     pod = pending_pod(message, affinity=affinity)
     problem = diagnose_pod(pod, nodes=[make_node("node-a", labels={"zone": "us-east-1b"})])
     assert problem is not None and problem.fatal
     assert "required node affinity (zone In ['us-east-1a'])" in problem.advice
-    assert diagnose_pod(pending_pod(message, affinity=affinity),
-                        nodes=[make_node("node-a", labels={"zone": "us-east-1a"})]).fatal is False
+    assert (
+        diagnose_pod(
+            pending_pod(message, affinity=affinity), nodes=[make_node("node-a", labels={"zone": "us-east-1a"})]
+        ).fatal
+        is False
+    )
 
 
 def test_cordoned_and_not_ready_nodes_are_transient() -> None:
-    message = ("0/2 nodes are available: 1 node(s) were unschedulable, "
-               "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }.")
+    message = (
+        "0/2 nodes are available: 1 node(s) were unschedulable, "
+        "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+    )
     nodes = [make_node("node-a", unschedulable_=True), make_node("node-b", ready="False")]
     pod = pending_pod(message, limits={"nvidia.com/gpu": "8"})
     problem = diagnose_pod(pod, nodes=nodes, pods_by_node={})
@@ -722,8 +840,12 @@ def test_ports_and_anti_affinity_come_from_the_message() -> None:
 
 
 def test_scheduling_gated_is_waiting() -> None:
-    condition = V1PodCondition(type="PodScheduled", status="False", reason="SchedulingGated",
-                               message="Scheduling is blocked due to non-empty scheduling gates")
+    condition = V1PodCondition(
+        type="PodScheduled",
+        status="False",
+        reason="SchedulingGated",
+        message="Scheduling is blocked due to non-empty scheduling gates",
+    )
     pod = make_pod(phase="Pending", node=None, conditions=[condition])
     problem = diagnose_pod(pod)
     assert problem is not None and (problem.reason, problem.fatal) == ("SchedulingGated", False)
@@ -746,7 +868,10 @@ def test_pod_requests_add_quantities_of_any_unit_in_base_units() -> None:
     requests = pod_requests(pod)
     assert requests == {"cpu": Decimal("1.5"), "memory": Decimal(1536 * 2**20), "ephemeral-storage": Decimal("3.5e9")}
     assert {name: format_quantity(name, value) for name, value in requests.items()} == {
-        "cpu": "1500m", "memory": "1.5Gi", "ephemeral-storage": "3.3Gi"}
+        "cpu": "1500m",
+        "memory": "1.5Gi",
+        "ephemeral-storage": "3.3Gi",
+    }
 
 
 def test_pod_requests_default_to_limits_and_take_the_largest_init_container() -> None:
@@ -755,10 +880,20 @@ def test_pod_requests_default_to_limits_and_take_the_largest_init_container() ->
     assert pod_requests(pod) == {"nvidia.com/gpu": Decimal(8), "cpu": Decimal(10)}
 
 
-@pytest.mark.parametrize(("exit_code", "signal_number", "expected"), [
-    (137, None, "SIGKILL"), (139, None, "SIGSEGV"), (143, None, "SIGTERM"), (134, None, "SIGABRT"),
-    (1, None, None), (0, None, None), (255, None, None), (None, 9, "SIGKILL"), (150, None, "signal 22"),
-])
+@pytest.mark.parametrize(
+    ("exit_code", "signal_number", "expected"),
+    [
+        (137, None, "SIGKILL"),
+        (139, None, "SIGSEGV"),
+        (143, None, "SIGTERM"),
+        (134, None, "SIGABRT"),
+        (1, None, None),
+        (0, None, None),
+        (255, None, None),
+        (None, 9, "SIGKILL"),
+        (150, None, "signal 22"),
+    ],
+)
 def test_signal_name(exit_code: int | None, signal_number: int | None, expected: str | None) -> None:
     assert signal_name(exit_code, signal_number) == expected
 
@@ -767,10 +902,12 @@ def test_signal_name(exit_code: int | None, signal_number: int | None, expected:
 
 
 def test_event_lines_sorted_by_last_timestamp_with_counts_and_limit() -> None:
-    events = [make_event("BackOff", "Back-off restarting", ago=5, count=9),
-              make_event("Scheduled", "assigned", type_="Normal", ago=3 * 3600),
-              make_event("FailedScheduling", "0/2 nodes are available:\n 2 Insufficient cpu.", ago=12, count=3),
-              make_event("Pulled", "pulled", type_="Normal", ago=300)]
+    events = [
+        make_event("BackOff", "Back-off restarting", ago=5, count=9),
+        make_event("Scheduled", "assigned", type_="Normal", ago=3 * 3600),
+        make_event("FailedScheduling", "0/2 nodes are available:\n 2 Insufficient cpu.", ago=12, count=3),
+        make_event("Pulled", "pulled", type_="Normal", ago=300),
+    ]
     assert event_lines(events, now=NOW) == (
         "3h ago  Normal  Scheduled  assigned",
         "5m ago  Normal  Pulled  pulled",
@@ -783,7 +920,11 @@ def test_event_lines_sorted_by_last_timestamp_with_counts_and_limit() -> None:
 
 def test_render_is_bounded() -> None:
     problem = Problem(
-        pod="actor-0", container="guard", reason="CrashLoopBackOff", fatal=True, exit_code=1,
+        pod="actor-0",
+        container="guard",
+        reason="CrashLoopBackOff",
+        fatal=True,
+        exit_code=1,
         message="\n".join(f"line {i} " + "x" * 1000 for i in range(100)),
         advice="y" * 5000,
         events=tuple(f"event {i}" for i in range(50)),
@@ -799,11 +940,12 @@ def test_render_is_bounded() -> None:
 
 
 def test_render_of_a_small_problem() -> None:
-    problem = Problem(pod="actor-1", reason="Unschedulable", fatal=False, message="0/1 nodes are available",
-                      advice="add nodes")
-    assert problem.render() == ("actor-1: Unschedulable [not fatal yet, still waiting]\n"
-                                "  message: 0/1 nodes are available\n"
-                                "  advice: add nodes")
+    problem = Problem(
+        pod="actor-1", reason="Unschedulable", fatal=False, message="0/1 nodes are available", advice="add nodes"
+    )
+    assert problem.render() == (
+        "actor-1: Unschedulable [not fatal yet, still waiting]\n  message: 0/1 nodes are available\n  advice: add nodes"
+    )
     assert problem.exit_code_or(7) == 7
 
 
@@ -815,21 +957,30 @@ def test_problem_is_frozen() -> None:
 
 def test_summarize_role_puts_the_first_fatal_problem_first() -> None:
     waiting = Problem(pod="actor-0", reason="Unschedulable", fatal=False, message="0/4 nodes")
-    pull = Problem(pod="actor-1", container="guard", reason="ImagePullBackOff", fatal=True, message="Back-off",
-                   advice="check image.tag")
+    pull = Problem(
+        pod="actor-1",
+        container="guard",
+        reason="ImagePullBackOff",
+        fatal=True,
+        message="Back-off",
+        advice="check image.tag",
+    )
     pull_2 = Problem(pod="actor-2", container="guard", reason="ImagePullBackOff", fatal=True, message="Back-off")
     summary = summarize_role([waiting, pull, pull_2])
     assert summary.startswith("actor-1 (container guard): ImagePullBackOff [fatal]")
     assert "check image.tag" in summary
     assert summary.splitlines()[-1] == (
-        "and 2 other worker(s): 1 Unschedulable (waiting) (actor-0); 1 ImagePullBackOff (actor-2)")
+        "and 2 other worker(s): 1 Unschedulable (waiting) (actor-0); 1 ImagePullBackOff (actor-2)"
+    )
     assert summarize_role([pull]) == pull.render()
     assert summarize_role([]) == "no problems found"
 
 
 def test_uncounted_scheduler_reason() -> None:
-    message = ("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are "
-               "available: 3 Preemption is not helpful for scheduling.")
+    message = (
+        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are "
+        "available: 3 Preemption is not helpful for scheduling."
+    )
     problem = diagnose_pod(pending_pod(message))
     assert problem is not None and not problem.fatal
     assert "check the PVCs and their StorageClass" in problem.advice
@@ -839,8 +990,11 @@ def test_uncounted_scheduler_reason() -> None:
 def test_a_pod_in_a_terminal_phase_because_it_is_being_deleted_is_terminating(phase: str, exit_code: int) -> None:
     """A real kubelet sets Failed (a SIGKILL after the grace period) or Succeeded on a deleted pod whose container
     stopped, e.g. the StatefulSet replacing it in an update: that is not the worker failing."""
-    pod = make_pod(phase=phase, statuses=[container_status(state_terminated=terminated(exit_code, "Error"))],
-                   conditions=ready_conditions(False))
+    pod = make_pod(
+        phase=phase,
+        statuses=[container_status(state_terminated=terminated(exit_code, "Error"))],
+        conditions=ready_conditions(False),
+    )
     pod.metadata.deletion_timestamp = NOW
     problem = diagnose_pod(pod, was_ready=False)
     assert problem is not None and problem.reason == "Terminating" and not problem.fatal

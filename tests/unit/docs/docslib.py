@@ -14,8 +14,20 @@ DOCS = REPO / "docs"
 LANGUAGES = ("en", "zh")
 # The pages both languages must have. cli.md is generated from the CLI's argument parser by its own tool.
 REQUIRED_PAGES = (
-    "quickstart.md", "concepts.md", "areal-integration.md", "configuration.md", "cli.md", "rbac.md", "gitops.md",
-    "troubleshooting.md", "security.md", "architecture.md", "decisions.md", "demo.md", "testing.md", "development.md",
+    "quickstart.md",
+    "concepts.md",
+    "areal-integration.md",
+    "configuration.md",
+    "cli.md",
+    "rbac.md",
+    "gitops.md",
+    "troubleshooting.md",
+    "security.md",
+    "architecture.md",
+    "decisions.md",
+    "demo.md",
+    "testing.md",
+    "development.md",
 )
 INDEX = DOCS / "README.md"  # the index of both languages
 
@@ -80,8 +92,12 @@ def parse(path: Path) -> Page:
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if fence is not None:
             closing = FENCE.match(line)
-            if (closing and closing["fence"][0] == fence["fence"][0] and len(closing["fence"]) >= len(fence["fence"])
-                    and not closing["info"]):
+            if (
+                closing
+                and closing["fence"][0] == fence["fence"][0]
+                and len(closing["fence"]) >= len(fence["fence"])
+                and not closing["info"]
+            ):
                 page.blocks.append(Block(path, start, fence["info"], tuple(_unindent(body, len(fence["indent"])))))
                 fence = None
             else:
@@ -162,7 +178,8 @@ def link_problem(page: Path, target: str) -> str | None:
     path_part, _, anchor = target.partition("#")
     destination = (page.parent / path_part).resolve() if path_part else page.resolve()
     if not destination.exists():
-        return f"{target}: no such file {destination.relative_to(REPO) if destination.is_relative_to(REPO) else destination}"
+        shown = destination.relative_to(REPO) if destination.is_relative_to(REPO) else destination
+        return f"{target}: no such file {shown}"
     if anchor and destination.suffix == ".md":
         known = parse(destination).anchors
         if anchor not in known:

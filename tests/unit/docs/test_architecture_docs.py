@@ -7,13 +7,17 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from docslib import DOCS, INLINE_CODE, LANGUAGES, REPO, parse
 
 pytestmark = pytest.mark.unit
 
 PACKAGE = REPO / "adapter" / "areal_workers"
-MODULES = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
-                 if path.name not in ("__init__.py", "__main__.py"))
+MODULES = sorted(
+    path.relative_to(PACKAGE).as_posix()
+    for path in PACKAGE.rglob("*.py")
+    if path.name not in ("__init__.py", "__main__.py")
+)
 MODULE_PATH = re.compile(r"^[a-z_]+(?:/[a-z_]+)*\.py$")
 
 
@@ -40,8 +44,11 @@ def test_the_architecture_page_names_every_module(lang):
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_every_module_the_architecture_page_names_exists(lang):
     """Module paths in inline code, outside tests/ and tools/: the page's tables and prose, not the diagram."""
-    spans = [match.group(0).strip("`") for line in parse(DOCS / lang / "architecture.md").prose
-             for match in INLINE_CODE.finditer(line)]
+    spans = [
+        match.group(0).strip("`")
+        for line in parse(DOCS / lang / "architecture.md").prose
+        for match in INLINE_CODE.finditer(line)
+    ]
     paths = {span for span in spans if MODULE_PATH.match(span) and not span.startswith(("tests/", "tools/", "test_"))}
     stale = sorted(path for path in paths if not (PACKAGE / path).is_file())
     assert not stale, f"docs/{lang}/architecture.md names modules that do not exist: {stale}"

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_the_cli_reference_is_up_to_date():
-    done = subprocess.run([sys.executable, "-m", "docgen.cli", "--check"], capture_output=True, text=True,
-                          cwd=REPO / "tools")
+    done = subprocess.run(
+        [sys.executable, "-m", "docgen.cli", "--check"], capture_output=True, text=True, cwd=REPO / "tools"
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -18,14 +18,14 @@ from repo_paths import REPO
 pytestmark = pytest.mark.unit
 
 
-
 def test_the_committed_pages_are_the_generated_ones():
     stale = []
     for path, expected in config_docs.expected_pages().items():
         actual = path.read_text() if path.is_file() else ""
         if actual != expected:
-            diff = difflib.unified_diff(actual.splitlines(), expected.splitlines(), str(path.relative_to(REPO)),
-                                        "generated", lineterm="", n=0)
+            diff = difflib.unified_diff(
+                actual.splitlines(), expected.splitlines(), str(path.relative_to(REPO)), "generated", lineterm="", n=0
+            )
             stale.append("\n".join(list(diff)[:30]))
     assert not stale, f"configuration reference out of date; run {REGENERATE}\n" + "\n\n".join(stale)
 
@@ -43,21 +43,37 @@ def test_every_option_variable_and_chart_value_is_on_the_page(lang):
 
 def test_the_variables_are_the_ones_from_env_reads():
     """The page's variables come from the tables from_env uses: a variable from_env honours is set by its row."""
-    sample = {"node_selector": "pool=gpu", "termination_grace_seconds": "7", "image_pull_policy": "Never",
-              "lease_grace_seconds": "60", "values_files": "a.yaml", "image_pull_secrets": "s", "guard_port": "9000",
-              "n_gpus_per_node": "4", "history_max": "5", "helm_timeout": "90", "ready_timeout": "90",
-              "fork_ready_timeout": "90", "destroy_timeout": "90", "fork_mode": "pod", "capacity_check": "warn",
-              "ownership": "external"}
+    sample = {
+        "node_selector": "pool=gpu",
+        "termination_grace_seconds": "7",
+        "image_pull_policy": "Never",
+        "lease_grace_seconds": "60",
+        "values_files": "a.yaml",
+        "image_pull_secrets": "s",
+        "guard_port": "9000",
+        "n_gpus_per_node": "4",
+        "history_max": "5",
+        "helm_timeout": "90",
+        "ready_timeout": "90",
+        "fork_ready_timeout": "90",
+        "destroy_timeout": "90",
+        "fork_mode": "pod",
+        "capacity_check": "warn",
+        "ownership": "external",
+    }
     # The owner pod's name and uid are set together (from the downward API), a Kueue priority class with its queue;
     # each row still sets its own field.
-    companions = {"AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
-                  "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"},
-                  # A Kueue priority class needs the queue it orders, an external release its name.
-                  "AREAL_K8S_KUEUE_PRIORITY_CLASS": {"AREAL_K8S_KUEUE_QUEUE": "lq"},
-                  "AREAL_K8S_OWNERSHIP": {"AREAL_K8S_RELEASE_NAME": "theirs"}}
+    companions = {
+        "AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
+        "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"},
+        # A Kueue priority class needs the queue it orders, an external release its name.
+        "AREAL_K8S_KUEUE_PRIORITY_CLASS": {"AREAL_K8S_KUEUE_QUEUE": "lq"},
+        "AREAL_K8S_OWNERSHIP": {"AREAL_K8S_RELEASE_NAME": "theirs"},
+    }
     for variable in config_docs.variables():
-        config = KubernetesSchedulerConfig.from_env({variable.name: sample.get(variable.field, "some-text"),
-                                                     **companions.get(variable.name, {})})
+        config = KubernetesSchedulerConfig.from_env(
+            {variable.name: sample.get(variable.field, "some-text"), **companions.get(variable.name, {})}
+        )
         assert getattr(config, variable.field) != getattr(KubernetesSchedulerConfig(), variable.field), variable
     assert KubernetesSchedulerConfig.from_env({NAMESPACE_FALLBACK_VARIABLE: "ns"}).namespace == "ns"
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from areal_workers.release.client import merge_values
 from docslib import REPO, Block, documents, parse
 from kubeconform_schemas import KUBECONFORM, has_schema, kubeconform
@@ -78,8 +79,9 @@ def _from_block(block: Block) -> Example:
     return Example(block.where, block.text)
 
 
-DOC_EXAMPLES = [_from_block(block) for path in documents() for block in parse(path).blocks
-                if block.info in ("yaml", "yml")]
+DOC_EXAMPLES = [
+    _from_block(block) for path in documents() for block in parse(path).blocks if block.info in ("yaml", "yml")
+]
 FILE_EXAMPLES = [Example(str(path.relative_to(REPO)), path.read_text()) for path in REPOSITORY_MANIFESTS]
 
 
@@ -93,8 +95,11 @@ def _of_kind(examples: list[Example], kind: str) -> list[Example]:
 
 @pytest.fixture(scope="module", autouse=True)
 def tools():
-    missing = [str(Path(tool).relative_to(REPO)) if Path(tool).is_relative_to(REPO) else tool
-               for tool in (HELM, str(KUBECONFORM)) if not Path(tool).exists()]
+    missing = [
+        str(Path(tool).relative_to(REPO)) if Path(tool).is_relative_to(REPO) else tool
+        for tool in (HELM, str(KUBECONFORM))
+        if not Path(tool).exists()
+    ]
     if missing:
         pytest.fail(f"needs {', '.join(missing)}: run `make tools`")
 
@@ -102,12 +107,18 @@ def tools():
 # --- the checks, usable on any text ------------------------------------------------------------------------
 
 
-def render(values_text: str, tmp_path: Path, release: str = RELEASE, namespace: str = NAMESPACE,
-           chart: Path = CHART) -> subprocess.CompletedProcess:
+def render(
+    values_text: str, tmp_path: Path, release: str = RELEASE, namespace: str = NAMESPACE, chart: Path = CHART
+) -> subprocess.CompletedProcess:
     values = tmp_path / "values.yaml"
     values.write_text(values_text)
-    return subprocess.run([HELM, "template", release, str(chart), "-n", namespace, "-f", str(values)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "KUBECONFIG": os.devnull})
+    return subprocess.run(
+        [HELM, "template", release, str(chart), "-n", namespace, "-f", str(values)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+    )
 
 
 def validate(manifests: str, tmp_path: Path) -> list[str]:
@@ -136,8 +147,13 @@ def job_file_problems(job_text: str, tmp_path: Path) -> list[str]:
     job_file = tmp_path / "job.yaml"
     job_file.write_text(job_text)
     env = {**os.environ, "KUBECONFIG": os.devnull, "PATH": f"{Path(HELM).parent}{os.pathsep}{os.environ['PATH']}"}
-    rendered = subprocess.run([sys.executable, "-m", "areal_workers.cli", "render", "-f", str(job_file),
-                               "--show", "manifests"], capture_output=True, text=True, timeout=120, env=env)
+    rendered = subprocess.run(
+        [sys.executable, "-m", "areal_workers.cli", "render", "-f", str(job_file), "--show", "manifests"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     if rendered.returncode != 0:
         return [f"areal-workers render -f failed (exit {rendered.returncode}):\n{rendered.stderr}"]
     return validate(rendered.stdout, tmp_path)
@@ -164,9 +180,13 @@ def application_problems(application: dict, tmp_path: Path) -> list[str]:
                 return [f"spec.source.helm.valueFiles: {name} is not a file of this repository"]
             layers.append(yaml.safe_load(file.read_text()) or {})
         layers.append(helm.get("valuesObject") or yaml.safe_load(helm.get("values") or "{}") or {})
-        problems += values_problems(json.dumps(merge_values(*layers)), tmp_path,
-                                    release=helm.get("releaseName") or "example", namespace=destination["namespace"],
-                                    chart=path)
+        problems += values_problems(
+            json.dumps(merge_values(*layers)),
+            tmp_path,
+            release=helm.get("releaseName") or "example",
+            namespace=destination["namespace"],
+            chart=path,
+        )
     return problems
 
 
@@ -198,7 +218,8 @@ def test_every_yaml_block_is_marked(example):
         f"{example.where}: a yaml block must start with `{VALUES_MARK}` (chart values), `{AREAL_MARK}` (a fragment "
         "of AReaL's experiment config) or a comment naming a `job file`, or hold Kubernetes manifests (apiVersion "
         "and kind); "
-        "see docs/en/testing.md#documentation-tests")
+        "see docs/en/testing.md#documentation-tests"
+    )
 
 
 @pytest.mark.parametrize("example", _of_kind(DOC_EXAMPLES, "values"), ids=_ids(_of_kind(DOC_EXAMPLES, "values")))
@@ -213,8 +234,9 @@ def test_manifest_examples_validate(example, tmp_path):
     assert not problems, f"{example.where}:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("example", _of_kind(DOC_EXAMPLES, "areal-config"),
-                         ids=_ids(_of_kind(DOC_EXAMPLES, "areal-config")))
+@pytest.mark.parametrize(
+    "example", _of_kind(DOC_EXAMPLES, "areal-config"), ids=_ids(_of_kind(DOC_EXAMPLES, "areal-config"))
+)
 def test_areal_config_fragments_parse(example):
     assert isinstance(yaml.safe_load(example.text), dict), example.where
 
@@ -241,23 +263,32 @@ def test_a_valid_values_example_passes(tmp_path):
     assert values_problems(VALID_VALUES, tmp_path) == []
 
 
-@pytest.mark.parametrize("broken,expected", [
-    (VALID_VALUES + "    replica: 2\n", "replica"),                                 # the schema: unknown key
-    (VALID_VALUES.replace("replicas: 1", "replicas: -1"), "replicas"),              # the schema: minimum
-    (VALID_VALUES + "colocations:\n  critic: nobody\n", "nobody"),                  # the chart's own check
-    (VALID_VALUES + "    podAnnotations:\n      x: 1\n", "podAnnotations"),         # kubeconform: not a string
-], ids=["unknown-key", "negative-replicas", "colocation-target", "annotation-type"])
+@pytest.mark.parametrize(
+    "broken,expected",
+    [
+        (VALID_VALUES + "    replica: 2\n", "replica"),  # the schema: unknown key
+        (VALID_VALUES.replace("replicas: 1", "replicas: -1"), "replicas"),  # the schema: minimum
+        (VALID_VALUES + "colocations:\n  critic: nobody\n", "nobody"),  # the chart's own check
+        (VALID_VALUES + "    podAnnotations:\n      x: 1\n", "podAnnotations"),  # kubeconform: not a string
+    ],
+    ids=["unknown-key", "negative-replicas", "colocation-target", "annotation-type"],
+)
 def test_a_broken_values_example_fails(broken, expected, tmp_path):
     problems = values_problems(broken, tmp_path)
     assert problems and expected in "\n".join(problems), problems
 
 
 def test_a_broken_manifest_fails(tmp_path):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "busybox", "imagePulPolicy": "Always"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "imagePulPolicy": "Always"}]},
+    }
     assert manifest_problems(yaml.safe_dump(pod), tmp_path)
-    assert not manifest_problems(yaml.safe_dump({**pod, "spec": {"containers": [{"name": "c", "image": "b"}]}}),
-                                 tmp_path)
+    assert not manifest_problems(
+        yaml.safe_dump({**pod, "spec": {"containers": [{"name": "c", "image": "b"}]}}), tmp_path
+    )
 
 
 def test_a_manifest_of_an_unknown_kind_fails(tmp_path):

@@ -9,8 +9,20 @@ at the top, and both lead to the development page."""
 from __future__ import annotations
 
 import pytest
-from docslib import (DOCS, INDEX, LANGUAGES, REPO, REQUIRED_PAGES, cjk_characters, documents, link_problem, pages,
-                     pairs, parse)
+
+from docslib import (
+    DOCS,
+    INDEX,
+    LANGUAGES,
+    REPO,
+    REQUIRED_PAGES,
+    cjk_characters,
+    documents,
+    link_problem,
+    pages,
+    pairs,
+    parse,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -31,8 +43,9 @@ def test_every_required_page_exists(lang):
 
 def test_both_languages_have_the_same_pages():
     english, chinese = set(pages("en")) | {"README.md"}, set(pages("zh"))
-    assert english == chinese, (f"only in English: {sorted(english - chinese)}; "
-                                f"only in Chinese: {sorted(chinese - english)}")
+    assert english == chinese, (
+        f"only in English: {sorted(english - chinese)}; only in Chinese: {sorted(chinese - english)}"
+    )
 
 
 @pytest.mark.parametrize("name,english,chinese", PAIRS, ids=PAIR_IDS)
@@ -43,9 +56,11 @@ def test_the_same_headings(name, english, chinese):
     en_levels = [heading.level for heading in en]
     zh_levels = [heading.level for heading in zh]
     if en_levels != zh_levels:
-        shown = "\n".join(f"  {'#' * a.level if a else '-':<6} {a.text if a else '':<50} | "
-                          f"{'#' * b.level if b else '-':<6} {b.text if b else ''}"
-                          for a, b in zip(en + [None] * (len(zh) - len(en)), zh + [None] * (len(en) - len(zh))))
+        shown = "\n".join(
+            f"  {'#' * a.level if a else '-':<6} {a.text if a else '':<50} | "
+            f"{'#' * b.level if b else '-':<6} {b.text if b else ''}"
+            for a, b in zip(en + [None] * (len(zh) - len(en)), zh + [None] * (len(en) - len(zh)))
+        )
         pytest.fail(f"{name}: heading levels differ between {_relative(english)} and {_relative(chinese)}:\n{shown}")
     assert [h.level for h in en].count(1) == 1, f"{name}: one title (#) per page"
 
@@ -57,7 +72,8 @@ def test_the_same_code_blocks(name, english, chinese):
     en = [(block.info, block.line) for block in parse(english).blocks]
     zh = [(block.info, block.line) for block in parse(chinese).blocks]
     assert [info for info, _ in en] == [info for info, _ in zh], (
-        f"{name}: code blocks differ (info string, line):\n  en {en}\n  zh {zh}")
+        f"{name}: code blocks differ (info string, line):\n  en {en}\n  zh {zh}"
+    )
 
 
 @pytest.mark.parametrize("name,english,chinese", PAIRS, ids=PAIR_IDS)
@@ -73,14 +89,20 @@ LINKED_READMES = [REPO / "charts" / "areal-workers" / "README.md", REPO / "rbac"
 
 @pytest.mark.parametrize("path", [*documents(), *LINKED_READMES], ids=_relative)
 def test_links_resolve(path):
-    problems = [f"line {link.line}: {problem}" for link in parse(path).links
-                if (problem := link_problem(path, link.target)) is not None]
+    problems = [
+        f"line {link.line}: {problem}"
+        for link in parse(path).links
+        if (problem := link_problem(path, link.target)) is not None
+    ]
     assert not problems, f"{_relative(path)}:\n  " + "\n  ".join(problems)
 
 
 def test_the_index_lists_every_page_of_both_languages():
-    linked = {(INDEX.parent / link.target.partition("#")[0]).resolve() for link in parse(INDEX).links
-              if link.target and not link.target.startswith("#")}
+    linked = {
+        (INDEX.parent / link.target.partition("#")[0]).resolve()
+        for link in parse(INDEX).links
+        if link.target and not link.target.startswith("#")
+    }
     expected = {path.resolve() for lang in LANGUAGES for name, path in pages(lang).items()}
     expected |= {(REPO / "README.md").resolve()}
     missing = sorted(str(path.relative_to(REPO)) for path in expected - linked)
@@ -94,18 +116,24 @@ def test_the_docs_directory_holds_only_the_two_languages_and_the_index():
 
 # The root README links its translation within its first lines, the translation links back, and each links the
 # development page of its language (the contributor material lives there, not in the README).
-README_PAIR = [(REPO / "README.md", DOCS / "zh" / "README.md", DOCS / "en" / "development.md"),
-               (DOCS / "zh" / "README.md", REPO / "README.md", DOCS / "zh" / "development.md")]
+README_PAIR = [
+    (REPO / "README.md", DOCS / "zh" / "README.md", DOCS / "en" / "development.md"),
+    (DOCS / "zh" / "README.md", REPO / "README.md", DOCS / "zh" / "development.md"),
+]
 TOP_LINES = 5
 
 
 @pytest.mark.parametrize("readme,other,development", README_PAIR, ids=lambda path: _relative(path))
 def test_the_readmes_link_each_other_and_the_development_page(readme, other, development):
     def targets(links):
-        return {(readme.parent / link.target.partition("#")[0]).resolve() for link in links
-                if link.target and not link.target.startswith("#")}
+        return {
+            (readme.parent / link.target.partition("#")[0]).resolve()
+            for link in links
+            if link.target and not link.target.startswith("#")
+        }
 
     links = parse(readme).links
     assert other.resolve() in targets([link for link in links if link.line <= TOP_LINES]), (
-        f"{_relative(readme)} does not link {_relative(other)} in its first {TOP_LINES} lines")
+        f"{_relative(readme)} does not link {_relative(other)} in its first {TOP_LINES} lines"
+    )
     assert development.resolve() in targets(links), f"{_relative(readme)} does not link {_relative(development)}"

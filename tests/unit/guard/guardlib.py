@@ -39,12 +39,27 @@ def guard_command(
     fileroot: Path | None = None,
 ) -> list[str]:
     command = [
-        sys.executable, "-m", "areal_workers_testing.reference_guard",
-        "--host", host, "--port", str(port),
-        "--experiment-name", "exp", "--trial-name", "trial",
-        "--role", role, "--worker-index", str(worker_index),
-        "--name-resolve-type", "nfs", "--nfs-record-root", "/nonexistent/name_resolve",
-        "--etcd3-addr", "127.0.0.1:2379",
+        sys.executable,
+        "-m",
+        "areal_workers_testing.reference_guard",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--experiment-name",
+        "exp",
+        "--trial-name",
+        "trial",
+        "--role",
+        role,
+        "--worker-index",
+        str(worker_index),
+        "--name-resolve-type",
+        "nfs",
+        "--nfs-record-root",
+        "/nonexistent/name_resolve",
+        "--etcd3-addr",
+        "127.0.0.1:2379",
     ]
     if fileroot is not None:
         command += ["--fileroot", str(fileroot)]
@@ -164,4 +179,3 @@ def launch_guard(
     janitor.guards.append(process)
     banner = wait_for_banner(process, stdout_path, stderr_path)
     return guard_type(process, banner["host"], int(banner["port"]), stderr_path)
-

@@ -11,29 +11,69 @@ from areal_workers.guard.forks import ForkPlan, parse_exit
 
 pytestmark = pytest.mark.unit
 
-FLAGS = ("--name-resolve-type", "nfs", "--nfs-record-root", "/shared/nr", "--etcd3-addr", "e:2379",
-         "--fileroot", "/shared/root")
+FLAGS = (
+    "--name-resolve-type",
+    "nfs",
+    "--nfs-record-root",
+    "/shared/nr",
+    "--etcd3-addr",
+    "e:2379",
+    "--fileroot",
+    "/shared/root",
+)
 
 
 def plan(python: str = "python", module: str = "areal.infra.rpc.rpc_server") -> ForkPlan:
-    return ForkPlan(role="ref", module=module, python=python, experiment="exp", trial="t1",
-                    worker_flags=FLAGS, port_count=2, ready_timeout=60.0)
+    return ForkPlan(
+        role="ref",
+        module=module,
+        python=python,
+        experiment="exp",
+        trial="t1",
+        worker_flags=FLAGS,
+        port_count=2,
+        ready_timeout=60.0,
+    )
 
 
 def test_worker_argv_is_areals_fork_command_with_the_charts_flags():
     """AReaL LocalScheduler._fork_single_worker: python -m MODULE --host H --port P --experiment-name E
     --trial-name T --role R --worker-index I, then the name-resolve and fileroot flags."""
     assert plan().worker_argv(1, "127.20.0.5", 9001) == [
-        "python", "-m", "areal.infra.rpc.rpc_server", "--host", "127.20.0.5", "--port", "9001",
-        "--experiment-name", "exp", "--trial-name", "t1", "--role", "ref", "--worker-index", "1", *FLAGS]
+        "python",
+        "-m",
+        "areal.infra.rpc.rpc_server",
+        "--host",
+        "127.20.0.5",
+        "--port",
+        "9001",
+        "--experiment-name",
+        "exp",
+        "--trial-name",
+        "t1",
+        "--role",
+        "ref",
+        "--worker-index",
+        "1",
+        *FLAGS,
+    ]
 
 
 def test_the_wrapper_runs_the_worker_argv_unchanged_and_reports_its_exit_code():
-    fork = ForkPlan(role="ref", module="no_such_module_for_fork_tests", python=sys.executable, experiment="e",
-                    trial="t", worker_flags=(), port_count=1, ready_timeout=1.0)
+    fork = ForkPlan(
+        role="ref",
+        module="no_such_module_for_fork_tests",
+        python=sys.executable,
+        experiment="e",
+        trial="t",
+        worker_flags=(),
+        port_count=1,
+        ready_timeout=1.0,
+    )
     # As the guard runs it: the child's stdout and stderr both go to the guard's output (the container log).
-    finished = subprocess.run(fork.argv(0, "127.0.0.1", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=60)
+    finished = subprocess.run(
+        fork.argv(0, "127.0.0.1", 1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60
+    )
     lines = finished.stdout.splitlines()
     assert finished.returncode == 1
     ended = parse_exit(lines, fork.exit_marker(0))

@@ -14,19 +14,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from guardlib import (  # noqa: E402
-    BROKEN,
-    COUNTER,
-    EXIT_TIMEOUT,
-    STARTUP_TIMEOUT,
-    RunningGuard,
-    guard_command,
-    janitor_for,
-    launch_guard,
-    running_command,
-)
-from guardlib import ProcessJanitor as Janitor  # noqa: E402
-
+from areal_workers.areal_types import Worker  # noqa: E402
 from areal_workers.errors import (  # noqa: E402
     EngineCallError,
     EngineCreationError,
@@ -38,7 +26,18 @@ from areal_workers.errors import (  # noqa: E402
 )
 from areal_workers.guard.client import ForkError, GuardClient  # noqa: E402
 from areal_workers.guard.replies import Reply, Retryable, call_outcome, created_engine_result  # noqa: E402
-from areal_workers.areal_types import Worker  # noqa: E402
+from guardlib import (  # noqa: E402
+    BROKEN,
+    COUNTER,
+    EXIT_TIMEOUT,
+    STARTUP_TIMEOUT,
+    ProcessJanitor as Janitor,  # noqa: E402
+    RunningGuard,
+    guard_command,
+    janitor_for,
+    launch_guard,
+    running_command,
+)
 
 MODES = ["sync", "async"]
 
@@ -286,9 +285,7 @@ def test_set_env_connection_error_asks_liveness(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_call_returns_the_result(
-    shared_guard: Guard, client: GuardClient, liveness: LivenessProbe, mode: str
-) -> None:
+def test_call_returns_the_result(shared_guard: Guard, client: GuardClient, liveness: LivenessProbe, mode: str) -> None:
     worker, engine_name = shared_guard.worker(), shared_guard.new_counter()
 
     assert call(client, mode, worker, "increment", engine_name, 4) == 4
@@ -410,9 +407,7 @@ def test_sync_call_works_inside_a_running_event_loop(shared_guard: Guard, client
 # --------------------------------------------------------------------------- fork support and health
 
 
-def test_fork_two_children_concurrently_then_kill_them(
-    guard: Guard, client: GuardClient, janitor: Janitor
-) -> None:
+def test_fork_two_children_concurrently_then_kill_them(guard: Guard, client: GuardClient, janitor: Janitor) -> None:
     parent = guard.worker()
 
     async def fork_child(index: int) -> tuple[Worker, dict[str, Any], list[str]]:
@@ -547,8 +542,13 @@ def test_mappings_the_reference_guard_cannot_produce() -> None:
 def test_without_the_first_attempt_check_a_healthy_call_checks_nothing_but_retries_still_do(
     shared_guard: Guard, liveness: LivenessProbe, sleeps: Sleeps, mode: str
 ) -> None:
-    client = GuardClient(liveness, connect_timeout=2.0, check_first_attempt=False, retry_sleep=sleeps.sync,
-                         async_retry_sleep=sleeps.async_)
+    client = GuardClient(
+        liveness,
+        connect_timeout=2.0,
+        check_first_attempt=False,
+        retry_sleep=sleeps.sync,
+        async_retry_sleep=sleeps.async_,
+    )
     try:
         engine = shared_guard.new_counter()
         worker = shared_guard.worker()
@@ -568,8 +568,9 @@ def test_without_the_first_attempt_check_a_healthy_call_checks_nothing_but_retri
 def test_destroy_engines_calls_each_workers_own_engine(guard: Guard, client: GuardClient, tmp_path: Path) -> None:
     """AReaL's Slurm scheduler POSTs /call {"method": "destroy", "engine_name": <worker id>} before it ends workers."""
     marker = tmp_path / "destroyed"
-    created = guard.post("/create_engine", {"engine": COUNTER, "engine_name": "actor/0",
-                                            "init_kwargs": {"destroy_marker": str(marker)}})
+    created = guard.post(
+        "/create_engine", {"engine": COUNTER, "engine_name": "actor/0", "init_kwargs": {"destroy_marker": str(marker)}}
+    )
     assert created.status_code == 200, created.text
     failures = asyncio.run(client.destroy_engines([guard.worker("actor/0")], timeout=30.0))
     assert failures == {}
@@ -578,7 +579,8 @@ def test_destroy_engines_calls_each_workers_own_engine(guard: Guard, client: Gua
 
 
 def test_destroy_engines_reports_workers_without_such_engine_and_never_raises(
-        guard: Guard, client: GuardClient) -> None:
+    guard: Guard, client: GuardClient
+) -> None:
     failures = asyncio.run(client.destroy_engines([guard.worker("actor/1"), unreachable_worker()], timeout=30.0))
     assert set(failures) == {"actor/1", "actor/0"}
     assert failures["actor/1"].startswith("HTTP 404")

@@ -78,8 +78,9 @@ class Server:
     counter: str  # import path of the Counter engine on this server
     broken: str
 
-    def send(self, method: str, path: str, body: Any = ABSENT, raw: bytes | None = None,
-             content_type: str | None = JSON) -> Answer:
+    def send(
+        self, method: str, path: str, body: Any = ABSENT, raw: bytes | None = None, content_type: str | None = JSON
+    ) -> Answer:
         data = raw if raw is not None else (None if body is ABSENT else json.dumps(body).encode())
         headers = {"Content-Type": content_type} if content_type and data is not None else {}
         response = requests.request(method, self.url + path, data=data, headers=headers, timeout=HTTP_TIMEOUT)
@@ -113,21 +114,39 @@ class Pair:
     def both(self) -> tuple[Server, Server]:
         return self.areal, self.ours
 
-    def exchange(self, method: str, path: str, body: Any = ABSENT, *,
-                 per_server: Callable[[Server], Any] | None = None, **options: Any) -> tuple[Answer, Answer]:
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any = ABSENT,
+        *,
+        per_server: Callable[[Server], Any] | None = None,
+        **options: Any,
+    ) -> tuple[Answer, Answer]:
         answers = []
         for server in self.both():
             payload = per_server(server) if per_server is not None else body
             answers.append(server.send(method, path, payload, **options))
         return answers[0], answers[1]
 
-    def same(self, method: str, path: str, body: Any = ABSENT, *, text: bool = True, values: tuple[str, ...] = (),
-             per_server: Callable[[Server], Any] | None = None, **options: Any) -> tuple[Answer, Answer]:
+    def same(
+        self,
+        method: str,
+        path: str,
+        body: Any = ABSENT,
+        *,
+        text: bool = True,
+        values: tuple[str, ...] = (),
+        per_server: Callable[[Server], Any] | None = None,
+        **options: Any,
+    ) -> tuple[Answer, Answer]:
         """Sends the request to both and asserts the answers agree (see the module docstring); ``text=False``
         compares error replies without their text, ``values`` lists success keys whose values must be equal."""
         areal, ours = self.exchange(method, path, body, per_server=per_server, **options)
-        shown = f"{method} {path} {body if body is not ABSENT else options.get('raw')!r}\n" \
-                f"  AReaL: {areal.status} {areal.text.strip()[:500]}\n  ours:  {ours.status} {ours.text.strip()[:500]}"
+        shown = (
+            f"{method} {path} {body if body is not ABSENT else options.get('raw')!r}\n"
+            f"  AReaL: {areal.status} {areal.text.strip()[:500]}\n  ours:  {ours.status} {ours.text.strip()[:500]}"
+        )
         assert ours.status == areal.status, shown
         assert areal.body is not None and ours.body is not None, shown
         if areal.status == 200:
@@ -167,9 +186,24 @@ def areal_python() -> Path:
 
 def server_flags(workdir: Path) -> list[str]:
     return [
-        "--host", "127.0.0.1", "--port", "0", "--experiment-name", "e", "--trial-name", "t", "--role", "r",
-        "--worker-index", "0", "--name-resolve-type", "nfs", "--nfs-record-root", str(workdir / "nr"),
-        "--fileroot", str(workdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--experiment-name",
+        "e",
+        "--trial-name",
+        "t",
+        "--role",
+        "r",
+        "--worker-index",
+        "0",
+        "--name-resolve-type",
+        "nfs",
+        "--nfs-record-root",
+        str(workdir / "nr"),
+        "--fileroot",
+        str(workdir),
     ]
 
 
@@ -178,7 +212,11 @@ def launch(python: Path | str, module: str, pythonpath: list[Path], workdir: Pat
     with (workdir / "server.log").open("wb") as log:
         return subprocess.Popen(
             [str(python), "-m", module, *server_flags(workdir)],
-            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -232,8 +270,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         ours_url = wait_for_address(processes[1], ours_dir, lambda: banner_address(ours_dir))
         yield Pair(
             Server("AReaL", processes[0], areal_url, areal_dir, "areal_engines.Counter", "areal_engines.Broken"),
-            Server("ours", processes[1], ours_url, ours_dir, "areal_workers_testing.engines.Counter",
-                   "areal_workers_testing.engines.Broken"),
+            Server(
+                "ours",
+                processes[1],
+                ours_url,
+                ours_dir,
+                "areal_workers_testing.engines.Counter",
+                "areal_workers_testing.engines.Broken",
+            ),
             set(),
         )
     finally:
@@ -342,11 +386,16 @@ def test_alloc_ports_beyond_the_range_is_a_500(pair: Pair) -> None:
 
 def test_set_env_reaches_engines_alike(pair: Pair) -> None:
     pair.same("POST", "/set_env", {"env": {"CONFORMANCE_TEXT": "v", "CONFORMANCE_NUMBER": 5}})
-    pair.same("POST", "/create_engine", per_server=lambda s: {"engine": s.counter, "engine_name": "env-probe"},
-              values=("message", "engine_name", "result"))
+    pair.same(
+        "POST",
+        "/create_engine",
+        per_server=lambda s: {"engine": s.counter, "engine_name": "env-probe"},
+        values=("message", "engine_name", "result"),
+    )
     for name, value in [("CONFORMANCE_TEXT", "v"), ("CONFORMANCE_NUMBER", "5")]:
-        areal, _ = pair.same("POST", "/call", {"method": "env", "engine_name": "env-probe", "args": [name]},
-                             values=("result",))
+        areal, _ = pair.same(
+            "POST", "/call", {"method": "env", "engine_name": "env-probe", "args": [name]}, values=("result",)
+        )
         assert areal.body is not None and areal.body["result"] == value
 
 
@@ -394,8 +443,11 @@ def test_configure_refuses_alike(pair: Pair, body: dict[str, Any], status: int, 
 
 def test_fork_and_kill_alike(pair: Pair) -> None:
     before, _ = pair.health()
-    forks = {"first": pair.same("POST", "/fork", {"role": "sleeper", "worker_index": 0, "raw_cmd": ["sleep", "60"]},
-                                values=("host",))}
+    forks = {
+        "first": pair.same(
+            "POST", "/fork", {"role": "sleeper", "worker_index": 0, "raw_cmd": ["sleep", "60"]}, values=("host",)
+        )
+    }
     # AReaL replaces the entry of a second fork of the same key and keeps counting the first child.
     forks["second"] = pair.same("POST", "/fork", {"role": "sleeper", "worker_index": 0, "raw_cmd": ["sleep", "60"]})
     areal, ours = pair.health()
@@ -415,11 +467,17 @@ def test_a_fork_that_cannot_start_its_command_still_succeeds(pair: Pair) -> None
     pair.same("POST", "/fork", {"role": "ghost", "worker_index": 0, "raw_cmd": ["/no/such/executable", "--x"]})
     for server in pair.both():
         # Both stream the failure into <role>.log and, prefixed, merged.log under --fileroot.
-        wait_for(lambda: (server.log_dir() / "ghost.log").is_file()
-                 and "/no/such/executable" in (server.log_dir() / "ghost.log").read_text(errors="replace"),
-                 f"{server.name}'s ghost.log")
-        wait_for(lambda: "[ghost]   " in (server.log_dir() / "merged.log").read_text(errors="replace"),
-                 f"{server.name}'s merged.log")
+        wait_for(
+            lambda: (
+                (server.log_dir() / "ghost.log").is_file()
+                and "/no/such/executable" in (server.log_dir() / "ghost.log").read_text(errors="replace")
+            ),
+            f"{server.name}'s ghost.log",
+        )
+        wait_for(
+            lambda: "[ghost]   " in (server.log_dir() / "merged.log").read_text(errors="replace"),
+            f"{server.name}'s merged.log",
+        )
         assert "/no/such/executable" in server.output()  # and into the server's own output
     pair.same("POST", "/kill_forked_worker", {"role": "ghost", "worker_index": 0})  # 200: it already exited
     pair.same("POST", "/fork", {"role": "empty", "worker_index": 0, "raw_cmd": []})
@@ -460,8 +518,12 @@ def test_kill_forked_worker_refuses_alike(pair: Pair, body: dict[str, Any]) -> N
 
 def test_create_engine_alike(pair: Pair) -> None:
     create = {"engine_name": "counter", "init_args": [], "init_kwargs": {"start": 5}}
-    pair.same("POST", "/create_engine", per_server=lambda s: {**create, "engine": s.counter},
-              values=("message", "engine_name", "result"))
+    pair.same(
+        "POST",
+        "/create_engine",
+        per_server=lambda s: {**create, "engine": s.counter},
+        values=("message", "engine_name", "result"),
+    )
     areal, _ = pair.same("POST", "/create_engine", per_server=lambda s: {**create, "engine": s.counter})
     assert areal.status == 400 and "already exists" in areal.error
     areal, _ = pair.same("POST", "/create_engine", per_server=lambda s: {"engine": s.broken, "engine_name": "b"})
@@ -510,8 +572,11 @@ def test_create_engine_validation_alike(pair: Pair, body: dict[str, Any]) -> Non
 @pytest.fixture(scope="module")
 def caller(pair: Pair) -> str:
     """An engine on both servers that the /call tests share."""
-    pair.same("POST", "/create_engine",
-              per_server=lambda s: {"engine": s.counter, "engine_name": "caller", "init_kwargs": {"start": 10}})
+    pair.same(
+        "POST",
+        "/create_engine",
+        per_server=lambda s: {"engine": s.counter, "engine_name": "caller", "init_kwargs": {"start": 10}},
+    )
     return "caller"
 
 
@@ -564,8 +629,9 @@ def test_call_validation_alike(pair: Pair, caller: str, call: dict[str, Any]) ->
 def test_the_known_differences_remain(pair: Pair) -> None:
     """The differences the reference guard's docstring lists; when one goes away, update both."""
     # Any class is an engine for the stand-in; AReaL wants a TrainEngine/InferenceEngine subclass (needs torch).
-    areal, ours = pair.exchange("POST", "/create_engine", {"engine": "collections.OrderedDict",
-                                                           "engine_name": "not-an-engine"})
+    areal, ours = pair.exchange(
+        "POST", "/create_engine", {"engine": "collections.OrderedDict", "engine_name": "not-an-engine"}
+    )
     pair.ours_only_engines.add("not-an-engine")
     assert (areal.status, ours.status) == (400, 200)
     assert areal.error.startswith("Engine class must be a subclass of TrainEngine or InferenceEngine")

@@ -12,8 +12,13 @@ import pytest
 import requests
 
 from areal_workers.areal_types import Worker
-from areal_workers.errors import (EngineCallError, EngineCreationError, RPCConnectionError, SchedulerError,
-                                  WorkerConfigurationError)
+from areal_workers.errors import (
+    EngineCallError,
+    EngineCreationError,
+    RPCConnectionError,
+    SchedulerError,
+    WorkerConfigurationError,
+)
 from areal_workers.guard.client import GuardClient
 
 pytestmark = pytest.mark.unit
@@ -57,8 +62,7 @@ def set_env(client: GuardClient) -> Any:
 
 
 def async_call(client: GuardClient) -> Any:
-    return asyncio.run(client.async_call(WORKER, "step", "actor/0", [], {}, None, http_timeout=TIMEOUT,
-                                         max_retries=1))
+    return asyncio.run(client.async_call(WORKER, "step", "actor/0", [], {}, None, http_timeout=TIMEOUT, max_retries=1))
 
 
 def alloc_ports(client: GuardClient) -> Any:
@@ -75,7 +79,7 @@ def configure(client: GuardClient) -> Any:
 
 DOWN = aiohttp.ClientConnectionError("down")
 BAD = aiohttp.ClientPayloadError("bad")
-SILENT_TIMEOUT = asyncio.TimeoutError()  # aiohttp's total time-out: no message of its own
+SILENT_TIMEOUT = TimeoutError()  # aiohttp's total time-out: no message of its own
 NO_REPLY = f"no reply within {TIMEOUT}s"
 
 # (call, transport error, what it raises, liveness checks made)
@@ -102,8 +106,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("operation,error,expected,checks", CASES,
-                         ids=[f"{op.__name__}-{type(error).__name__}" for op, error, _, _ in CASES])
+@pytest.mark.parametrize(
+    "operation,error,expected,checks", CASES, ids=[f"{op.__name__}-{type(error).__name__}" for op, error, _, _ in CASES]
+)
 def test_a_request_without_reply_raises_what_areal_raises(operation, error, expected, checks):
     checked: list[Worker] = []
     with pytest.raises(SchedulerError) as raised:

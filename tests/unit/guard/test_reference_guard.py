@@ -19,6 +19,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import requests  # noqa: E402
+
 from areal_workers_testing.reference_guard.cli import shut_down  # noqa: E402
 from areal_workers_testing.reference_guard.ports import PortAllocator  # noqa: E402
 from areal_workers_testing.reference_guard.routes import GuardIdentity, GuardState  # noqa: E402
@@ -133,13 +134,14 @@ def test_health_reports_identity_and_requests_are_logged(guard: RunningGuard) ->
     assert (health["host"], health["port"], health["pid"]) == ("127.0.0.1", guard.port, guard.process.pid)
     assert health["name_resolve"]["nfs_record_root"] == "/nonexistent/name_resolve"
     # The request's log line is written just after its reply.
-    wait_until(lambda: re.search(r"GET /health 200 [0-9.]+ms", guard.stderr()) is not None, EXIT_TIMEOUT,
-               "the request's log line")
+    wait_until(
+        lambda: re.search(r"GET /health 200 [0-9.]+ms", guard.stderr()) is not None,
+        EXIT_TIMEOUT,
+        "the request's log line",
+    )
 
 
-@pytest.mark.parametrize(
-    "drop_option", ["--role", "--experiment-name", "--trial-name", "--worker-index"]
-)
+@pytest.mark.parametrize("drop_option", ["--role", "--experiment-name", "--trial-name", "--worker-index"])
 def test_cli_requires_identity(drop_option: str) -> None:
     command = guard_command()
     position = command.index(drop_option)
@@ -189,9 +191,7 @@ def test_alloc_ports_returns_distinct_bindable_ports(guard: RunningGuard) -> Non
             probe.bind(("127.0.0.1", port))
 
 
-@pytest.mark.parametrize(
-    "body", [{}, {"count": 0}, {"count": -2}, {"count": "2"}, {"count": 1.5}, {"count": None}]
-)
+@pytest.mark.parametrize("body", [{}, {"count": 0}, {"count": -2}, {"count": "2"}, {"count": 1.5}, {"count": None}])
 def test_alloc_ports_rejects_invalid_count(shared_guard: RunningGuard, body: Any) -> None:
     assert_error(shared_guard.post("/alloc_ports", body), 400)
 
@@ -212,7 +212,9 @@ def test_bodies_are_json_only_with_a_json_content_type(shared_guard: RunningGuar
     valid = b'{"count": 1}'
     assert_error(shared_guard.post_raw("/alloc_ports", valid), 400, "Invalid JSON")
     typed = requests.post(
-        shared_guard.url + "/alloc_ports", data=valid, headers={"Content-Type": "application/json; charset=utf-8"},
+        shared_guard.url + "/alloc_ports",
+        data=valid,
+        headers={"Content-Type": "application/json; charset=utf-8"},
         timeout=HTTP_TIMEOUT,
     )
     assert typed.status_code == 200, typed.text
@@ -252,8 +254,11 @@ def test_fork_starts_a_guard_that_kill_forked_worker_stops(
     assert child_log.parent == fileroot / "logs" / getpass.getuser() / "exp" / "trial"
     assert "areal-guard listening on" in child_log.read_text()
     merged_line = "[ref]".ljust(10) + "areal-guard listening on"
-    wait_until(lambda: merged_line in (child_log.parent / "merged.log").read_text(),
-               STARTUP_TIMEOUT, "the child's output in merged.log")
+    wait_until(
+        lambda: merged_line in (child_log.parent / "merged.log").read_text(),
+        STARTUP_TIMEOUT,
+        "the child's output in merged.log",
+    )
     assert "areal-guard listening on" in "".join(parent.stdout().splitlines(keepends=True)[1:])
 
     killed = parent.post("/kill_forked_worker", {"role": "ref", "worker_index": 0})
@@ -304,7 +309,8 @@ def test_kill_forked_worker_escalates_to_sigkill(
 ) -> None:
     parent = start_guard(fileroot=tmp_path / "fileroot")
     stubborn = [
-        sys.executable, "-c",
+        sys.executable,
+        "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
         "time.sleep(60)",
     ]
@@ -599,8 +605,14 @@ def recording_server() -> Iterator[tuple[GuardServer, list[tuple[bytes, bool]]]]
             return SendRecorder(connection, sends), address
 
     identity = GuardIdentity(
-        experiment_name="exp", trial_name="trial", role="actor", worker_index=0, name_resolve_type="nfs",
-        nfs_record_root="/nonexistent/name_resolve", etcd3_addr="127.0.0.1:2379", fileroot=None,
+        experiment_name="exp",
+        trial_name="trial",
+        role="actor",
+        worker_index=0,
+        name_resolve_type="nfs",
+        nfs_record_root="/nonexistent/name_resolve",
+        etcd3_addr="127.0.0.1:2379",
+        fileroot=None,
     )
 
     def new_state(port: int) -> GuardState:

@@ -30,8 +30,11 @@ def test_dataclasses_enums_and_arrays_round_trip():
 
 def test_the_wire_format_is_areals_typed_dicts():
     wire = plain_serialize_value({"c": Optimizer(), "p": Phase.WARMUP, "a": numpy.zeros(2, dtype=numpy.int64)})
-    assert wire["c"] == {"type": "dataclass", "class_path": "wire_types.Optimizer",
-                         "data": {"lr": 0.1, "betas": [0.9, 0.99]}}
+    assert wire["c"] == {
+        "type": "dataclass",
+        "class_path": "wire_types.Optimizer",
+        "data": {"lr": 0.1, "betas": [0.9, 0.99]},
+    }
     assert wire["p"] == {"type": "enum", "class_path": "wire_types.Phase", "value": "warmup"}
     assert wire["a"]["type"] == "ndarray" and wire["a"]["shape"] == [2] and wire["a"]["dtype"] == "<i8"
 
@@ -64,8 +67,14 @@ def test_areals_own_serialization_agrees_with_ours():
     assert AREAL_WORKER_PYTHON.exists(), "AReaL's worker environment is missing: run `make areal-worker`"
     ours = plain_serialize_value({"config": Config(), "weights": numpy.arange(4, dtype=numpy.float64).reshape(2, 2)})
     pythonpath = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
-    answered = subprocess.run([str(AREAL_WORKER_PYTHON), "-c", AREAL_SIDE], input=json.dumps(ours), capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": pythonpath})
+    answered = subprocess.run(
+        [str(AREAL_WORKER_PYTHON), "-c", AREAL_SIDE],
+        input=json.dumps(ours),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+    )
     assert answered.returncode == 0, answered.stderr[-3000:]
     theirs = json.loads(answered.stdout.splitlines()[-1])
     assert theirs["config"] == ours["config"]

@@ -16,8 +16,7 @@ from areal_workers.orchestration.finder import WorkerFinder
 from areal_workers.orchestration.fork_operations import ForkOperations
 from areal_workers.pods.held_workers import HeldWorkers
 from areal_workers.runtime.loop_thread import LoopThread
-from memory_backend import MemoryCluster, MemoryGuard, MemoryInspector, MemoryPods, MemoryReleases, \
-    MemoryStatefulSets
+from memory_backend import MemoryCluster, MemoryGuard, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
 pytestmark = pytest.mark.unit
 
@@ -42,8 +41,9 @@ class Setup:
         self.driver.adopt()
         self.held = HeldWorkers()
         self.finder = WorkerFinder(self.driver, pods, inspector, self.held)
-        self.forks = ForkOperations(self.driver, self.finder, guard, self.loop, self.held, inspector, self.config,
-                                    "exp", "trial")
+        self.forks = ForkOperations(
+            self.driver, self.finder, guard, self.loop, self.held, inspector, self.config, "exp", "trial"
+        )
 
     def targets(self) -> list[Worker]:
         return self.finder.wait_for_pods("actor", self.driver.model, timeout=5)
@@ -65,10 +65,9 @@ def test_a_process_fork_is_one_child_per_target_recorded_with_its_ports(setup):
     assert [(w.id, w.ip) for w in workers] == [("ref/0", targets[0].ip), ("ref/1", targets[1].ip)]
     ports = [[int(port) for port in worker.worker_ports] for worker in workers]
     assert len({port for pair in ports for port in pair}) == 4  # the guard allocated two ports per fork
-    assert setup.fork_entry("ref") == {"target": "actor", "mode": "process", "command": ["areal.fork"],
-                                       "ports": ports}
+    assert setup.fork_entry("ref") == {"target": "actor", "mode": "process", "command": ["areal.fork"], "ports": ports}
     argv = setup.guard.forked[("ref", 0)]
-    assert argv[:2] == ["bash", "-c"] and ["-m", "areal.fork"] == argv[argv.index("-m"):argv.index("-m") + 2]
+    assert argv[:2] == ["bash", "-c"] and ["-m", "areal.fork"] == argv[argv.index("-m") : argv.index("-m") + 2]
     assert setup.finder.known_workers("ref") == workers
     assert setup.driver.pending() == {"actor"}  # a process fork changes no pods
 
@@ -92,8 +91,7 @@ def test_forks_whose_revision_fails_are_killed(setup):
 
 def test_a_chart_without_worker_flags_cannot_fork(setup, monkeypatch):
     topology = setup.cluster.topology
-    monkeypatch.setattr(setup.cluster, "topology", lambda: {k: v for k, v in topology().items()
-                                                            if k != "worker_flags"})
+    monkeypatch.setattr(setup.cluster, "topology", lambda: {k: v for k, v in topology().items() if k != "worker_flags"})
     setup.driver.reload()
     with pytest.raises(WorkerCreationError, match="records no worker flags"):
         setup.forks.fork_processes("ref", "actor", setup.targets(), None)
@@ -102,8 +100,11 @@ def test_a_chart_without_worker_flags_cannot_fork(setup, monkeypatch):
 
 def test_a_pod_mode_fork_is_an_entry_of_the_release_with_its_command(setup):
     setup.forks.fork_pods("ref", "actor", "my.server")
-    assert setup.fork_entry("ref") == {"target": "actor", "mode": "pod",
-                                       "command": [setup.config.python_executable, "-m", "my.server"]}
+    assert setup.fork_entry("ref") == {
+        "target": "actor",
+        "mode": "pod",
+        "command": [setup.config.python_executable, "-m", "my.server"],
+    }
     setup.forks.fork_pods("plain", "actor", None)
     assert setup.fork_entry("plain") == {"target": "actor", "mode": "pod"}
 

@@ -45,11 +45,21 @@ def cluster() -> MemoryCluster:
     return MemoryCluster(RELEASE)
 
 
-def make_driver(cluster: MemoryCluster, loop: LoopThread, releases: Any = None, statefulsets: Any = None,
-                pods: Any = None, **settings: Any) -> ReleaseDriver:
+def make_driver(
+    cluster: MemoryCluster,
+    loop: LoopThread,
+    releases: Any = None,
+    statefulsets: Any = None,
+    pods: Any = None,
+    **settings: Any,
+) -> ReleaseDriver:
     config = KubernetesSchedulerConfig(namespace=NAMESPACE, release_name=RELEASE, **settings)
-    fakes: list[Any] = [releases or MemoryReleases(cluster), MemoryInspector(cluster), pods or MemoryPods(cluster),
-                        statefulsets or MemoryStatefulSets()]
+    fakes: list[Any] = [
+        releases or MemoryReleases(cluster),
+        MemoryInspector(cluster),
+        pods or MemoryPods(cluster),
+        statefulsets or MemoryStatefulSets(),
+    ]
     return ReleaseDriver(RELEASE, config, *fakes, loop)
 
 
@@ -146,8 +156,9 @@ def test_helms_failure_is_a_scheduler_error_with_helms_own_message(cluster, loop
     driver = make_driver(cluster, loop, releases=FailingReads(cluster))
     with pytest.raises(SchedulerError) as failed:
         driver.reload()
-    assert str(failed.value) == (f"helm failed for release {RELEASE} in namespace {NAMESPACE}: "
-                                 "Kubernetes cluster unreachable")
+    assert str(failed.value) == (
+        f"helm failed for release {RELEASE} in namespace {NAMESPACE}: Kubernetes cluster unreachable"
+    )
     with pytest.raises(WorkerCreationError) as keyed:
         driver.helm(FailingReads(cluster).snapshot(RELEASE), "actor")
     assert (keyed.value.worker_key, keyed.value.reason) == ("actor", "helm failed")
@@ -216,9 +227,14 @@ def statefulset(name: str, role: str, update_revision: str = "r2", replicas: int
     labels = {naming.LABEL_INSTANCE: RELEASE, naming.LABEL_ROLE: role}
     return client.V1StatefulSet(
         metadata=client.V1ObjectMeta(name=name, generation=2, labels=labels),
-        spec=client.V1StatefulSetSpec(replicas=replicas, selector=client.V1LabelSelector(match_labels=labels),
-                                      service_name=name, template=client.V1PodTemplateSpec()),
-        status=client.V1StatefulSetStatus(replicas=replicas, observed_generation=2, update_revision=update_revision))
+        spec=client.V1StatefulSetSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels=labels),
+            service_name=name,
+            template=client.V1PodTemplateSpec(),
+        ),
+        status=client.V1StatefulSetStatus(replicas=replicas, observed_generation=2, update_revision=update_revision),
+    )
 
 
 class StatefulSets:
@@ -231,8 +247,9 @@ class StatefulSets:
 
     def list_namespaced_stateful_set(self, namespace: str, label_selector: str = "", **kwargs: Any) -> Any:
         wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
-        return client.V1StatefulSetList(items=[copy.deepcopy(s) for s in self.items.values()
-                                               if wanted.items() <= s.metadata.labels.items()])
+        return client.V1StatefulSetList(
+            items=[copy.deepcopy(s) for s in self.items.values() if wanted.items() <= s.metadata.labels.items()]
+        )
 
     def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
         if name not in self.items:
@@ -249,18 +266,33 @@ class StatefulSets:
 
 def pod(name: str, role: str, index: int, revision: str, ready: bool) -> client.V1Pod:
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={
-            naming.LABEL_INSTANCE: RELEASE, naming.LABEL_ROLE: role, naming.LABEL_POD_INDEX: str(index),
-            "controller-revision-hash": revision}, annotations={"spec": ""}),
-        status=client.V1PodStatus(phase="Running", pod_ip=f"10.0.0.{index + 1}", conditions=[
-            client.V1PodCondition(type="Ready", status="True" if ready else "False")]))
+        metadata=client.V1ObjectMeta(
+            name=name,
+            labels={
+                naming.LABEL_INSTANCE: RELEASE,
+                naming.LABEL_ROLE: role,
+                naming.LABEL_POD_INDEX: str(index),
+                "controller-revision-hash": revision,
+            },
+            annotations={"spec": ""},
+        ),
+        status=client.V1PodStatus(
+            phase="Running",
+            pod_ip=f"10.0.0.{index + 1}",
+            conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
+        ),
+    )
 
 
 def test_after_a_rollback_only_pods_stuck_not_ready_on_another_revision_are_replaced(cluster, loop):
-    cluster.pods = {p.metadata.name: p for p in (
-        pod("stuck", "actor", 0, "r1", ready=False),
-        pod("ready-old", "actor", 1, "r1", ready=True),
-        pod("starting-new", "actor", 2, "r2", ready=False))}
+    cluster.pods = {
+        p.metadata.name: p
+        for p in (
+            pod("stuck", "actor", 0, "r1", ready=False),
+            pod("ready-old", "actor", 1, "r1", ready=True),
+            pod("starting-new", "actor", 2, "r2", ready=False),
+        )
+    }
     driver = make_driver(cluster, loop, statefulsets=StatefulSets(statefulset("actor-sts", "actor")))
     assert driver.replace_stuck_pods() == ["stuck"]
     assert sorted(cluster.pods) == ["ready-old", "starting-new"]

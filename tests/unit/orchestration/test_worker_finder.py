@@ -17,8 +17,7 @@ from areal_workers.orchestration.driver import ReleaseDriver
 from areal_workers.orchestration.finder import ADMISSION_RECHECK_SECONDS, WorkerFinder
 from areal_workers.pods.held_workers import HeldWorkers
 from areal_workers.runtime.loop_thread import LoopThread
-from memory_backend import GUARD_PORT, MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, \
-    MemoryStatefulSets
+from memory_backend import GUARD_PORT, MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
 pytestmark = pytest.mark.unit
 
@@ -63,8 +62,10 @@ def test_the_workers_are_the_ready_pods_by_index_at_the_charts_ports(setup):
     apply(driver, actor=role(3))
     workers = finder.wait_for_pods("actor", driver.model, timeout=5)
     by_index = {int(name.rsplit("-", 1)[1]): pod for name, pod in cluster.pods.items()}
-    assert workers == [Worker(id=f"actor/{i}", ip=by_index[i].status.pod_ip,
-                              worker_ports=[str(GUARD_PORT), str(GUARD_PORT + 1)]) for i in range(3)]
+    assert workers == [
+        Worker(id=f"actor/{i}", ip=by_index[i].status.pod_ip, worker_ports=[str(GUARD_PORT), str(GUARD_PORT + 1)])
+        for i in range(3)
+    ]
 
 
 def test_workers_are_known_until_their_workload_changes(setup):
@@ -118,11 +119,15 @@ def test_a_process_forks_workers_are_in_its_targets_pods_at_the_recorded_ports(s
     _, driver, finder, _ = setup
     apply(driver, actor=role(2))
     targets = finder.wait_for_pods("actor", driver.model, timeout=5)
-    driver.apply(driver.model.with_fork("ref", {"target": "actor", "mode": "process", "ports": [[9000], [9001]]}),
-                 "fork ref", "ref")
+    driver.apply(
+        driver.model.with_fork("ref", {"target": "actor", "mode": "process", "ports": [[9000], [9001]]}),
+        "fork ref",
+        "ref",
+    )
     assert finder.process_fork_workers("ref", targets) == [
         Worker(id="ref/0", ip=targets[0].ip, worker_ports=["9000"]),
-        Worker(id="ref/1", ip=targets[1].ip, worker_ports=["9001"])]
+        Worker(id="ref/1", ip=targets[1].ip, worker_ports=["9001"]),
+    ]
     assert finder.known_workers("ref") is not None
 
 
@@ -130,8 +135,9 @@ def test_a_process_fork_recording_fewer_forks_than_targets_fails(setup):
     _, driver, finder, _ = setup
     apply(driver, actor=role(2))
     targets = finder.wait_for_pods("actor", driver.model, timeout=5)
-    driver.apply(driver.model.with_fork("ref", {"target": "actor", "mode": "process", "ports": [[9000]]}),
-                 "fork ref", "ref")
+    driver.apply(
+        driver.model.with_fork("ref", {"target": "actor", "mode": "process", "ports": [[9000]]}), "fork ref", "ref"
+    )
     with pytest.raises(WorkerFailedError, match="records 1 forks for 2 target workers"):
         finder.process_fork_workers("ref", targets)
 

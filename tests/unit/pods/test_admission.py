@@ -6,19 +6,32 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from areal_workers.pods.admission import ADMISSION_GATE, POD_GROUP_LABEL, admission_of, is_gated, queues_of, workload_name
+from areal_workers.pods.admission import (
+    ADMISSION_GATE,
+    POD_GROUP_LABEL,
+    admission_of,
+    is_gated,
+    queues_of,
+    workload_name,
+)
 
 pytestmark = pytest.mark.unit
 
-SHORT = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, "
-         "8 more needed")
-NEVER = ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gpu, previously "
-         "considered podsets requests (0) + current podset request (12) > maximum capacity (8)")
+SHORT = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 8 more needed"
+)
+NEVER = (
+    "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gpu, previously "
+    "considered podsets requests (0) + current podset request (12) > maximum capacity (8)"
+)
 
 
 def workload(name: str, *conditions: dict, queue: str = "lq", priority: int = 0, created: str = "2026-01-01T00:00:00Z"):
-    return {"metadata": {"name": name, "creationTimestamp": created},
-            "spec": {"queueName": queue, "priority": priority}, "status": {"conditions": list(conditions)}}
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"queueName": queue, "priority": priority},
+        "status": {"conditions": list(conditions)},
+    }
 
 
 def condition(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict:
@@ -50,11 +63,20 @@ def test_a_request_over_the_maximum_capacity_is_inadmissible_and_fatal():
 
 
 def test_preemption_and_other_evictions_are_fatal_and_named():
-    preempted = workload("low", condition("Evicted", reason="Preempted", message="Preempted to accommodate a "
-                                          "workload (UID: 1) due to prioritization in the ClusterQueue"),
-                         condition("Preempted", reason="InClusterQueue", message="Preempted to accommodate a workload "
-                                   "(UID: 1) due to prioritization in the ClusterQueue"),
-                         condition("QuotaReserved", "False"))
+    preempted = workload(
+        "low",
+        condition(
+            "Evicted",
+            reason="Preempted",
+            message="Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue",
+        ),
+        condition(
+            "Preempted",
+            reason="InClusterQueue",
+            message="Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue",
+        ),
+        condition("QuotaReserved", "False"),
+    )
     admission = admission_of(preempted)
     assert admission.state == "preempted" and admission.fatal
     assert admission.describe().startswith("preempted by Kueue in lq: Preempted to accommodate")
@@ -68,9 +90,10 @@ def test_an_admitted_workload_is_not_fatal():
 
 
 def test_pods_name_their_workload_and_gate():
-    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p", labels={POD_GROUP_LABEL: "statefulset-x"}),
-                       spec=client.V1PodSpec(containers=[], scheduling_gates=[
-                           client.V1PodSchedulingGate(name=ADMISSION_GATE)]))
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", labels={POD_GROUP_LABEL: "statefulset-x"}),
+        spec=client.V1PodSpec(containers=[], scheduling_gates=[client.V1PodSchedulingGate(name=ADMISSION_GATE)]),
+    )
     assert workload_name(pod) == "statefulset-x" and is_gated(pod)
     plain = client.V1Pod(metadata=client.V1ObjectMeta(name="p"), spec=client.V1PodSpec(containers=[]))
     assert workload_name(plain) is None and not is_gated(plain)

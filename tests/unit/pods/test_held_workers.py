@@ -15,8 +15,10 @@ def pod(name: str, uid: str = "uid-1") -> client.V1Pod:
     return client.V1Pod(metadata=client.V1ObjectMeta(name=name, uid=uid))
 
 
-WORKERS = [Worker(id="actor/0", ip="10.0.0.1", worker_ports=["8000"]),
-           Worker(id="actor/1", ip="10.0.0.2", worker_ports=["8000"])]
+WORKERS = [
+    Worker(id="actor/0", ip="10.0.0.1", worker_ports=["8000"]),
+    Worker(id="actor/1", ip="10.0.0.2", worker_ports=["8000"]),
+]
 
 
 def test_workers_held_in_an_epoch_are_known_in_that_epoch_only():

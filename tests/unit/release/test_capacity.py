@@ -24,30 +24,55 @@ from areal_workers.release.capacity import (  # noqa: E402
 GPU = "nvidia.com/gpu"
 
 
-def node(name: str, *, labels: dict[str, str] | None = None, taints: list[V1Taint] | None = None,
-         cordoned: bool = False, ready: bool = True, **allocatable: Any) -> V1Node:
+def node(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[V1Taint] | None = None,
+    cordoned: bool = False,
+    ready: bool = True,
+    **allocatable: Any,
+) -> V1Node:
     """A node; allocatable keys: cpu, memory, pods, gpu (nvidia.com/gpu) or any resource name with '_' for '/'."""
     resources = {(GPU if key == "gpu" else key.replace("__", "/")): str(value) for key, value in allocatable.items()}
     resources.setdefault("pods", "110")
     condition = V1NodeCondition(type="Ready", status="True" if ready else "False")
-    return V1Node(metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name, **(labels or {})}),
-                  spec=V1NodeSpec(taints=taints, unschedulable=cordoned or None),
-                  status=V1NodeStatus(allocatable=resources, conditions=[condition]))
+    return V1Node(
+        metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name, **(labels or {})}),
+        spec=V1NodeSpec(taints=taints, unschedulable=cordoned or None),
+        status=V1NodeStatus(allocatable=resources, conditions=[condition]),
+    )
 
 
 def gpu_node(name: str, gpus: int = 8, **more: Any) -> V1Node:
     return node(name, cpu="96", memory="1000Gi", gpu=gpus, **{"labels": {"pool": "gpu"}, **more})
 
 
-def statefulset(role: str, *, gpu: int = 0, cpu: Any = "8", memory: str = "64Gi", replicas: int = 2,
-                node_selector: dict[str, str] | None = None, tolerations: list[dict] | None = None,
-                affinity: dict | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:
+def statefulset(
+    role: str,
+    *,
+    gpu: int = 0,
+    cpu: Any = "8",
+    memory: str = "64Gi",
+    replicas: int = 2,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict] | None = None,
+    affinity: dict | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A StatefulSet shaped like the chart's (labels, annotations, one worker container with requests = limits)."""
     quantities: dict[str, Any] = {"cpu": cpu, "memory": memory, **(extra or {})}
     if gpu:
         quantities[GPU] = str(gpu)
-    spec: dict[str, Any] = {"containers": [{"name": "worker", "image": "ghcr.io/inclusionai/areal-runtime:v1.0.4",
-                                            "resources": {"requests": quantities, "limits": quantities}}]}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "worker",
+                "image": "ghcr.io/inclusionai/areal-runtime:v1.0.4",
+                "resources": {"requests": quantities, "limits": quantities},
+            }
+        ]
+    }
     if node_selector:
         spec["nodeSelector"] = node_selector
     if tolerations:
@@ -56,9 +81,13 @@ def statefulset(role: str, *, gpu: int = 0, cpu: Any = "8", memory: str = "64Gi"
         spec["affinity"] = affinity
     labels = {"app.kubernetes.io/component": "worker", "areal.io/role": role}
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": f"rel-areal-workers-{role}", "labels": labels,
-                     "annotations": {"areal.io/role-name": role}},
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": f"rel-areal-workers-{role}",
+            "labels": labels,
+            "annotations": {"areal.io/role-name": role},
+        },
         "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}, "spec": spec}},
     }
 
@@ -76,14 +105,18 @@ def test_gpu_request_larger_than_any_node():
     assert messages([actor], nodes) == [
         "role actor needs nvidia.com/gpu: 16, cpu: 8, memory: 64Gi per worker; no node offers more than 8 "
         "nvidia.com/gpu (2 of 3 nodes match its nodeSelector pool=gpu): lower SchedulingSpec.gpu to <= 8, or add a "
-        "node with nvidia.com/gpu >= 16, cpu >= 8, memory >= 64Gi"]
+        "node with nvidia.com/gpu >= 16, cpu >= 8, memory >= 64Gi"
+    ]
 
 
 def test_cpu_request_larger_than_any_node():
-    [message] = messages([statefulset("actor", cpu="48")], [node("a", cpu="32", memory="256Gi"),
-                                                            node("b", cpu="31500m", memory="256Gi")])
-    assert message.startswith("role actor needs cpu: 48, memory: 64Gi per worker; no node offers more than 32 cpu "
-                              "(2 nodes): lower SchedulingSpec.cpu to <= 32, or add a node with cpu >= 48")
+    [message] = messages(
+        [statefulset("actor", cpu="48")], [node("a", cpu="32", memory="256Gi"), node("b", cpu="31500m", memory="256Gi")]
+    )
+    assert message.startswith(
+        "role actor needs cpu: 48, memory: 64Gi per worker; no node offers more than 32 cpu "
+        "(2 nodes): lower SchedulingSpec.cpu to <= 32, or add a node with cpu >= 48"
+    )
 
 
 def test_memory_advice_is_in_gib_rounded_down():
@@ -94,32 +127,42 @@ def test_memory_advice_is_in_gib_rounded_down():
 
 def test_several_resources_short_are_all_named_with_their_fix():
     [message] = messages([statefulset("actor", gpu=16, cpu="128", memory="2Ti")], [gpu_node("g1")])
-    assert "no node offers more than 8 nvidia.com/gpu; no node offers more than 96 cpu; no node offers more than " \
-           "1000Gi memory" in message
-    assert "lower SchedulingSpec.gpu to <= 8, or lower SchedulingSpec.cpu to <= 96, or lower SchedulingSpec.mem to " \
-           "<= 1000 (GiB), or add a node with nvidia.com/gpu >= 16, cpu >= 128, memory >= 2Ti" in message
+    assert (
+        "no node offers more than 8 nvidia.com/gpu; no node offers more than 96 cpu; no node offers more than "
+        "1000Gi memory" in message
+    )
+    assert (
+        "lower SchedulingSpec.gpu to <= 8, or lower SchedulingSpec.cpu to <= 96, or lower SchedulingSpec.mem to "
+        "<= 1000 (GiB), or add a node with nvidia.com/gpu >= 16, cpu >= 128, memory >= 2Ti" in message
+    )
 
 
 def test_no_single_node_has_everything_at_once():
     nodes = [node("many-gpus", cpu="4", memory="512Gi", gpu=8), node("many-cpus", cpu="64", memory="512Gi")]
     [message] = messages([statefulset("actor", gpu=8, cpu="16")], nodes)
-    assert "no node offers all of it at once (2 nodes: many-gpus has nvidia.com/gpu 8, cpu 4, memory 512Gi; " \
-           "many-cpus has nvidia.com/gpu 0, cpu 64, memory 512Gi)" in message
+    assert (
+        "no node offers all of it at once (2 nodes: many-gpus has nvidia.com/gpu 8, cpu 4, memory 512Gi; "
+        "many-cpus has nvidia.com/gpu 0, cpu 64, memory 512Gi)" in message
+    )
     assert "lower the requests, or add a node with nvidia.com/gpu >= 8, cpu >= 16, memory >= 64Gi" in message
 
 
 def test_gpu_no_node_offers_names_the_device_plugin():
     [message] = messages([statefulset("actor", gpu=1)], [node("c1", cpu="32", memory="128Gi")])
-    assert "no node offers nvidia.com/gpu (1 node): set SchedulingSpec.gpu to 0 (or install the GPU device plugin" \
-           in message
+    assert (
+        "no node offers nvidia.com/gpu (1 node): set SchedulingSpec.gpu to 0 (or install the GPU device plugin"
+        in message
+    )
 
 
 def test_other_extended_resources_count_too():
     actor = statefulset("actor", extra={"rdma/hca": "1"})
     [message] = messages([actor], [node("a", cpu="32", memory="128Gi")])
     assert "needs rdma/hca: 1, cpu: 8, memory: 64Gi" in message
-    assert "no node offers rdma/hca (1 node): drop the rdma/hca request from the chart's values (or install its " \
-           "device plugin)" in message
+    assert (
+        "no node offers rdma/hca (1 node): drop the rdma/hca request from the chart's values (or install its "
+        "device plugin)" in message
+    )
     assert messages([actor], [node("a", cpu="32", memory="128Gi", rdma__hca="1000")]) == []
 
 
@@ -150,14 +193,21 @@ def test_a_not_ready_node_still_counts():
 def test_node_selector_matching_no_node_names_the_selector_and_the_labels():
     nodes = [node("c1", labels={"pool": "cpu"}, cpu="32", memory="128Gi"), node("c2", cpu="32", memory="128Gi")]
     [message] = messages([statefulset("actor", node_selector={"pool": "gpu"})], nodes)
-    assert message == ("role actor: nodeSelector pool=gpu (nodes have pool: cpu) matches none of the 2 nodes: label "
-                       "nodes to match, or change KubernetesSchedulerConfig.node_selector or the chart's "
-                       "nodeSelector/affinity")
+    assert message == (
+        "role actor: nodeSelector pool=gpu (nodes have pool: cpu) matches none of the 2 nodes: label "
+        "nodes to match, or change KubernetesSchedulerConfig.node_selector or the chart's "
+        "nodeSelector/affinity"
+    )
 
 
 def test_required_node_affinity_is_honoured():
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["h100"]}]}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["h100"]}]}]
+            }
+        }
+    }
     actor = statefulset("actor", gpu=8, affinity=affinity)
     a100 = node("a100", labels={"gpu-type": "a100"}, cpu="96", memory="1000Gi", gpu=8)
     h100 = node("h100", labels={"gpu-type": "h100"}, cpu="96", memory="1000Gi", gpu=8)
@@ -178,15 +228,20 @@ def test_selector_on_a_bigger_node_elsewhere_is_pointed_out():
 def test_taint_not_tolerated():
     taint = V1Taint(key="dedicated", value="training", effect="NoSchedule")
     [message] = messages([statefulset("actor", gpu=8)], [gpu_node("g1", taints=[taint])])
-    assert message.startswith("role actor: every node it may use (g1) has a taint it does not tolerate "
-                              "(dedicated=training:NoSchedule): add tolerations for them")
+    assert message.startswith(
+        "role actor: every node it may use (g1) has a taint it does not tolerate "
+        "(dedicated=training:NoSchedule): add tolerations for them"
+    )
 
 
-@pytest.mark.parametrize("toleration", [
-    {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
-    {"key": "dedicated", "operator": "Exists"},
-    {"operator": "Exists"},
-])
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists"},
+        {"operator": "Exists"},
+    ],
+)
 def test_taint_tolerated(toleration):
     taint = V1Taint(key="dedicated", value="training", effect="NoSchedule")
     actor = statefulset("actor", gpu=8, tolerations=[toleration])
@@ -213,8 +268,10 @@ def test_tainted_bigger_node_is_pointed_out():
 def test_unschedulable_nodes_do_not_count():
     cordoned = gpu_node("g1", cordoned=True)
     [message] = messages([statefulset("actor", gpu=8)], [cordoned])
-    assert message == "role actor: every node it may use is cordoned (g1): uncordon them (kubectl uncordon NODE) " \
-                      "or add nodes"
+    assert (
+        message == "role actor: every node it may use is cordoned (g1): uncordon them (kubectl uncordon NODE) "
+        "or add nodes"
+    )
     [message] = messages([statefulset("actor", gpu=8)], [cordoned, gpu_node("small", gpus=4)])
     assert "no node offers more than 4 nvidia.com/gpu (2 nodes, 1 of them cordoned)" in message
     assert "node g1 would hold it but is cordoned (kubectl uncordon g1)" in message
@@ -228,9 +285,11 @@ def test_no_nodes_no_verdict():
 
 
 def test_only_the_named_roles_are_checked():
-    manifests = [statefulset("actor", gpu=16), statefulset("rollout", gpu=16),
-                 {"apiVersion": "v1", "kind": "Service",
-                  "metadata": {"name": "x", "labels": {"areal.io/role": "actor"}}}]
+    manifests = [
+        statefulset("actor", gpu=16),
+        statefulset("rollout", gpu=16),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "labels": {"areal.io/role": "actor"}}},
+    ]
     nodes = [gpu_node("g1")]
     assert [p.role for p in check_capacity(manifests, ["rollout"], nodes)] == ["rollout"]
     assert [p.role for p in check_capacity(manifests, ["actor", "rollout", "actor"], nodes)] == ["actor", "rollout"]
@@ -259,12 +318,22 @@ def test_modes():
 
 
 def test_template_pod_carries_what_node_selection_reads():
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}},
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}
-    sts = statefulset("actor", gpu=2, cpu=4, node_selector={"pool": "gpu"},
-                      tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
-                      affinity=affinity)
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+            }
+        },
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    sts = statefulset(
+        "actor",
+        gpu=2,
+        cpu=4,
+        node_selector={"pool": "gpu"},
+        tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
+        affinity=affinity,
+    )
     pod = template_pod(sts)
     assert pod.metadata.name == "rel-areal-workers-actor-0"
     assert pod.spec.node_selector == {"pool": "gpu"}

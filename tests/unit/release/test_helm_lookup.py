@@ -61,5 +61,6 @@ def test_a_missing_helm_says_where_it_was_looked_for_and_what_to_do(venv):
     assert str(missing.value) == (
         f"helm not found: no executable 'helm' on PATH or in {venv}; install helm 3.x or 4.x "
         f"(https://helm.sh/docs/intro/install/), or name it with AREAL_K8S_HELM_EXECUTABLE "
-        f"(KubernetesSchedulerConfig.helm_executable)")
+        f"(KubernetesSchedulerConfig.helm_executable)"
+    )
     assert isinstance(missing.value, SchedulerError) and isinstance(missing.value, ValueError)  # AReaL's kinds

@@ -10,9 +10,11 @@ from types import SimpleNamespace  # noqa: E402
 import jsonschema  # noqa: E402
 import yaml  # noqa: E402
 
-from areal_workers.release import image_reference  # noqa: E402
+from areal_workers.areal_types import Job, SchedulingSpec  # noqa: E402
 from areal_workers.config import KubernetesSchedulerConfig  # noqa: E402
+from areal_workers.release import image_reference  # noqa: E402
 from areal_workers.release.client import merge_values  # noqa: E402
+from areal_workers.release.image_reference import split_image  # noqa: E402
 from areal_workers.release.values import (  # noqa: E402
     DEFAULT_COMMAND,
     THREAD_VARIABLES,
@@ -24,8 +26,6 @@ from areal_workers.release.values import (  # noqa: E402
     role_values,
     worker_command,
 )
-from areal_workers.release.image_reference import split_image  # noqa: E402
-from areal_workers.areal_types import Job, SchedulingSpec  # noqa: E402
 from repo_paths import REPO  # noqa: E402
 
 CHART = REPO / "charts" / "areal-workers"
@@ -127,8 +127,9 @@ def test_wrong_spec_count_exact_example():
     with pytest.raises(TopologyError) as info:
         resolve_spec(Job(role="test", replicas=3, tasks=[spec(), spec()]))
     assert info.value.details == "schedulings length (2) must be 1 or equal to replicas (3)"
-    assert str(info.value) == ("test: Invalid configuration "
-                               "(schedulings length (2) must be 1 or equal to replicas (3))")
+    assert str(info.value) == (
+        "test: Invalid configuration (schedulings length (2) must be 1 or equal to replicas (3))"
+    )
 
 
 # --- check_spec ---------------------------------------------------------------------------------
@@ -210,35 +211,38 @@ def test_container_images_accepted(image):
     assert image_reference.image_reference_problem(image) is None
 
 
-@pytest.mark.parametrize("image,fragment", [
-    ("UPPER/Case:1", "the repository path must be lowercase: use upper/case:1"),
-    ("ghcr.io/InclusionAI/areal-runtime:v1", "must be lowercase: use ghcr.io/inclusionai/areal-runtime:v1"),
-    ("Areal", "must be lowercase: use areal"),
-    ("repo:tag:extra", "more than one ':' after the last '/'"),
-    ("repo:tag:extra", "use repo:tag"),
-    ("repo@sha256:short", "a sha256 digest is 64 lowercase hex digits, got 5 characters ('short')"),
-    ("repo@" + SHA.upper().replace("SHA256", "sha256"), "got uppercase hex digits"),
-    ("repo@sha512:" + "a" * 128, "the chart renders only sha256 digests"),
-    ("repo@md5:" + "a" * 32, "unknown digest algorithm 'md5'"),
-    ("repo@latest", "the digest 'latest' is not <algorithm>:<hex>"),
-    ("repo@", "nothing follows '@'"),
-    (f"a@b@{SHA}", "more than one '@'"),
-    (":tag", "there is no repository name before the tag or digest"),
-    (f"@{SHA}", "there is no repository name"),
-    ("a//b", "empty path component ('//'): use a/b"),
-    ("a/b/", "ends with '/': drop it (a/b)"),
-    ("repo:" + "t" * 129, "the tag is 129 characters, at most 128"),
-    ("repo:", "the tag after ':' is empty"),
-    ("repo:-rc1", "must not start with '.' or '-'"),
-    ("repo:v1+build", "may hold only letters, digits"),
-    ("a___b", "the path component 'a___b' must be lowercase letters and digits"),
-    ("a/-b", "the path component '-b'"),
-    ("bad_host.io:5000/a", "the registry 'bad_host.io:5000' is not a host name"),
-    ("ex.com:/a", "the registry 'ex.com:' is not a host name"),
-    ("r.io/" + "x" * 251, "the repository name is 256 characters, at most 255"),
-    ("0123456789abcdef" * 4, "a bare 64-hex image id is not a pullable reference"),
-    ("a/é", "the path component 'é'"),
-])
+@pytest.mark.parametrize(
+    "image,fragment",
+    [
+        ("UPPER/Case:1", "the repository path must be lowercase: use upper/case:1"),
+        ("ghcr.io/InclusionAI/areal-runtime:v1", "must be lowercase: use ghcr.io/inclusionai/areal-runtime:v1"),
+        ("Areal", "must be lowercase: use areal"),
+        ("repo:tag:extra", "more than one ':' after the last '/'"),
+        ("repo:tag:extra", "use repo:tag"),
+        ("repo@sha256:short", "a sha256 digest is 64 lowercase hex digits, got 5 characters ('short')"),
+        ("repo@" + SHA.upper().replace("SHA256", "sha256"), "got uppercase hex digits"),
+        ("repo@sha512:" + "a" * 128, "the chart renders only sha256 digests"),
+        ("repo@md5:" + "a" * 32, "unknown digest algorithm 'md5'"),
+        ("repo@latest", "the digest 'latest' is not <algorithm>:<hex>"),
+        ("repo@", "nothing follows '@'"),
+        (f"a@b@{SHA}", "more than one '@'"),
+        (":tag", "there is no repository name before the tag or digest"),
+        (f"@{SHA}", "there is no repository name"),
+        ("a//b", "empty path component ('//'): use a/b"),
+        ("a/b/", "ends with '/': drop it (a/b)"),
+        ("repo:" + "t" * 129, "the tag is 129 characters, at most 128"),
+        ("repo:", "the tag after ':' is empty"),
+        ("repo:-rc1", "must not start with '.' or '-'"),
+        ("repo:v1+build", "may hold only letters, digits"),
+        ("a___b", "the path component 'a___b' must be lowercase letters and digits"),
+        ("a/-b", "the path component '-b'"),
+        ("bad_host.io:5000/a", "the registry 'bad_host.io:5000' is not a host name"),
+        ("ex.com:/a", "the registry 'ex.com:' is not a host name"),
+        ("r.io/" + "x" * 251, "the repository name is 256 characters, at most 255"),
+        ("0123456789abcdef" * 4, "a bare 64-hex image id is not a pullable reference"),
+        ("a/é", "the path component 'é'"),
+    ],
+)
 def test_invalid_image_references_rejected_saying_what_to_change(image, fragment):
     error = rejection("actor", spec(image=image))
     assert error.reason == "Invalid image"
@@ -263,8 +267,10 @@ def test_image_checks_agree_with_the_whole_grammar():
     import random
     import re
 
-    full = re.compile(rf"({image_reference._NAME.pattern})(?::({image_reference._TAG.pattern}))?"
-                      rf"(?:@({image_reference._DIGEST.pattern}))?")
+    full = re.compile(
+        rf"({image_reference._NAME.pattern})(?::({image_reference._TAG.pattern}))?"
+        rf"(?:@({image_reference._DIGEST.pattern}))?"
+    )
 
     def grammar_ok(image: str) -> bool:
         match = full.fullmatch(image)
@@ -294,20 +300,23 @@ def test_engine_task_type_rejected():
     assert "create_engine" in error.details
 
 
-@pytest.mark.parametrize("fields,needle", [
-    ({"cpu": 0}, "SchedulingSpec.cpu"),
-    ({"cpu": -1}, "SchedulingSpec.cpu"),
-    ({"mem": 0}, "SchedulingSpec.mem"),
-    ({"mem": -4}, "SchedulingSpec.mem"),
-    ({"gpu": -1}, "SchedulingSpec.gpu"),
-    ({"gpu": 0.5}, "SchedulingSpec.gpu"),
-    ({"gpu": 1.25}, "SchedulingSpec.gpu"),
-    ({"port_count": 0}, "SchedulingSpec.port_count"),
-    ({"port_count": -2}, "SchedulingSpec.port_count"),
-    ({"cpu": "2"}, "SchedulingSpec.cpu"),
-    ({"mem": None}, "SchedulingSpec.mem"),
-    ({"gpu": True}, "SchedulingSpec.gpu"),
-])
+@pytest.mark.parametrize(
+    "fields,needle",
+    [
+        ({"cpu": 0}, "SchedulingSpec.cpu"),
+        ({"cpu": -1}, "SchedulingSpec.cpu"),
+        ({"mem": 0}, "SchedulingSpec.mem"),
+        ({"mem": -4}, "SchedulingSpec.mem"),
+        ({"gpu": -1}, "SchedulingSpec.gpu"),
+        ({"gpu": 0.5}, "SchedulingSpec.gpu"),
+        ({"gpu": 1.25}, "SchedulingSpec.gpu"),
+        ({"port_count": 0}, "SchedulingSpec.port_count"),
+        ({"port_count": -2}, "SchedulingSpec.port_count"),
+        ({"cpu": "2"}, "SchedulingSpec.cpu"),
+        ({"mem": None}, "SchedulingSpec.mem"),
+        ({"gpu": True}, "SchedulingSpec.gpu"),
+    ],
+)
 def test_invalid_resources_rejected(fields, needle):
     error = rejection("actor", spec(**fields))
     assert error.reason in ("Invalid resources", "Invalid configuration")
@@ -319,8 +328,9 @@ def test_boundary_resources_accepted(fields):
     check_spec("actor", spec(**fields))
 
 
-@pytest.mark.parametrize("cmd", ["python -m areal.infra.rpc.rpc_server --port 8000",
-                                 "python -m x --port=1", "server --port-range 1-2"])
+@pytest.mark.parametrize(
+    "cmd", ["python -m areal.infra.rpc.rpc_server --port 8000", "python -m x --port=1", "server --port-range 1-2"]
+)
 def test_port_in_command_rejected_with_areal_reason(cmd):
     error = rejection("actor", spec(cmd=cmd))
     assert error.reason == "Custom command should not include --port argument"
@@ -334,8 +344,19 @@ def test_invalid_env_names_rejected(name):
     assert repr(name) in error.details
 
 
-@pytest.mark.parametrize("name", ["POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX",
-                                  "AREAL_EXPERIMENT_NAME", "AREAL_TRIAL_NAME", "AREAL_ROLE", "AREAL_WORKER_ID"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "POD_IP",
+        "AREAL_WORKER_INDEX",
+        "AREAL_EXPERIMENT_NAME",
+        "AREAL_TRIAL_NAME",
+        "AREAL_ROLE",
+        "AREAL_WORKER_ID",
+    ],
+)
 def test_reserved_env_names_rejected(name):
     error = rejection("actor", spec(env_vars={"OK": "1", name: "x"}))
     assert error.reason == "Invalid env_vars"
@@ -351,8 +372,15 @@ def test_valid_env_names_accepted(name):
 
 
 def _rich_spec() -> SchedulingSpec:
-    return spec(cpu=2, gpu=1, mem=16, port_count=3, env_vars={"FOO": "bar", "OMP_NUM_THREADS": "1"},
-                additional_bash_cmds=["pip install x"], cmd="/home/me/.venv/bin/python -m areal.infra.rpc.rpc_server")
+    return spec(
+        cpu=2,
+        gpu=1,
+        mem=16,
+        port_count=3,
+        env_vars={"FOO": "bar", "OMP_NUM_THREADS": "1"},
+        additional_bash_cmds=["pip install x"],
+        cmd="/home/me/.venv/bin/python -m areal.infra.rpc.rpc_server",
+    )
 
 
 def test_resolve_spec_does_not_mutate():
@@ -419,16 +447,28 @@ def test_base_and_cluster_values_do_not_mutate():
 
 
 def test_role_values_exact():
-    value = SchedulingSpec(cpu=2, gpu=1, mem=16, port_count=3, image="ghcr.io/x/areal:v1",
-                           cmd="/home/me/.venv/bin/python -m areal.infra.rpc.rpc_server",
-                           env_vars={"OMP_NUM_THREADS": "1", "FOO": "bar"},
-                           additional_bash_cmds=["pip install x", "echo ready"])
+    value = SchedulingSpec(
+        cpu=2,
+        gpu=1,
+        mem=16,
+        port_count=3,
+        image="ghcr.io/x/areal:v1",
+        cmd="/home/me/.venv/bin/python -m areal.infra.rpc.rpc_server",
+        env_vars={"OMP_NUM_THREADS": "1", "FOO": "bar"},
+        additional_bash_cmds=["pip install x", "echo ready"],
+    )
     config = KubernetesSchedulerConfig(python_executable="/usr/bin/python3")
     assert role_values(value, 4, config) == {
         "replicas": 4,
         "command": ["/usr/bin/python3", "-m", "areal.infra.rpc.rpc_server"],
-        "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2",
-                "VECLIB_MAXIMUM_THREADS": "2", "NUMEXPR_NUM_THREADS": "2", "FOO": "bar"},
+        "env": {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "2",
+            "OPENBLAS_NUM_THREADS": "2",
+            "VECLIB_MAXIMUM_THREADS": "2",
+            "NUMEXPR_NUM_THREADS": "2",
+            "FOO": "bar",
+        },
         "resources": {"cpu": "2", "memory": "16Gi", "gpu": 1},
         "extraPorts": 2,
         "setupCommands": ["pip install x", "echo ready"],
@@ -448,11 +488,14 @@ def test_role_values_env_values_become_strings():
     assert values["env"]["FLAG"] == "True"
 
 
-@pytest.mark.parametrize("fields,resources", [
-    ({"cpu": 0.5, "mem": 16}, {"cpu": "0.5", "memory": "16Gi", "gpu": 0}),
-    ({"cpu": 2.0, "mem": 0.5, "gpu": 2.0}, {"cpu": "2", "memory": "0.5Gi", "gpu": 2}),
-    ({"cpu": 64, "mem": 512, "gpu": 8}, {"cpu": "64", "memory": "512Gi", "gpu": 8}),
-])
+@pytest.mark.parametrize(
+    "fields,resources",
+    [
+        ({"cpu": 0.5, "mem": 16}, {"cpu": "0.5", "memory": "16Gi", "gpu": 0}),
+        ({"cpu": 2.0, "mem": 0.5, "gpu": 2.0}, {"cpu": "2", "memory": "0.5Gi", "gpu": 2}),
+        ({"cpu": 64, "mem": 512, "gpu": 8}, {"cpu": "64", "memory": "512Gi", "gpu": 8}),
+    ],
+)
 def test_role_values_resource_strings(fields, resources):
     values = role_values(spec(**fields), 1, KubernetesSchedulerConfig())
     assert values["resources"] == resources
@@ -486,17 +529,20 @@ def test_role_values_without_setup_commands_or_image():
 # --- worker_command -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cmd,expected", [
-    ("python -m x", ["/img/python", "-m", "x"]),
-    ("python3 -m x --flag 1", ["/img/python", "-m", "x", "--flag", "1"]),
-    ("/usr/bin/python3.11 -m x", ["/img/python", "-m", "x"]),
-    ("/opt/venv/bin/python", ["/img/python"]),
-    ("bash -c 'echo hi && python -m x'", ["bash", "-c", "echo hi && python -m x"]),
-    ("pythonista", ["pythonista"]),
-    ("pythonista -m x", ["pythonista", "-m", "x"]),
-    (None, ["/img/python", "-m", "areal.infra.rpc.rpc_server"]),
-    ("", ["/img/python", "-m", "areal.infra.rpc.rpc_server"]),
-])
+@pytest.mark.parametrize(
+    "cmd,expected",
+    [
+        ("python -m x", ["/img/python", "-m", "x"]),
+        ("python3 -m x --flag 1", ["/img/python", "-m", "x", "--flag", "1"]),
+        ("/usr/bin/python3.11 -m x", ["/img/python", "-m", "x"]),
+        ("/opt/venv/bin/python", ["/img/python"]),
+        ("bash -c 'echo hi && python -m x'", ["bash", "-c", "echo hi && python -m x"]),
+        ("pythonista", ["pythonista"]),
+        ("pythonista -m x", ["pythonista", "-m", "x"]),
+        (None, ["/img/python", "-m", "areal.infra.rpc.rpc_server"]),
+        ("", ["/img/python", "-m", "areal.infra.rpc.rpc_server"]),
+    ],
+)
 def test_worker_command(cmd, expected):
     assert worker_command(SchedulingSpec(cmd=cmd), "/img/python") == expected
 
@@ -504,16 +550,19 @@ def test_worker_command(cmd, expected):
 # --- split_image --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("image,expected", [
-    ("repo", {"repository": "repo", "tag": "latest"}),
-    ("repo:tag", {"repository": "repo", "tag": "tag"}),
-    ("host:5000/repo", {"repository": "host:5000/repo", "tag": "latest"}),
-    ("host:5000/repo:tag", {"repository": "host:5000/repo", "tag": "tag"}),
-    (f"repo@{SHA}", {"repository": "repo", "tag": SHA}),
-    (f"r.io/a/b:v1@{SHA}", {"repository": "r.io/a/b:v1", "tag": SHA}),
-    ("ghcr.io/org/sub/repo:v1.0.4", {"repository": "ghcr.io/org/sub/repo", "tag": "v1.0.4"}),
-    ("localhost:5000", {"repository": "localhost", "tag": "5000"}),
-])
+@pytest.mark.parametrize(
+    "image,expected",
+    [
+        ("repo", {"repository": "repo", "tag": "latest"}),
+        ("repo:tag", {"repository": "repo", "tag": "tag"}),
+        ("host:5000/repo", {"repository": "host:5000/repo", "tag": "latest"}),
+        ("host:5000/repo:tag", {"repository": "host:5000/repo", "tag": "tag"}),
+        (f"repo@{SHA}", {"repository": "repo", "tag": SHA}),
+        (f"r.io/a/b:v1@{SHA}", {"repository": "r.io/a/b:v1", "tag": SHA}),
+        ("ghcr.io/org/sub/repo:v1.0.4", {"repository": "ghcr.io/org/sub/repo", "tag": "v1.0.4"}),
+        ("localhost:5000", {"repository": "localhost", "tag": "5000"}),
+    ],
+)
 def test_split_image(image, expected):
     assert split_image(image) == expected
 
@@ -564,7 +613,8 @@ def _exp_config(**name_resolve) -> SimpleNamespace:
     resolve = {"type": "etcd3", "nfs_record_root": "/shared/name_resolve", "etcd3_addr": "etcd.infra:2379"}
     resolve.update(name_resolve)
     return SimpleNamespace(
-        experiment_name="exp", trial_name="trial0",
+        experiment_name="exp",
+        trial_name="trial0",
         cluster=SimpleNamespace(fileroot="/shared/areal", name_resolve=SimpleNamespace(**resolve)),
     )
 
@@ -575,19 +625,27 @@ def test_base_values_every_config_field():
         "experiment": "exp",
         "trial": "trial0",
         "guard": {"port": 9100},
-        "image": {"repository": "registry.local:5000/areal/runtime", "tag": "v1.0.4", "pullPolicy": "Always",
-                  "pullSecrets": ["regcred", "other"]},
+        "image": {
+            "repository": "registry.local:5000/areal/runtime",
+            "tag": "v1.0.4",
+            "pullPolicy": "Always",
+            "pullSecrets": ["regcred", "other"],
+        },
         "workerDefaults": {"nodeSelector": {"pool": "gpu", "zone": "a"}, "terminationGracePeriodSeconds": 30},
         "serviceAccount": {"create": False, "name": "areal-workers"},
-        "cluster": {"fileroot": "/shared/areal",
-                    "nameResolve": {"type": "etcd3", "nfsRecordRoot": "/shared/name_resolve",
-                                    "etcd3Addr": "etcd.infra:2379"}},
+        "cluster": {
+            "fileroot": "/shared/areal",
+            "nameResolve": {"type": "etcd3", "nfsRecordRoot": "/shared/name_resolve", "etcd3Addr": "etcd.infra:2379"},
+        },
     }
 
 
 def test_base_values_defaults_only():
     assert base_values(KubernetesSchedulerConfig(), "e", "t") == {
-        "experiment": "e", "trial": "t", "guard": {"port": 8000}}
+        "experiment": "e",
+        "trial": "t",
+        "guard": {"port": 8000},
+    }
 
 
 def test_base_values_zero_termination_grace_is_kept():
@@ -612,8 +670,13 @@ def test_cluster_values_path_fileroot_and_missing_parts():
     assert cluster_values(exp) == {"fileroot": "/data/areal"}
     assert cluster_values(SimpleNamespace()) == {}
     assert cluster_values(None) == {}
-    assert cluster_values(SimpleNamespace(cluster=SimpleNamespace(fileroot="", name_resolve=SimpleNamespace(
-        type="nfs", nfs_record_root=None, etcd3_addr="")))) == {"nameResolve": {"type": "nfs"}}
+    assert cluster_values(
+        SimpleNamespace(
+            cluster=SimpleNamespace(
+                fileroot="", name_resolve=SimpleNamespace(type="nfs", nfs_record_root=None, etcd3_addr="")
+            )
+        )
+    ) == {"nameResolve": {"type": "nfs"}}
 
 
 # --- the values these functions produce are valid values of the chart ----------------------------

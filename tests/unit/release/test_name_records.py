@@ -35,8 +35,10 @@ def test_flag_values_pairs_each_flag_with_the_value_after_it():
 
 def test_pod_users_are_the_user_variables_of_the_rendered_worker_containers():
     manifests = [
-        statefulset({"env": [{"name": "USER", "value": "areal"}, {"name": "HOME", "value": "/home/areal"}]},
-                    {"env": [{"name": "USER", "value": "sidecar"}]}),
+        statefulset(
+            {"env": [{"name": "USER", "value": "areal"}, {"name": "HOME", "value": "/home/areal"}]},
+            {"env": [{"name": "USER", "value": "sidecar"}]},
+        ),
         statefulset({"env": [{"name": "USER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}, {}),
         {"kind": "ConfigMap", "data": {"USER": "not-a-container"}},
     ]
@@ -44,8 +46,13 @@ def test_pod_users_are_the_user_variables_of_the_rendered_worker_containers():
 
 
 def test_an_nfs_trial_is_cleared_for_the_controller_and_the_pod_users_only(tmp_path):
-    for kept_or_not in ("ctl/exp/t1/actor", "areal/exp/t1/actor", "areal/exp/t2/actor", "other/exp/t1/actor",
-                        "areal/exp2/t1/actor"):
+    for kept_or_not in (
+        "ctl/exp/t1/actor",
+        "areal/exp/t1/actor",
+        "areal/exp/t2/actor",
+        "other/exp/t1/actor",
+        "areal/exp2/t1/actor",
+    ):
         (tmp_path / kept_or_not).mkdir(parents=True)
     cleared = name_records.clear_trial(nfs_flags(tmp_path), "exp", "t1", {"areal"})
     assert cleared == [str(tmp_path / "areal/exp/t1"), str(tmp_path / "ctl/exp/t1")]
@@ -73,8 +80,9 @@ def test_flags_without_a_name_resolve_type_clear_nothing(tmp_path):
 
 def test_etcd3_records_need_areal_and_etcd3_in_the_controller(monkeypatch, caplog):
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "etcd3" else
-                        find_spec(name, *args))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "etcd3" else find_spec(name, *args)
+    )
     flags = ["--name-resolve-type", "etcd3", "--etcd3-addr", "etcd.example:2379"]
     with caplog.at_level(logging.WARNING, logger=name_records.__name__):
         assert name_records.clear_trial(flags, "exp", "t1", {"areal"}) == []

@@ -29,11 +29,13 @@ def test_one_layer_is_an_equal_copy():
 def test_maps_merge_deeply():
     base = {"workerDefaults": {"resources": {"cpu": "1", "memory": "4Gi", "gpu": 0}, "shm": {"enabled": True}}}
     override = {"workerDefaults": {"resources": {"gpu": 8}, "hostNetwork": True}}
-    assert merge_values(base, override) == {"workerDefaults": {
-        "resources": {"cpu": "1", "memory": "4Gi", "gpu": 8},
-        "shm": {"enabled": True},
-        "hostNetwork": True,
-    }}
+    assert merge_values(base, override) == {
+        "workerDefaults": {
+            "resources": {"cpu": "1", "memory": "4Gi", "gpu": 8},
+            "shm": {"enabled": True},
+            "hostNetwork": True,
+        }
+    }
 
 
 def test_lists_replace_not_concatenate():
@@ -48,10 +50,21 @@ def test_lists_of_maps_replace_whole():
     assert merge_values(base, override) == {"tolerations": [{"key": "c"}]}
 
 
-@pytest.mark.parametrize("old,new", [
-    (1, 2), ("a", "b"), (True, False), (0, ""), ("x", 0), (1.5, "2"),
-    ({"map": 1}, "scalar"), ("scalar", {"map": 1}), ([1], {"map": 1}), ({"map": 1}, [1]),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (1, 2),
+        ("a", "b"),
+        (True, False),
+        (0, ""),
+        ("x", 0),
+        (1.5, "2"),
+        ({"map": 1}, "scalar"),
+        ("scalar", {"map": 1}),
+        ([1], {"map": 1}),
+        ({"map": 1}, [1]),
+    ],
+)
 def test_scalars_and_mismatched_kinds_replace(old, new):
     assert merge_values({"k": old, "other": 1}, {"k": new}) == {"k": new, "other": 1}
 
@@ -112,10 +125,19 @@ def test_deeply_nested_merge():
 def test_merging_over_the_chart_defaults():
     """A platform values file, then the adapter's values, over values.yaml: the shape helm would see."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
-    platform = {"workerDefaults": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu"}],
-                                   "env": {"HF_HOME": "/cache"}}}
-    adapter = {"experiment": "exp", "trial": "t", "roles": {"actor": {"replicas": 2, "env": {"OMP_NUM_THREADS": "4"}}},
-               "workerDefaults": {"terminationGracePeriodSeconds": 30}}
+    platform = {
+        "workerDefaults": {
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [{"key": "gpu"}],
+            "env": {"HF_HOME": "/cache"},
+        }
+    }
+    adapter = {
+        "experiment": "exp",
+        "trial": "t",
+        "roles": {"actor": {"replicas": 2, "env": {"OMP_NUM_THREADS": "4"}}},
+        "workerDefaults": {"terminationGracePeriodSeconds": 30},
+    }
     merged = merge_values(defaults, platform, adapter)
     wd = merged["workerDefaults"]
     assert wd["nodeSelector"] == {"pool": "gpu"}

@@ -4,18 +4,17 @@ expiry after the grace period, and a Lease renewed between the reaper's list and
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from areal_workers.runtime.lease import LEASE_LABEL, ReleaseLease, lease_body, lease_name, renew_interval
 from areal_workers.runtime.reaper import lease_states, reap
 from memory_backend import MemoryLeases
 
 pytestmark = pytest.mark.unit
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def test_renew_interval_leaves_room_for_missed_renewals():
@@ -55,7 +54,9 @@ def test_only_leases_past_their_grace_are_reaped_and_their_releases_uninstalled(
     assert uninstalled == [] and len(api.leases) == 2
     outcomes = reap(api, "rl", uninstalled.append, now=NOW)  # type: ignore[arg-type]
     assert [(o.lease.release, o.action, round(o.overdue_seconds)) for o in outcomes] == [
-        ("aw-alive", "alive", -20), ("aw-dead", "reaped", 70)]
+        ("aw-alive", "alive", -20),
+        ("aw-dead", "reaped", 70),
+    ]
     assert uninstalled == ["aw-dead"] and list(api.leases) == [lease_name("aw-alive")]
 
 
@@ -70,8 +71,10 @@ def test_a_lease_renewed_after_the_reapers_list_keeps_its_release():
 
 
 def test_leases_of_others_are_ignored():
-    other = client.V1Lease(metadata=client.V1ObjectMeta(name="kube-scheduler", labels={}),
-                           spec=client.V1LeaseSpec(holder_identity="x", renew_time=NOW))
+    other = client.V1Lease(
+        metadata=client.V1ObjectMeta(name="kube-scheduler", labels={}),
+        spec=client.V1LeaseSpec(holder_identity="x", renew_time=NOW),
+    )
     assert lease_states([other]) == []
 
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from localkube.addons.argocd import CLUSTER_NAME, NAMESPACE, components, settings_manifests
 from localkube.settings import Ports
 

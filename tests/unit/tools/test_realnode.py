@@ -131,8 +131,10 @@ def archive_bytes(archive: Path, name: str) -> bytes:
 
 
 def _pod(node: str | None) -> client.V1Pod:
-    return client.V1Pod(metadata=client.V1ObjectMeta(name="p", namespace="n", annotations={}),
-                        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", command=["x"])]))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", namespace="n", annotations={}),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", command=["x"])]),
+    )
 
 
 def test_podrunner_leaves_the_real_nodes_pods_to_its_kubelet() -> None:

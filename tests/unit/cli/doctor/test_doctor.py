@@ -16,9 +16,18 @@ from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus,
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig, naming
-from areal_workers.cli.doctor import chart, permissions, run
-from areal_workers.cli.doctor import probe as doctor_probe
-from areal_workers.cli.doctor import Access, Check, gpu_capacity, permission_check, probe_worker, role_accesses
+from areal_workers.cli.doctor import (
+    Access,
+    Check,
+    chart,
+    gpu_capacity,
+    permission_check,
+    permissions,
+    probe as doctor_probe,
+    probe_worker,
+    role_accesses,
+    run,
+)
 from areal_workers.errors import SchedulerError
 from memory_backend import GUARD_PORT, MemoryCluster, memory_connect
 from repo_paths import REPO
@@ -54,16 +63,26 @@ def test_every_verb_of_every_resource_of_the_role_is_one_access():
 
 
 def test_groups_resources_and_subresources_multiply_and_duplicates_go():
-    text = yaml.safe_dump({"kind": "Role", "metadata": {"name": "r"}, "rules": [
-        {"apiGroups": ["", "apps"], "resources": ["things", "things/status"], "verbs": ["get", "list"]},
-        {"apiGroups": [""], "resources": ["things"], "verbs": ["get"]},
-    ]})
+    text = yaml.safe_dump(
+        {
+            "kind": "Role",
+            "metadata": {"name": "r"},
+            "rules": [
+                {"apiGroups": ["", "apps"], "resources": ["things", "things/status"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["things"], "verbs": ["get"]},
+            ],
+        }
+    )
     _, accesses = role_accesses(text)
     assert accesses == [
-        Access("get", "", "things"), Access("list", "", "things"),
-        Access("get", "", "things", "status"), Access("list", "", "things", "status"),
-        Access("get", "apps", "things"), Access("list", "apps", "things"),
-        Access("get", "apps", "things", "status"), Access("list", "apps", "things", "status"),
+        Access("get", "", "things"),
+        Access("list", "", "things"),
+        Access("get", "", "things", "status"),
+        Access("list", "", "things", "status"),
+        Access("get", "apps", "things"),
+        Access("list", "apps", "things"),
+        Access("get", "apps", "things", "status"),
+        Access("list", "apps", "things", "status"),
     ]
 
 
@@ -87,8 +106,9 @@ def test_an_allowed_access_passes_without_a_fix():
 
 
 def test_a_denied_access_fails_naming_verb_resource_namespace_and_the_file_that_grants_it():
-    check = permission_check(Access("get", "", "pods", "log"), False, "no RBAC policy matched", "rl",
-                             "areal-controller")
+    check = permission_check(
+        Access("get", "", "pods", "log"), False, "no RBAC policy matched", "rl", "areal-controller"
+    )
     assert check.status == "fail"
     assert check.detail == "missing: get pods/log in namespace rl (no RBAC policy matched)"
     assert "granted by rbac/role.yaml (Role areal-controller)" in check.fix
@@ -116,8 +136,11 @@ class FakeAuthorization:
             raise ApiException(status=500, reason="Internal Server Error")
         key = (attributes.verb, attributes.group, attributes.resource, attributes.subresource)
         allowed = key not in self.denied
-        return SimpleNamespace(status=SimpleNamespace(allowed=allowed, denied=False, evaluation_error=None,
-                                                      reason="" if allowed else "RBAC: forbidden"))
+        return SimpleNamespace(
+            status=SimpleNamespace(
+                allowed=allowed, denied=False, evaluation_error=None, reason="" if allowed else "RBAC: forbidden"
+            )
+        )
 
 
 def test_one_review_per_access_and_exactly_the_denied_one_fails():
@@ -155,23 +178,44 @@ def test_an_unreachable_api_server_fails_the_first_check():
 # --- GPU capacity -------------------------------------------------------------------------------------------------
 
 
-def node(name: str, gpus: int = 8, *, labels: dict[str, str] | None = None, taints: list[V1Taint] | None = None,
-         cordoned: bool = False, resource: str = GPU) -> V1Node:
+def node(
+    name: str,
+    gpus: int = 8,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[V1Taint] | None = None,
+    cordoned: bool = False,
+    resource: str = GPU,
+) -> V1Node:
     allocatable = {"cpu": "96", "memory": "1000Gi", "pods": "110", resource: str(gpus)}
-    return V1Node(metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name, **(labels or {})}),
-                  spec=V1NodeSpec(taints=taints, unschedulable=cordoned or None),
-                  status=V1NodeStatus(allocatable=allocatable,
-                                      conditions=[V1NodeCondition(type="Ready", status="True")]))
+    return V1Node(
+        metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/hostname": name, **(labels or {})}),
+        spec=V1NodeSpec(taints=taints, unschedulable=cordoned or None),
+        status=V1NodeStatus(allocatable=allocatable, conditions=[V1NodeCondition(type="Ready", status="True")]),
+    )
 
 
-def worker_pod(gpus: int, *, resource: str = GPU, node_selector: dict[str, str] | None = None,
-               name: str = "doctor-0", phase: str = "Running") -> client.V1Pod:
+def worker_pod(
+    gpus: int,
+    *,
+    resource: str = GPU,
+    node_selector: dict[str, str] | None = None,
+    name: str = "doctor-0",
+    phase: str = "Running",
+) -> client.V1Pod:
     requests = {"cpu": "1", "memory": "1Gi", resource: str(gpus)}
     return client.V1Pod(
         metadata=V1ObjectMeta(name=name, namespace="rl", uid=f"uid-{name}"),
-        spec=client.V1PodSpec(node_selector=node_selector, containers=[client.V1Container(
-            name="worker", resources=client.V1ResourceRequirements(requests=requests, limits=requests))]),
-        status=client.V1PodStatus(phase=phase))
+        spec=client.V1PodSpec(
+            node_selector=node_selector,
+            containers=[
+                client.V1Container(
+                    name="worker", resources=client.V1ResourceRequirements(requests=requests, limits=requests)
+                )
+            ],
+        ),
+        status=client.V1PodStatus(phase=phase),
+    )
 
 
 def test_workers_are_counted_on_the_gpus_the_pods_on_each_node_leave_free():
@@ -196,9 +240,12 @@ def test_more_gpus_per_worker_than_any_node_has_fails_with_the_largest_node():
 
 def test_nodes_the_pod_may_not_use_are_not_counted_and_are_named():
     taint = V1Taint(key="dedicated", value="infer", effect="NoSchedule")
-    nodes = [node("plain"), node("gpu-1", labels={"pool": "gpu"}), node("gpu-2", labels={"pool": "gpu"},
-                                                                         taints=[taint]),
-             node("gpu-3", labels={"pool": "gpu"}, cordoned=True)]
+    nodes = [
+        node("plain"),
+        node("gpu-1", labels={"pool": "gpu"}),
+        node("gpu-2", labels={"pool": "gpu"}, taints=[taint]),
+        node("gpu-3", labels={"pool": "gpu"}, cordoned=True),
+    ]
     check = gpu_capacity(worker_pod(8, node_selector={"pool": "gpu"}), nodes, {}, gpus=8, workers=2)
     assert check.status == "fail"
     assert check.detail.startswith("1/4 nodes have nvidia.com/gpu: 8 free; 1 worker(s) of 8 GPUs fit, 2 wanted")
@@ -218,8 +265,9 @@ def test_nodes_without_the_gpu_resource_point_at_the_device_plugin():
 
 
 def test_the_gpu_resource_is_the_one_the_chart_rendered():
-    check = gpu_capacity(worker_pod(2, resource="amd.com/gpu"), [node("a", 8, resource="amd.com/gpu")], {},
-                         gpus=2, workers=4)
+    check = gpu_capacity(
+        worker_pod(2, resource="amd.com/gpu"), [node("a", 8, resource="amd.com/gpu")], {}, gpus=2, workers=4
+    )
     assert check.status == "pass" and "amd.com/gpu: 2 free; 4 worker(s)" in check.detail
 
 
@@ -244,11 +292,14 @@ class Probe:
     def __call__(self, config: KubernetesSchedulerConfig, experiment: str, trial: str) -> KubernetesScheduler:
         assert config.release_name is None and config.ownership == "managed"
         self.cluster = MemoryCluster(naming.release_name(experiment, trial))
-        self.scheduler = KubernetesScheduler(config=config, experiment_name=experiment, trial_name=trial,
-                                             connect=memory_connect(self.cluster))
+        self.scheduler = KubernetesScheduler(
+            config=config, experiment_name=experiment, trial_name=trial, connect=memory_connect(self.cluster)
+        )
         if self.fail_delete:
+
             def refuse(*args: Any, **kwargs: Any) -> None:
                 raise SchedulerError("helm failed: uninstall: timed out")
+
             self.scheduler.delete_workers = refuse  # type: ignore[method-assign]
         return self.scheduler
 
