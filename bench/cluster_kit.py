@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import (
-    client,  # noqa: E402
+    client,
     config as kube_config,
 )
 
-import harness  # noqa: E402
-from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig  # noqa: E402
+import harness
+from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
 
 BENCH = Path(__file__).resolve().parent

@@ -24,11 +24,11 @@ import uuid
 from pathlib import Path
 
 from kubernetes import (
-    client,  # noqa: E402
+    client,
     config as kube_config,
 )
 
-from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
 from localkube.cluster import LocalCluster
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, TOOLS_BIN

@@ -22,8 +22,8 @@ import traceback
 from types import ModuleType
 from typing import TextIO
 
-import harness  # noqa: E402
-import report  # noqa: E402
+import harness
+import report
 from repo_paths import REPO
 
 BENCHMARKS = ("startup", "api_economy", "rpc_overhead", "detection", "release_growth", "controller_cost")

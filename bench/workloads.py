@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, utils  # noqa: E402
+from kubernetes import client, config, utils
 
-from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
-from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left
 from localkube.pki import service_account_kubeconfig
 from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 from repo_paths import REPO, TOOLS_BIN

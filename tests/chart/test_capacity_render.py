@@ -1,14 +1,10 @@
 """capacity.preflight on what the chart really renders: roles and pod-mode forks are found by their labels, and the
 worker container's requests are read from the rendered StatefulSets."""
 
-import pytest
+from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta
 
-pytestmark = pytest.mark.chart
-
-from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta  # noqa: E402
-
-from areal_workers.release.capacity import check_capacity, preflight  # noqa: E402
-from chartlib import role  # noqa: E402
+from areal_workers.release.capacity import check_capacity, preflight
+from chartlib import role
 
 
 def gpu_node(name: str, gpus: int, cpu: str = "96") -> V1Node:

@@ -18,7 +18,6 @@ from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
 from areal_workers.config import KubernetesSchedulerConfig
 from chartlib import HELM, REPO
 
-pytestmark = pytest.mark.chart
 JOB = {"experiment": "gsm8k", "trial": "t1", "jobs": [{"role": "actor", "replicas": 2}]}
 
 

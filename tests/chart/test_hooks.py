@@ -1,18 +1,15 @@
+import io
+import json
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from contextlib import redirect_stdout
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import io  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
-from contextlib import redirect_stdout  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, NAMESPACE, RELEASE, one, role, template_text  # noqa: E402
+from chartlib import CHART, NAMESPACE, RELEASE, one, role, template_text
 
 SELECTOR = f"app.kubernetes.io/name=areal-workers,app.kubernetes.io/instance={RELEASE}"
 

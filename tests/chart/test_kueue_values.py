@@ -1,12 +1,10 @@
 """Kueue values (issue 16): a role's StatefulSet under a LocalQueue, off by default, validated by the schema."""
 
+import json
+
 import pytest
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import one, role, sts  # noqa: E402
+from chartlib import one, role, sts
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

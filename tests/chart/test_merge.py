@@ -1,8 +1,4 @@
-import pytest
-
-pytestmark = pytest.mark.chart
-
-from chartlib import container, env_of, role, sts  # noqa: E402
+from chartlib import container, env_of, role, sts
 
 # workerDefaults turned "on" everywhere a role below turns it "off" with false, 0 or "".
 DEFAULTS_ON = {

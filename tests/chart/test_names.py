@@ -1,11 +1,7 @@
-import pytest
+import hashlib
+import re
 
-pytestmark = pytest.mark.chart
-
-import hashlib  # noqa: E402
-import re  # noqa: E402
-
-from chartlib import RELEASE, find, one, role, sts  # noqa: E402
+from chartlib import RELEASE, find, one, role, sts
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

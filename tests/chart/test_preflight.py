@@ -1,10 +1,8 @@
+import re
+
 import pytest
 
-pytestmark = pytest.mark.chart
-
-import re  # noqa: E402
-
-from chartlib import CHART, role  # noqa: E402
+from chartlib import CHART, role
 
 # (values, the exact message `fail` prints: it names the value to change)
 FAILURES = {

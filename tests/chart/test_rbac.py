@@ -1,12 +1,8 @@
-import pytest
+import re
 
-pytestmark = pytest.mark.chart
+import yaml
 
-import re  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import REPO, find, one  # noqa: E402
+from chartlib import REPO, find, one
 
 RBAC = REPO / "rbac"
 ALL_FEATURES = {

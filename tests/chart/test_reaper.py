@@ -2,12 +2,8 @@
 security level, its ServiceAccount, and the schema of its values. (The CronJob's fields: the helm-unittest suite
 charts/areal-workers/tests/reaper_test.yaml.)"""
 
-import pytest
-
-pytestmark = pytest.mark.chart
-
-from chartlib import find, one, role  # noqa: E402
-from test_security import restricted_violations  # noqa: E402
+from chartlib import find, one, role
+from test_security import restricted_violations
 
 REAPER = {"reaper": {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}}}
 

@@ -1,12 +1,9 @@
+import re
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import re  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, FULL_VALUES, HELM, HELM4, REPO, run_helm, template_text  # noqa: E402
+from chartlib import CHART, FULL_VALUES, HELM, HELM4, REPO, run_helm, template_text
 
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
 

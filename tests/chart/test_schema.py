@@ -1,8 +1,6 @@
 import pytest
 
-pytestmark = pytest.mark.chart
-
-from chartlib import role  # noqa: E402
+from chartlib import role
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 

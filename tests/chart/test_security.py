@@ -1,8 +1,6 @@
 import pytest
 
-pytestmark = pytest.mark.chart
-
-from chartlib import find, one, role, sts  # noqa: E402
+from chartlib import find, one, role, sts
 
 # Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards), as code.
 BASELINE_CAPABILITIES = {

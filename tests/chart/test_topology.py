@@ -1,10 +1,6 @@
-import pytest
+import json
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import NAMESPACE, RELEASE, container, kubelet_expand, one, role, sts  # noqa: E402
+from chartlib import NAMESPACE, RELEASE, container, kubelet_expand, one, role, sts
 
 
 def topology(render, values: dict) -> tuple[str, dict]:

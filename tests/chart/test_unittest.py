@@ -14,8 +14,6 @@ import pytest
 
 from chartlib import CHART, HELM, REPO
 
-pytestmark = pytest.mark.chart
-
 PLUGINS = REPO / ".tools" / "helm-plugins"
 SUITES = sorted((CHART / "tests").glob("*_test.yaml"))
 

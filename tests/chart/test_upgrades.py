@@ -1,12 +1,8 @@
-import pytest
+import shutil
 
-pytestmark = pytest.mark.chart
+import yaml
 
-import shutil  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, role, sts, template_text  # noqa: E402
+from chartlib import CHART, role, sts, template_text
 
 # Every create/scale/fork/delete of the adapter is one `helm upgrade`. A pod template that changes
 # restarts its workers, and a restarted worker loses its engines: only a role's own values may do that.

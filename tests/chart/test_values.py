@@ -1,10 +1,6 @@
-import pytest
+import json
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import NAMESPACE, RELEASE, container, env_of, find, one, role, sts  # noqa: E402
+from chartlib import NAMESPACE, RELEASE, container, env_of, find, one, role, sts
 
 FULL = f"{RELEASE}-areal-workers"
 

@@ -1,16 +1,14 @@
 """The worker container's environment and start-up wrapper: AReaL's identity, its base environment
 (BASE_ENVIRONS of areal/infra/utils/launcher.py) and enable_offload (areal/utils/offload.py)."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from chartlib import POD_INDEX, container, env_of, kubelet_expand, one, pod_env, role, sts  # noqa: E402
+from chartlib import POD_INDEX, container, env_of, kubelet_expand, one, pod_env, role, sts
 
 DOWNWARD = {
     "metadata.name": "rel-areal-workers-actor-3",

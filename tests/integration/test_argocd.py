@@ -31,8 +31,6 @@ from areal_workers.errors import WorkerCreationError
 from clusterlib import RUN_PODS, counter_engine, lane_values, selected_lane
 from repo_paths import REPO, TOOLS_BIN
 
-pytestmark = pytest.mark.integration
-
 APPLICATION = REPO / "examples" / "argocd-application.yaml"
 VALUES = "examples/values-argocd.yaml"  # in the test's git repository as in this one
 LOCAL_VALUES = "local-cluster.yaml"  # the test's addition: pods podrunner runs and probes

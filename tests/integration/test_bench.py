@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import api_economy  # noqa: E402
-import harness  # noqa: E402
-import report  # noqa: E402
-import startup  # noqa: E402
+import api_economy
+import harness
+import report
+import startup
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),

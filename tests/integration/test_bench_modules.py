@@ -13,11 +13,11 @@ import os
 
 import pytest
 
-import controller_cost  # noqa: E402
-import detection  # noqa: E402
-import harness  # noqa: E402
-import release_growth  # noqa: E402
-import rpc_overhead  # noqa: E402
+import controller_cost
+import detection
+import harness
+import release_growth
+import rpc_overhead
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="worker processes and KWOK nodes of the local cluster only"

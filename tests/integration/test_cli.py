@@ -20,8 +20,6 @@ from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXI
 from clusterlib import job, spec
 from repo_paths import REPO, TOOLS_BIN
 
-pytestmark = pytest.mark.integration
-
 CLI = [sys.executable, "-m", "areal_workers.cli"]
 WITH_HELM = {**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}"}
 CRASH = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"

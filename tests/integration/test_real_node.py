@@ -27,7 +27,6 @@ from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.serial_cluster,  # the real node's few cores (tools/test_lanes.py)
     pytest.mark.real_node,
     # The node joins this checkout's local cluster; against another cluster ($AREAL_WORKERS_KUBECONFIG) there is none.

@@ -19,7 +19,6 @@ from areal_workers import naming
 from repo_paths import REPO, TOOLS_BIN
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
-pytestmark = pytest.mark.integration
 CHART = REPO / "charts" / "areal-workers"
 KUBECTL = TOOLS_BIN / "kubectl"
 REAPER = "reaper"

@@ -18,8 +18,6 @@ from areal_workers.cli.main import main
 from clusterlib import RUN_PODS, lane_values
 from repo_paths import REPO, TOOLS_BIN
 
-pytestmark = pytest.mark.integration
-
 TRAINER = textwrap.dedent("""
     import asyncio, os, sys, time
     from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec

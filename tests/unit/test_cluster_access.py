@@ -16,7 +16,6 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from areal_workers import ClusterAccessError
 from areal_workers.cluster_access import api_failure, check_namespace
 
-pytestmark = pytest.mark.unit
 SERVER = "https://127.0.0.1:6443"
 FORBIDDEN_LEASE = (
     'leases.coordination.k8s.io "aw-x-trainer" is forbidden: User '

@@ -1,11 +1,9 @@
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import dataclasses  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from areal_workers.config import (  # noqa: E402
+from areal_workers.config import (
     BUNDLED_CHART,
     ENVIRONMENT,
     ConfigError,

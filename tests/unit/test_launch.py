@@ -15,8 +15,6 @@ import pytest
 from areal_workers import launch
 from areal_workers.cli.trainer_job import TrainerSpec, launched, trainer_job
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     "argv, expected",

@@ -1,16 +1,13 @@
 import hashlib
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import os  # noqa: E402
-import re  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from areal_workers import naming  # noqa: E402
-from areal_workers.naming import (  # noqa: E402
+from areal_workers import naming
+from areal_workers.naming import (
     parse_worker_id,
     release_name,
     release_selector,
@@ -18,7 +15,7 @@ from areal_workers.naming import (  # noqa: E402
     role_selector,
     worker_id,
 )
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 HASHED = re.compile(r"^(?P<prefix>.*)-(?P<digest>[0-9a-f]{8})$")

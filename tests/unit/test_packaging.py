@@ -1,18 +1,16 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path, PurePosixPath
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import sysconfig  # noqa: E402
-import tomllib  # noqa: E402
-import zipfile  # noqa: E402
-from pathlib import Path, PurePosixPath  # noqa: E402
-
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 # The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
 # modules of areal_workers before they moved there).

@@ -15,8 +15,6 @@ import pytest
 
 import areal_workers
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 
 PUBLIC_NAMES = [

@@ -14,7 +14,6 @@ from areal_workers.errors import WorkerCreationError
 from areal_workers.runtime.lease import ReleaseLease, lease_name
 from memory_backend import MemoryCluster, MemoryLeases, memory_connect
 
-pytestmark = pytest.mark.unit
 RELEASE = "trial-release"
 
 

@@ -18,8 +18,6 @@ from areal_workers.errors import (
 )
 from memory_backend import GUARD_PORT, MemoryCluster, MemoryGuard, memory_connect
 
-pytestmark = pytest.mark.unit
-
 RELEASE = "trial-release"
 
 

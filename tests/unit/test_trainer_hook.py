@@ -1,17 +1,15 @@
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from areal_workers import areal_types, errors, trainer_hook  # noqa: E402
-from areal_workers.errors import (  # noqa: E402
+from areal_workers import areal_types, errors, trainer_hook
+from areal_workers.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
@@ -26,7 +24,7 @@ from areal_workers.errors import (  # noqa: E402
     WorkerTimeoutError,
     attach_diagnosis,
 )
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 ADAPTER = REPO / "adapter"
 

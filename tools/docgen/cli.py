@@ -14,10 +14,10 @@ import sys
 
 os.environ["COLUMNS"] = "120"  # argparse wraps usage lines at the terminal's width: the same page everywhere
 
-from areal_workers.cli.main import EXAMPLES, build_parser  # noqa: E402
-from areal_workers.cli.session import EXIT_CODES  # noqa: E402
-from docgen.generated_files import write_or_check  # noqa: E402
-from repo_paths import REPO  # noqa: E402
+from areal_workers.cli.main import EXAMPLES, build_parser
+from areal_workers.cli.session import EXIT_CODES
+from docgen.generated_files import write_or_check
+from repo_paths import REPO
 
 PAGES = {"en": REPO / "docs" / "en" / "cli.md", "zh": REPO / "docs" / "zh" / "cli.md"}
 TEXT = {

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import docgen.chart as chart_docs
-from areal_workers import config as config_module  # noqa: E402
+from areal_workers import config as config_module
 from docgen.generated_files import write_or_check
 from repo_paths import REPO
 

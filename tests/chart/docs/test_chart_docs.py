@@ -14,8 +14,6 @@ import docgen.chart as chart_docs
 from chartlib import CHART, REPO
 from docgen.chart import REGENERATE, ChartDocsError, flow, rows
 
-pytestmark = pytest.mark.chart
-
 VALUES = (CHART / "values.yaml").read_text()
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 

@@ -1,13 +1,10 @@
+import json
+import re
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-import re  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART  # noqa: E402
+from chartlib import CHART
 
 README = (CHART / "README.md").read_text()
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import apiserver_metrics  # noqa: E402
-import harness  # noqa: E402
-import report  # noqa: E402
-import request_counts  # noqa: E402
-import run  # noqa: E402
+import apiserver_metrics
+import harness
+import report
+import request_counts
+import run
 
 
 def synthetic(name: str = "startup", date: str = "2026-01-02 03:04 UTC") -> harness.Result:

@@ -10,8 +10,6 @@ import pytest
 from areal_workers.cli.duration import seconds
 from areal_workers.cli.main import build_parser, main
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -13,8 +13,6 @@ import yaml
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_PIPE, EXIT_USAGE
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def no_helm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

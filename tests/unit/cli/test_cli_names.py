@@ -13,7 +13,6 @@ from areal_workers.cli.commands.render import trial_names
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_USAGE, CliError
 
-pytestmark = pytest.mark.unit
 JOB = {"experiment": "gsm8k", "trial": "run-7", "jobs": [{"role": "actor", "replicas": 1}]}
 
 

@@ -16,7 +16,6 @@ from areal_workers.cli.status_view import pod_state, trial_status
 from areal_workers.config import KubernetesSchedulerConfig
 from areal_workers.release.model import ReleaseModel
 
-pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 RELEASE = "aw-exp-t1-12345678"
 

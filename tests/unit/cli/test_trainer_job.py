@@ -14,8 +14,6 @@ from areal_workers.cli.trainer_job import load_spec, trainer_job
 from areal_workers.release.values import base_values
 from repo_paths import REPO
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_owner(tmp_path: Path):
     spec_file = tmp_path / "trainer.yaml"

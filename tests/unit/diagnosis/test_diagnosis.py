@@ -1,12 +1,9 @@
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-from collections.abc import Mapping, Sequence  # noqa: E402
-from datetime import UTC, datetime, timedelta  # noqa: E402
-from decimal import Decimal  # noqa: E402
-
-from kubernetes.client import (  # noqa: E402
+from kubernetes.client import (
     CoreV1Event,
     V1Affinity,
     V1Container,
@@ -34,7 +31,7 @@ from kubernetes.client import (  # noqa: E402
     V1Toleration,
 )
 
-from areal_workers.diagnosis import (  # noqa: E402
+from areal_workers.diagnosis import (
     MAX_LINE_CHARS,
     MAX_RENDER_LINES,
     Problem,

@@ -10,8 +10,6 @@ import pytest
 
 from docslib import DOCS, INLINE_CODE, LANGUAGES, REPO, parse
 
-pytestmark = pytest.mark.unit
-
 PACKAGE = REPO / "adapter" / "areal_workers"
 MODULES = sorted(
     path.relative_to(PACKAGE).as_posix()

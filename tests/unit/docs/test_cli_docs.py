@@ -5,11 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from repo_paths import REPO
-
-pytestmark = pytest.mark.unit
 
 
 def test_the_cli_reference_is_up_to_date():

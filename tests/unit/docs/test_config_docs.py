@@ -15,8 +15,6 @@ from areal_workers.config import ENVIRONMENT, NAMESPACE_FALLBACK_VARIABLE, Kuber
 from docgen.config import REGENERATE, ConfigDocsError, attribute_docs, options
 from repo_paths import REPO
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_committed_pages_are_the_generated_ones():
     stale = []

@@ -12,8 +12,6 @@ import yaml
 from areal_workers.diagnosis import container_checks, pod_checks
 from docslib import DOCS, LANGUAGES, REPO, parse
 
-pytestmark = pytest.mark.unit
-
 DIAGNOSIS = REPO / "adapter" / "areal_workers" / "diagnosis"
 # Every Problem.reason the diagnosis can produce: Kubernetes' waiting, termination, pod and event reasons it
 # passes through, and its own (RestartedAfterReady, NodeGone, NodeNotReady, Disrupted, Terminating, Failed).

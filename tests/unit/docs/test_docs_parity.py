@@ -24,8 +24,6 @@ from docslib import (
     parse,
 )
 
-pytestmark = pytest.mark.unit
-
 PAIRS = pairs()
 PAIR_IDS = [name for name, _, _ in PAIRS]
 MIN_CHINESE_CHARACTERS = 50

@@ -5,11 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from areal_workers.guard.forks import ForkPlan, parse_exit
-
-pytestmark = pytest.mark.unit
 
 FLAGS = (
     "--name-resolve-type",

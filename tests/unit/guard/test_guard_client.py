@@ -1,21 +1,19 @@
 """GuardClient against real reference guard subprocesses on 127.0.0.1 (no HTTP mocks)."""
 
+import asyncio
+import gc
+import socket
+import uuid
+import warnings
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import asyncio  # noqa: E402
-import gc  # noqa: E402
-import socket  # noqa: E402
-import uuid  # noqa: E402
-import warnings  # noqa: E402
-from collections.abc import Callable, Coroutine, Iterator  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from areal_workers.areal_types import Worker  # noqa: E402
-from areal_workers.errors import (  # noqa: E402
+from areal_workers.areal_types import Worker
+from areal_workers.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
@@ -24,14 +22,14 @@ from areal_workers.errors import (  # noqa: E402
     SchedulerError,
     WorkerFailedError,
 )
-from areal_workers.guard.client import ForkError, GuardClient  # noqa: E402
-from areal_workers.guard.replies import Reply, Retryable, call_outcome, created_engine_result  # noqa: E402
-from guardlib import (  # noqa: E402
+from areal_workers.guard.client import ForkError, GuardClient
+from areal_workers.guard.replies import Reply, Retryable, call_outcome, created_engine_result
+from guardlib import (
     BROKEN,
     COUNTER,
     EXIT_TIMEOUT,
     STARTUP_TIMEOUT,
-    ProcessJanitor as Janitor,  # noqa: E402
+    ProcessJanitor as Janitor,
     RunningGuard,
     guard_command,
     janitor_for,

@@ -21,8 +21,6 @@ from areal_workers.errors import (
 )
 from areal_workers.guard.client import GuardClient
 
-pytestmark = pytest.mark.unit
-
 WORKER = Worker(id="actor/0", ip="10.0.0.1", worker_ports=["8000"])
 TIMEOUT = 5.0
 

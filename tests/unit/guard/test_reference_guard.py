@@ -1,30 +1,27 @@
+import functools
+import getpass
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
+import requests
 
-pytestmark = pytest.mark.unit
-
-import functools  # noqa: E402
-import getpass  # noqa: E402
-import http.client  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import requests  # noqa: E402
-
-from areal_workers_testing.reference_guard.cli import shut_down  # noqa: E402
-from areal_workers_testing.reference_guard.ports import PortAllocator  # noqa: E402
-from areal_workers_testing.reference_guard.routes import GuardIdentity, GuardState  # noqa: E402
-from areal_workers_testing.reference_guard.server import GuardServer  # noqa: E402
-from guardlib import (  # noqa: E402
+from areal_workers_testing.reference_guard.cli import shut_down
+from areal_workers_testing.reference_guard.ports import PortAllocator
+from areal_workers_testing.reference_guard.routes import GuardIdentity, GuardState
+from areal_workers_testing.reference_guard.server import GuardServer
+from guardlib import (
     BROKEN,
     COUNTER,
     EXIT_TIMEOUT,

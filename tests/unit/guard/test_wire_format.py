@@ -13,8 +13,6 @@ from areal_workers.guard.wire_format import plain_deserialize_value, plain_seria
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 from wire_types import Config, Optimizer, Phase
 
-pytestmark = pytest.mark.unit
-
 SUPPORT = REPO / "tests" / "support"
 
 

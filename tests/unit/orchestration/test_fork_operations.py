@@ -18,8 +18,6 @@ from areal_workers.pods.held_workers import HeldWorkers
 from areal_workers.runtime.loop_thread import LoopThread
 from memory_backend import MemoryCluster, MemoryGuard, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
-pytestmark = pytest.mark.unit
-
 RELEASE = "aw-exp-trial-1a2b3c4d"
 ACTOR = {"replicas": 2, "extraPorts": 1, "image": {"repository": "example.com/areal", "tag": "1"}}
 

@@ -19,8 +19,6 @@ from areal_workers.release.client import HelmError
 from areal_workers.runtime.loop_thread import LoopThread
 from memory_backend import MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
-pytestmark = pytest.mark.unit
-
 RELEASE = "aw-exp-trial-1a2b3c4d"
 NAMESPACE = "rl"
 

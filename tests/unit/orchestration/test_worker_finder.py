@@ -19,8 +19,6 @@ from areal_workers.pods.held_workers import HeldWorkers
 from areal_workers.runtime.loop_thread import LoopThread
 from memory_backend import GUARD_PORT, MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
-pytestmark = pytest.mark.unit
-
 RELEASE = "aw-exp-trial-1a2b3c4d"
 
 

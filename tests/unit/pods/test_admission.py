@@ -3,7 +3,6 @@ tests/integration/test_kueue.py)."""
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
 from areal_workers.pods.admission import (
@@ -14,8 +13,6 @@ from areal_workers.pods.admission import (
     queues_of,
     workload_name,
 )
-
-pytestmark = pytest.mark.unit
 
 SHORT = (
     "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 8 more needed"

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
 from areal_workers.areal_types import Worker
 from areal_workers.pods.held_workers import HeldWorkers
-
-pytestmark = pytest.mark.unit
 
 
 def pod(name: str, uid: str = "uid-1") -> client.V1Pod:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from areal_workers.pods.inspector import ReleaseInspector
-
-pytestmark = pytest.mark.unit
 
 
 class ColouredLogs:

@@ -1,10 +1,7 @@
+from typing import Any
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-from typing import Any  # noqa: E402
-
-from kubernetes.client import (  # noqa: E402
+from kubernetes.client import (
     V1Node,
     V1NodeCondition,
     V1NodeSpec,
@@ -13,7 +10,7 @@ from kubernetes.client import (  # noqa: E402
     V1Taint,
 )
 
-from areal_workers.release.capacity import (  # noqa: E402
+from areal_workers.release.capacity import (
     CapacityProblem,
     check_capacity,
     preflight,

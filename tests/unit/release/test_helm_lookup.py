@@ -12,8 +12,6 @@ from areal_workers.config import KubernetesSchedulerConfig
 from areal_workers.errors import SchedulerError
 from areal_workers.release.client import HelmNotFoundError, Releases, find_helm
 
-pytestmark = pytest.mark.unit
-
 
 def executable(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,18 @@
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
 import pytest
+import yaml
 
-pytestmark = pytest.mark.unit
-
-import copy  # noqa: E402
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-import jsonschema  # noqa: E402
-import yaml  # noqa: E402
-
-from areal_workers.areal_types import Job, SchedulingSpec  # noqa: E402
-from areal_workers.config import KubernetesSchedulerConfig  # noqa: E402
-from areal_workers.release import image_reference  # noqa: E402
-from areal_workers.release.client import merge_values  # noqa: E402
-from areal_workers.release.image_reference import split_image  # noqa: E402
-from areal_workers.release.values import (  # noqa: E402
+from areal_workers.areal_types import Job, SchedulingSpec
+from areal_workers.config import KubernetesSchedulerConfig
+from areal_workers.release import image_reference
+from areal_workers.release.client import merge_values
+from areal_workers.release.image_reference import split_image
+from areal_workers.release.values import (
     DEFAULT_COMMAND,
     THREAD_VARIABLES,
     TopologyError,
@@ -26,7 +23,7 @@ from areal_workers.release.values import (  # noqa: E402
     role_values,
     worker_command,
 )
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 CHART = REPO / "charts" / "areal-workers"
 SIF_DEFAULT = "/storage/openpsi/images/areal-latest.sif"

@@ -12,8 +12,6 @@ import pytest
 
 from areal_workers.release import name_records
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(autouse=True)
 def controller_user(monkeypatch):

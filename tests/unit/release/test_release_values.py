@@ -1,13 +1,10 @@
+import copy
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.unit
-
-import copy  # noqa: E402
-
-import yaml  # noqa: E402
-
-from areal_workers.release.client import merge_values  # noqa: E402
-from repo_paths import REPO  # noqa: E402
+from areal_workers.release.client import merge_values
+from repo_paths import REPO
 
 CHART = REPO / "charts" / "areal-workers"
 

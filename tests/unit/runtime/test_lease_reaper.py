@@ -6,14 +6,12 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from kubernetes import client
 
 from areal_workers.runtime.lease import LEASE_LABEL, ReleaseLease, lease_body, lease_name, renew_interval
 from areal_workers.runtime.reaper import lease_states, reap
 from memory_backend import MemoryLeases
 
-pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 

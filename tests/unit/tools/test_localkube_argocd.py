@@ -8,12 +8,8 @@ import base64
 import json
 from pathlib import Path
 
-import pytest
-
 from localkube.addons.argocd import CLUSTER_NAME, NAMESPACE, components, settings_manifests
 from localkube.settings import Ports
-
-pytestmark = pytest.mark.unit
 
 
 def listen_addresses(argv: list[str]) -> list[str]:

@@ -30,8 +30,6 @@ from realnode.host import sockets_on
 from realnode.images import Layer, docker_archive
 from realnode.values import interpreter_home, worker_values
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def paths(tmp_path: Path) -> NodePaths:

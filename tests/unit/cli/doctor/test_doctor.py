@@ -32,8 +32,6 @@ from areal_workers.errors import SchedulerError
 from memory_backend import GUARD_PORT, MemoryCluster, memory_connect
 from repo_paths import REPO
 
-pytestmark = pytest.mark.unit
-
 GPU = "nvidia.com/gpu"
 ROLE_TEXT = (REPO / "rbac" / "role.yaml").read_text()
 
