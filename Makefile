@@ -102,8 +102,12 @@ bench: tools areal-worker ## the quick benchmark profile on a cluster of its own
 bench-full: tools areal-worker ## the full benchmark profile (up to 1024 workers; long)
 	$(PY) bench/run.py --profile full $(BENCH_ARGS)
 
-# Static checks, one tool a line; seconds, so `make test` runs them first.
-lint: venv ## static checks: the adapter's import layers (lint-imports, [tool.importlinter] in pyproject.toml)
+# Static checks, one tool a line; seconds, so `make test` runs them first. Ruff's fixes: `.venv/bin/ruff format`
+# and `.venv/bin/ruff check --fix` over the same directories.
+LINTED := adapter tools bench examples tests
+lint: venv ## static checks: ruff (lint and format, [tool.ruff]) and the adapter's import layers (lint-imports, [tool.importlinter])
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/lint-imports
 
 # The lanes (main, AReaL's worker server, helm 4, then the tests that change what every test shares) and which of

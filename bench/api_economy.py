@@ -68,8 +68,7 @@ def execute(plan: Plan, kubeconfig: str, progress: Progress) -> Result:
         values = [w.write_values(Path(tmp), "kwok", w.KWOK_READY)]
         ns = stack.enter_context(w.namespace(admin, "bench-api", private=True))
         identity = w.controller_kubeconfig(kubeconfig, ns.name, Path(tmp) / "controller.yaml")
-        samples = [_apiserver_sample(plan, n, identity, ns.name, values, admin, core, progress)
-                   for n in plan.sizes]
+        samples = [_apiserver_sample(plan, n, identity, ns.name, values, admin, core, progress) for n in plan.sizes]
         values = [w.write_values(Path(tmp), "guards", w.REAL_GUARDS)]
         ns = stack.enter_context(w.namespace(admin, "bench-api-guards", private=plan.own_runner))
         if plan.own_runner:
@@ -79,14 +78,24 @@ def execute(plan: Plan, kubeconfig: str, progress: Progress) -> Result:
     return _result(plan, samples, guards)
 
 
-def _apiserver_sample(plan: Plan, n: int, identity: str, ns: str, values: list[str], admin: w.client.ApiClient,
-                      core: w.client.CoreV1Api, progress: Progress) -> Sample:
+def _apiserver_sample(
+    plan: Plan,
+    n: int,
+    identity: str,
+    ns: str,
+    values: list[str],
+    admin: w.client.ApiClient,
+    core: w.client.CoreV1Api,
+    progress: Progress,
+) -> Sample:
     sample = Sample(n)
     [job] = w.jobs(n, 1)
     scheduler = w.scheduler(identity, ns, values, f"a-{uuid.uuid4().hex[:6]}", plan.timeout)
-    actions = {"create_workers": lambda: scheduler.create_workers(job),
-               "get_workers": lambda: scheduler.get_workers(job.role, timeout=plan.timeout),
-               "delete_workers": lambda: scheduler.delete_workers(job.role)}
+    actions = {
+        "create_workers": lambda: scheduler.create_workers(job),
+        "get_workers": lambda: scheduler.get_workers(job.role, timeout=plan.timeout),
+        "delete_workers": lambda: scheduler.delete_workers(job.role),
+    }
     try:
         with request_counts.kube_requests() as kube:
             before = metrics.scrape(admin)
@@ -102,22 +111,29 @@ def _apiserver_sample(plan: Plan, n: int, identity: str, ns: str, values: list[s
         scheduler.delete_workers()
         scheduler.close()
         w.wait_no_pods(core, ns, plan.timeout)
-    progress(f"{NAME}: N={n}: controller identity " + ", ".join(
-        f"{call} {sample.server[call].controller}" for call in CALLS) + " apiserver requests")
+    progress(
+        f"{NAME}: N={n}: controller identity "
+        + ", ".join(f"{call} {sample.server[call].controller}" for call in CALLS)
+        + " apiserver requests"
+    )
     return sample
 
 
-def _guard_sample(plan: Plan, n: int, kubeconfig: str, ns: str, values: list[str], core: w.client.CoreV1Api,
-                  progress: Progress) -> Sample:
+def _guard_sample(
+    plan: Plan, n: int, kubeconfig: str, ns: str, values: list[str], core: w.client.CoreV1Api, progress: Progress
+) -> Sample:
     from wire_types import ExperimentConfig  # the parts of AReaL's experiment config a scheduler reads
 
     sample = Sample(n)
     [job] = w.jobs(n, 1)
-    scheduler = w.scheduler(kubeconfig, ns, values, "", plan.timeout,
-                            exp_config=ExperimentConfig("bench", f"g-{uuid.uuid4().hex[:6]}"))
-    actions = {"create_workers": lambda: scheduler.create_workers(job),
-               "get_workers": lambda: scheduler.get_workers(job.role, timeout=plan.timeout),
-               "delete_workers": lambda: scheduler.delete_workers(job.role)}
+    scheduler = w.scheduler(
+        kubeconfig, ns, values, "", plan.timeout, exp_config=ExperimentConfig("bench", f"g-{uuid.uuid4().hex[:6]}")
+    )
+    actions = {
+        "create_workers": lambda: scheduler.create_workers(job),
+        "get_workers": lambda: scheduler.get_workers(job.role, timeout=plan.timeout),
+        "delete_workers": lambda: scheduler.delete_workers(job.role),
+    }
     try:
         with request_counts.guard_requests() as guard:
             for call in CALLS:
@@ -128,8 +144,10 @@ def _guard_sample(plan: Plan, n: int, kubeconfig: str, ns: str, values: list[str
         scheduler.delete_workers()
         scheduler.close()
         w.wait_no_pods(core, ns, plan.timeout)
-    progress(f"{NAME}: N={n} real guards: guard requests " + ", ".join(
-        f"{call} {sum(sample.guard[call].values())}" for call in CALLS))
+    progress(
+        f"{NAME}: N={n} real guards: guard requests "
+        + ", ".join(f"{call} {sum(sample.guard[call].values())}" for call in CALLS)
+    )
     return sample
 
 
@@ -141,14 +159,18 @@ def _targets(samples: list[Sample], guards: list[Sample]) -> list[str]:
     waits = [s.server["get_workers"].controller for s in samples]
     if waits:
         verdict = "met" if max(waits) - min(waits) <= CONSTANT_SLACK else "missed"
-        targets.append(f"{verdict}: get_workers costs {min(waits)}..{max(waits)} apiserver requests of the "
-                       f"scheduler's identity for N={samples[0].n}..{samples[-1].n}; target: O(1) in N (they vary "
-                       f"by at most {CONSTANT_SLACK})")
+        targets.append(
+            f"{verdict}: get_workers costs {min(waits)}..{max(waits)} apiserver requests of the "
+            f"scheduler's identity for N={samples[0].n}..{samples[-1].n}; target: O(1) in N (they vary "
+            f"by at most {CONSTANT_SLACK})"
+        )
     if guards:
         worst = max((sum(s.guard[call].values()) / s.n, call, s.n) for s in guards for call in CALLS)
         verdict = "met" if worst[0] <= 1 else "missed"
-        targets.append(f"{verdict}: at most {worst[0]:g} guard request(s) per worker per call ({worst[1]}, N="
-                       f"{worst[2]}); target: at most one")
+        targets.append(
+            f"{verdict}: at most {worst[0]:g} guard request(s) per worker per call ({worst[1]}, N="
+            f"{worst[2]}); target: at most one"
+        )
     return targets
 
 
@@ -158,19 +180,30 @@ def _per_call_table(samples: list[Sample]) -> Table:
         for s in samples:
             identity, python = s.server[call].controller, sum(s.client[call].values())
             rows.append([call, s.n, identity, python, identity - python, s.server[call].total])
-    return Table("Apiserver requests per call: the scheduler's identity (adapter + helm, counted by the apiserver), "
-                 "of which the adapter's Kubernetes client (counted in-process) and helm (the difference), and "
-                 "every client's (with the StatefulSet controller's, the scheduler's and KWOK's work on the pods)",
-                 ["call", "N", "scheduler identity", "adapter client", "helm", "all clients"], rows)
+    return Table(
+        "Apiserver requests per call: the scheduler's identity (adapter + helm, counted by the apiserver), "
+        "of which the adapter's Kubernetes client (counted in-process) and helm (the difference), and "
+        "every client's (with the StatefulSet controller's, the scheduler's and KWOK's work on the pods)",
+        ["call", "N", "scheduler identity", "adapter client", "helm", "all clients"],
+        rows,
+    )
 
 
 def _verb_table(call: str, samples: list[Sample]) -> Table:
-    keys = sorted({k for s in samples for k in (*s.server[call].requests, *s.client[call])},
-                  key=lambda k: (k[1], k[0]))
-    rows = [[verb, resource, *(f"{s.server[call].requests[(verb, resource)]} / {s.client[call][(verb, resource)]}"
-                               for s in samples)] for verb, resource in keys]
-    return Table(f"{call}: apiserver requests by verb and resource, all clients / the adapter's Kubernetes client",
-                 ["verb", "resource", *(f"N={s.n}" for s in samples)], rows)
+    keys = sorted({k for s in samples for k in (*s.server[call].requests, *s.client[call])}, key=lambda k: (k[1], k[0]))
+    rows = [
+        [
+            verb,
+            resource,
+            *(f"{s.server[call].requests[(verb, resource)]} / {s.client[call][(verb, resource)]}" for s in samples),
+        ]
+        for verb, resource in keys
+    ]
+    return Table(
+        f"{call}: apiserver requests by verb and resource, all clients / the adapter's Kubernetes client",
+        ["verb", "resource", *(f"N={s.n}" for s in samples)],
+        rows,
+    )
 
 
 def _guard_table(guards: list[Sample]) -> Table:
@@ -180,22 +213,40 @@ def _guard_table(guards: list[Sample]) -> Table:
             total = sum(s.guard[call].values())
             paths = ", ".join(f"{method} {path} x{count}" for (method, path), count in sorted(s.guard[call].items()))
             rows.append([call, s.n, total, f"{total / s.n:g}", paths or "-"])
-    return Table("Guard HTTP requests per call (reference guards; create_workers with an experiment config waits "
-                 "and sends /configure, as in AReaL)", ["call", "N", "guard requests", "per worker", "requests"],
-                 rows)
+    return Table(
+        "Guard HTTP requests per call (reference guards; create_workers with an experiment config waits "
+        "and sends /configure, as in AReaL)",
+        ["call", "N", "guard requests", "per worker", "requests"],
+        rows,
+    )
 
 
 def _plot(plan: Plan, samples: list[Sample], guards: list[Sample]) -> str:
-    plot = plots.Plot("Requests per call: scheduler identity (solid), all clients (dotted), guard (dashed)",
-                      "workers (N)", "requests", log_y=True)
+    plot = plots.Plot(
+        "Requests per call: scheduler identity (solid), all clients (dotted), guard (dashed)",
+        "workers (N)",
+        "requests",
+        log_y=True,
+    )
     xs = [float(s.n) for s in samples]
     for call, color in zip(CALLS, ("tab:blue", "tab:orange", "tab:green")):
-        plot.series.append(plots.Series(f"{call}: scheduler identity", xs,
-                                        [float(s.server[call].controller) for s in samples], "-o", color))
-        plot.series.append(plots.Series(f"{call}: all clients", xs, [float(s.server[call].total) for s in samples],
-                                        ":s", color))
-        plot.series.append(plots.Series(f"{call}: guard requests", [float(s.n) for s in guards],
-                                        [float(sum(s.guard[call].values())) for s in guards], "--^", color))
+        plot.series.append(
+            plots.Series(
+                f"{call}: scheduler identity", xs, [float(s.server[call].controller) for s in samples], "-o", color
+            )
+        )
+        plot.series.append(
+            plots.Series(f"{call}: all clients", xs, [float(s.server[call].total) for s in samples], ":s", color)
+        )
+        plot.series.append(
+            plots.Series(
+                f"{call}: guard requests",
+                [float(s.n) for s in guards],
+                [float(sum(s.guard[call].values())) for s in guards],
+                "--^",
+                color,
+            )
+        )
     return plots.save(plot, NAME, plan.results)
 
 
@@ -214,7 +265,15 @@ def _result(plan: Plan, samples: list[Sample], guards: list[Sample]) -> Result:
         "and resource. create_workers returns once helm has written the release, so the pods' own requests "
         "(StatefulSet controller, scheduler, KWOK) land in both its and get_workers' all-clients counts. Pods are "
         "Ready by KWOK alone (`areal-workers.dev/readiness: kwok`). Guard requests: reference guards run by "
-        "podrunner, counted on the guard client's transports.")
-    return Result(name=NAME, title=TITLE, summary=summary, profile=plan.profile,
-                  command=f"python bench/run.py --profile {plan.profile} --only {NAME}", tables=tables,
-                  plots=[_plot(plan, samples, guards)], targets=_targets(samples, guards))
+        "podrunner, counted on the guard client's transports."
+    )
+    return Result(
+        name=NAME,
+        title=TITLE,
+        summary=summary,
+        profile=plan.profile,
+        command=f"python bench/run.py --profile {plan.profile} --only {NAME}",
+        tables=tables,
+        plots=[_plot(plan, samples, guards)],
+        targets=_targets(samples, guards),
+    )

@@ -25,10 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import harness  # noqa: E402
-from kubernetes import client, config as kube_config  # noqa: E402
+from kubernetes import (
+    client,
+    config as kube_config,
+)
 
-from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig  # noqa: E402
+import harness
+from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
 
 BENCH = Path(__file__).resolve().parent
@@ -36,8 +39,12 @@ BENCH = Path(__file__).resolve().parent
 PRIVATE = {"areal-workers.dev/podrunner": "private"}
 HOLD = {"areal-workers.dev/kwok-hold": "true"}  # KWOK and podrunner leave such pods Pending and alone
 # Worker pods whose readiness podrunner reports from their probe (as in tests/integration/clusterlib.RUN_PODS).
-RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
-                               "terminationGracePeriodSeconds": 5}}
+RUN_PODS = {
+    "workerDefaults": {
+        "podAnnotations": {"areal-workers.dev/readiness": "external"},
+        "terminationGracePeriodSeconds": 5,
+    }
+}
 Progress = Callable[[str], None]
 
 
@@ -66,10 +73,17 @@ class Lane:
         return {"cluster": {"fileroot": str(root), "nameResolve": {"nfsRecordRoot": str(root / "name_resolve")}}}
 
 
-AREAL = Lane("areal", "AReaL rpc_server", "areal_engines.Counter", str(AREAL_WORKER_PYTHON),
-             "areal.infra.rpc.rpc_server", 600.0)
-REFERENCE = Lane("reference", "stand-in guard", "areal_workers_testing.engines.Counter", sys.executable,
-                 "areal_workers_testing.reference_guard", 600.0)
+AREAL = Lane(
+    "areal", "AReaL rpc_server", "areal_engines.Counter", str(AREAL_WORKER_PYTHON), "areal.infra.rpc.rpc_server", 600.0
+)
+REFERENCE = Lane(
+    "reference",
+    "stand-in guard",
+    "areal_workers_testing.engines.Counter",
+    sys.executable,
+    "areal_workers_testing.reference_guard",
+    600.0,
+)
 
 
 # --------------------------------------------------------------------------- cluster objects
@@ -98,10 +112,25 @@ def private_podrunner(kubeconfig: str, namespace_name: str, lane: Lane, log_dir:
     ledger = log_dir / "ledger"
     with (log_dir / "podrunner.log").open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "podrunner", "--kubeconfig", kubeconfig,
-             "--log-dir", str(log_dir), "--workers", lane.name, "--namespace", namespace_name,
-             "--ledger", str(ledger)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "podrunner",
+                "--kubeconfig",
+                kubeconfig,
+                "--log-dir",
+                str(log_dir),
+                "--workers",
+                lane.name,
+                "--namespace",
+                namespace_name,
+                "--ledger",
+                str(ledger),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield
     finally:
@@ -116,30 +145,48 @@ def private_podrunner(kubeconfig: str, namespace_name: str, lane: Lane, log_dir:
             ProcessLedger(ledger).kill_leftovers()
 
 
-def make_scheduler(kubeconfig: str, namespace_name: str, trial: str, values: dict[str, Any], workdir: Path,
-                   lane: Lane = REFERENCE, **overrides: Any) -> KubernetesScheduler:
+def make_scheduler(
+    kubeconfig: str,
+    namespace_name: str,
+    trial: str,
+    values: dict[str, Any],
+    workdir: Path,
+    lane: Lane = REFERENCE,
+    **overrides: Any,
+) -> KubernetesScheduler:
     """A scheduler of experiment "bench" in the namespace, with `values` as its (only) values file."""
     values_file = workdir / f"values-{trial}.json"
     values_file.write_text(json.dumps(values))
-    settings: dict[str, Any] = dict(namespace=namespace_name, kubeconfig=kubeconfig,
-                                    helm_executable=helm_executable(), values_files=(str(values_file),),
-                                    python_executable=lane.python, fork_module=lane.fork_module,
-                                    ready_timeout=lane.ready_timeout, helm_timeout=300.0)
+    settings: dict[str, Any] = dict(
+        namespace=namespace_name,
+        kubeconfig=kubeconfig,
+        helm_executable=helm_executable(),
+        values_files=(str(values_file),),
+        python_executable=lane.python,
+        fork_module=lane.fork_module,
+        ready_timeout=lane.ready_timeout,
+        helm_timeout=300.0,
+    )
     settings.update(overrides)
-    return KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="bench",
-                               trial_name=trial)
+    return KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="bench", trial_name=trial)
 
 
 def require_pod_room(core: client.CoreV1Api, pods: int) -> None:
     """Fails at once, rather than after get_workers' time-out, when the Ready nodes lack room for `pods` more."""
-    nodes = [n for n in core.list_node().items
-             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
-    used = sum(1 for p in core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded").items
-               if p.spec.node_name)
+    nodes = [
+        n
+        for n in core.list_node().items
+        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+    ]
+    used = sum(
+        1 for p in core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded").items if p.spec.node_name
+    )
     room = sum(int(n.status.allocatable.get("pods", "0")) for n in nodes) - used
     if room < pods:
-        raise RuntimeError(f"the cluster's Ready nodes have room for {room} more pods, {pods} are needed: start the "
-                           f"local cluster with more nodes (tools/localcluster.py up --nodes N), or use bench/run.py")
+        raise RuntimeError(
+            f"the cluster's Ready nodes have room for {room} more pods, {pods} are needed: start the "
+            f"local cluster with more nodes (tools/localcluster.py up --nodes N), or use bench/run.py"
+        )
 
 
 # --------------------------------------------------------------------------- numbers
@@ -164,8 +211,13 @@ def loadavg() -> list[float]:
 
 def result(name: str, title: str, summary: str, profile: str, load_start: list[float]) -> harness.Result:
     """A Result with the machine's load averages at the start and the end of the run (the machine is shared)."""
-    made = harness.Result(name=name, title=title, summary=summary, profile=profile,
-                          command=f".venv/bin/python bench/{name}.py --profile {profile} --kubeconfig PATH")
+    made = harness.Result(
+        name=name,
+        title=title,
+        summary=summary,
+        profile=profile,
+        command=f".venv/bin/python bench/{name}.py --profile {profile} --kubeconfig PATH",
+    )
     made.machine = {**made.machine, "loadavg_start": load_start, "loadavg_end": loadavg()}
     return made
 
@@ -208,8 +260,11 @@ def main(run: Callable[..., harness.Result], description: str, argv: list[str] |
     """`python bench/<module>.py --profile quick --kubeconfig PATH`: runs, prints the tables, saves the JSON."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--profile", choices=("tiny", "quick", "full"), default="quick")
-    parser.add_argument("--kubeconfig", default=None, help="default: $AREAL_WORKERS_KUBECONFIG, else the local "
-                                                           "cluster's (tools/localcluster.py)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="default: $AREAL_WORKERS_KUBECONFIG, else the local cluster's (tools/localcluster.py)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("pyhelm3").setLevel(logging.ERROR)  # "command failed: helm status" of every new release
     started = time.monotonic()

@@ -2,9 +2,10 @@
 failed (detection), and from that decision to the release back at its last good revision (rollback).
 
 For each fault a healthy role `base` is created first (KWOK makes its pods Ready; its revision becomes the good
-one), then a role `faulty` whose pods carry `areal-workers.dev/kwok-hold` (KWOK and podrunner leave them alone). get_workers("faulty") waits
-on another thread; the fault is written into one pod's status; the scheduler's rollback is timed from its start
-(the error decided, with its diagnosis read: events, log tail) to its end (helm rollback, stuck pods replaced).
+one), then a role `faulty` whose pods carry `areal-workers.dev/kwok-hold` (KWOK and podrunner leave them alone).
+get_workers("faulty") waits on another thread; the fault is written into one pod's status; the scheduler's rollback
+is timed from its start (the error decided, with its diagnosis read: events, log tail) to its end (helm rollback,
+stuck pods replaced).
 Unschedulable is the real kube-scheduler's verdict on a pod asking for more GPUs than any node has: timed from
 the moment get_workers starts with the condition already on the pod.
 
@@ -19,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cluster_kit as kit
-import harness
 from kubernetes import client
 
+import cluster_kit as kit
+import harness
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec, WorkerFailedError
 
 NAME = "detection"
@@ -32,8 +33,14 @@ TARGET_MEDIAN_MS = 100.0
 
 
 def _waiting(reason: str, message: str, restarts: int = 0, last: dict[str, Any] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"name": "worker", "image": "x", "imageID": "", "ready": False,
-                              "restartCount": restarts, "state": {"waiting": {"reason": reason, "message": message}}}
+    status: dict[str, Any] = {
+        "name": "worker",
+        "image": "x",
+        "imageID": "",
+        "ready": False,
+        "restartCount": restarts,
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }
     if last is not None:
         status["lastState"] = {"terminated": last}
     return {"phase": "Pending" if not restarts else "Running", "containerStatuses": [status]}
@@ -41,8 +48,9 @@ def _waiting(reason: str, message: str, restarts: int = 0, last: dict[str, Any] 
 
 FAULTS: dict[str, dict[str, Any] | None] = {
     "ImagePullBackOff": _waiting("ImagePullBackOff", 'Back-off pulling image "x"'),
-    "CrashLoopBackOff": _waiting("CrashLoopBackOff", "back-off 40s restarting failed container", 3,
-                                 {"reason": "Error", "exitCode": 1}),
+    "CrashLoopBackOff": _waiting(
+        "CrashLoopBackOff", "back-off 40s restarting failed container", 3, {"reason": "Error", "exitCode": 1}
+    ),
     "OOMKilled": _waiting("CrashLoopBackOff", "back-off", 1, {"reason": "OOMKilled", "exitCode": 137}),
     "Evicted": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."},
     "Unschedulable": None,  # the kube-scheduler's own condition
@@ -101,8 +109,9 @@ def measure(scheduler: KubernetesScheduler, core: client.CoreV1Api, fault: str, 
     scheduler.create_workers(Job(role="base", replicas=1, tasks=[SchedulingSpec(cpu=0.1, mem=0.1, cmd=CMD)]))
     scheduler.get_workers("base", timeout=120)
     gpus = 16 if FAULTS[fault] is None else 0
-    scheduler.create_workers(Job(role="faulty", replicas=replicas,
-                                 tasks=[SchedulingSpec(cpu=0.1, mem=0.1, gpu=gpus, cmd=CMD)]))
+    scheduler.create_workers(
+        Job(role="faulty", replicas=replicas, tasks=[SchedulingSpec(cpu=0.1, mem=0.1, gpu=gpus, cmd=CMD)])
+    )
     pods = _pods(core, scheduler.namespace, replicas, scheduled=FAULTS[fault] is not None)
     clock = RollbackClock(scheduler)
     raised = threading.Event()
@@ -128,25 +137,29 @@ def measure(scheduler: KubernetesScheduler, core: client.CoreV1Api, fault: str, 
     return Sample(clock.started - injected, clock.ended - clock.started)
 
 
-def run(profile: str, kubeconfig: str, progress: kit.Progress, *, results_dir: Path = harness.RESULTS) \
-        -> harness.Result:
+def run(
+    profile: str, kubeconfig: str, progress: kit.Progress, *, results_dir: Path = harness.RESULTS
+) -> harness.Result:
     settings = PROFILES[profile]
     load_start = kit.loadavg()
     core = kit.core_api(kubeconfig)
     samples: dict[str, list[Sample]] = {}
     # base's pods are Ready at once (KWOK alone); faulty's are left to the injected status.
-    values = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "kwok"}},
-              "roles": {"faulty": {"podAnnotations": kit.HOLD}}}
+    values = {
+        "workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "kwok"}},
+        "roles": {"faulty": {"podAnnotations": kit.HOLD}},
+    }
     with kit.namespace(core, "bench-detection") as namespace, kit.scratch_dir("detection") as scratch:
-        scheduler = kit.make_scheduler(kubeconfig, namespace, "detection", values, Path(scratch),
-                                       capacity_check="off")
+        scheduler = kit.make_scheduler(kubeconfig, namespace, "detection", values, Path(scratch), capacity_check="off")
         try:
             for fault in FAULTS:
                 for repeat in range(settings.repeats):
                     sample = measure(scheduler, core, fault, settings.replicas)
                     samples.setdefault(fault, []).append(sample)
-                    progress(f"{fault} #{repeat + 1}: detection {sample.detection_s * 1000:.0f} ms, "
-                             f"rollback {sample.rollback_s * 1000:.0f} ms")
+                    progress(
+                        f"{fault} #{repeat + 1}: detection {sample.detection_s * 1000:.0f} ms, "
+                        f"rollback {sample.rollback_s * 1000:.0f} ms"
+                    )
                     scheduler.delete_workers()
         finally:
             scheduler.delete_workers()
@@ -156,25 +169,42 @@ def run(profile: str, kubeconfig: str, progress: kit.Progress, *, results_dir: P
     for fault, found in samples.items():
         detection = [s.detection_s * 1000 for s in found]
         rollback = [s.rollback_s * 1000 for s in found]
-        rows.append([fault, round(kit.median(detection)), round(min(detection)), round(max(detection)),
-                     round(kit.median(rollback)), round(min(rollback)), round(max(rollback))])
-    outcome.tables.append(harness.Table(
-        f"{settings.replicas} pods per faulty role, {settings.repeats} repeat(s) per fault",
-        ["fault", "detection median ms", "min", "max", "rollback median ms", "min", "max"], rows))
+        rows.append(
+            [
+                fault,
+                round(kit.median(detection)),
+                round(min(detection)),
+                round(max(detection)),
+                round(kit.median(rollback)),
+                round(min(rollback)),
+                round(max(rollback)),
+            ]
+        )
+    outcome.tables.append(
+        harness.Table(
+            f"{settings.replicas} pods per faulty role, {settings.repeats} repeat(s) per fault",
+            ["fault", "detection median ms", "min", "max", "rollback median ms", "min", "max"],
+            rows,
+        )
+    )
     all_detection = [s.detection_s * 1000 for found in samples.values() for s in found]
     verdict = "met" if kit.median(all_detection) < TARGET_MEDIAN_MS else "missed"
-    outcome.targets.append(f"{verdict}: detection median {kit.median(all_detection):.0f} ms over every fault "
-                           f"(target < {TARGET_MEDIAN_MS:.0f} ms)")
+    outcome.targets.append(
+        f"{verdict}: detection median {kit.median(all_detection):.0f} ms over every fault "
+        f"(target < {TARGET_MEDIAN_MS:.0f} ms)"
+    )
     outcome.plots.append(_plot(samples, results_dir))
     return outcome
 
 
 def _summary(settings: Settings) -> str:
-    return ("Detection: from the fault written into one pod's status (or, for Unschedulable, from get_workers' "
-            "start with the kube-scheduler's condition already on the pod) to the failure decided, its diagnosis "
-            "(events, log tail) read. Rollback: from that decision to the release back at the last good revision "
-            "(helm rollback, pods stuck on the failed revision replaced). The faulty role is the release's second "
-            f"change; its {settings.replicas} pods are held by KWOK so only the injected status counts.")
+    return (
+        "Detection: from the fault written into one pod's status (or, for Unschedulable, from get_workers' "
+        "start with the kube-scheduler's condition already on the pod) to the failure decided, its diagnosis "
+        "(events, log tail) read. Rollback: from that decision to the release back at the last good revision "
+        "(helm rollback, pods stuck on the failed revision replaced). The faulty role is the release's second "
+        f"change; its {settings.replicas} pods are held by KWOK so only the injected status counts."
+    )
 
 
 def _plot(samples: dict[str, list[Sample]], results_dir: Path) -> str:

@@ -53,12 +53,18 @@ def machine_info() -> dict[str, Any]:
     cpu_model = platform.processor()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                  if line.startswith("model name")]
+        models = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
         cpu_model = models[0] if models else cpu_model
-    return {"cpus": os.cpu_count(), "cpu_model": cpu_model, "memory_gib": round(memory_kib / 2**20, 1),
-            "python": platform.python_version(), "kernel": platform.release(),
-            "load_average": [round(load, 2) for load in os.getloadavg()]}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_gib": round(memory_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "load_average": [round(load, 2) for load in os.getloadavg()],
+    }
 
 
 def save(result: Result, directory: Path = RESULTS) -> Path:

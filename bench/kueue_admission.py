@@ -16,10 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import cluster_kit as kit
-import harness
 from kubernetes import client
 
+import cluster_kit as kit
+import harness
 from areal_workers import Job, SchedulingSpec
 
 NAME = "kueue_admission"
@@ -39,23 +39,61 @@ def quota(custom: client.CustomObjectsApi, namespace: str) -> list[tuple[str, st
     """A ResourceFlavor and a ClusterQueue of 16 GPUs, the LocalQueue `lq`; returns the cluster-scoped objects."""
     suffix = uuid.uuid4().hex[:6]
     flavor, queue = f"bench-gpu-{suffix}", f"bench-cq-{suffix}"
-    custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavor}})
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "resourceflavors",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+    )
     quotas = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "16"}
-    custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": queue},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": list(quotas), "flavors": [
-            {"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quotas.items()]}]}]}})
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "lq"},
-        "spec": {"clusterQueue": queue}})
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "clusterqueues",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quotas),
+                        "flavors": [
+                            {"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quotas.items()]}
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq"},
+            "spec": {"clusterQueue": queue},
+        },
+    )
     return [("clusterqueues", queue), ("resourceflavors", flavor)]
 
 
-def measure(kubeconfig: str, namespace: str, repeats: int, scratch: Path, progress: kit.Progress, label: str,
-            **overrides: Any) -> list[float]:
-    scheduler = kit.make_scheduler(kubeconfig, namespace, f"{label}-{uuid.uuid4().hex[:4]}", READY_BY_KWOK, scratch,
-                                   capacity_check="off", **overrides)
+def measure(
+    kubeconfig: str, namespace: str, repeats: int, scratch: Path, progress: kit.Progress, label: str, **overrides: Any
+) -> list[float]:
+    scheduler = kit.make_scheduler(
+        kubeconfig,
+        namespace,
+        f"{label}-{uuid.uuid4().hex[:4]}",
+        READY_BY_KWOK,
+        scratch,
+        capacity_check="off",
+        **overrides,
+    )
     seconds = []
     try:
         for repeat in range(repeats):
@@ -85,19 +123,28 @@ def run(profile: str, kubeconfig: str, progress: kit.Progress) -> harness.Result
             core.patch_namespace(queued, {"metadata": {"labels": {MANAGED_NAMESPACE_LABEL: "true"}}})
             cluster_objects = quota(custom, queued)
             try:
-                with_kueue = measure(kubeconfig, queued, repeats, Path(scratch), progress, "with Kueue",
-                                     kueue_queue="lq")
+                with_kueue = measure(
+                    kubeconfig, queued, repeats, Path(scratch), progress, "with Kueue", kueue_queue="lq"
+                )
             finally:
                 for plural, name in cluster_objects:
                     custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
-    outcome = kit.result(NAME, TITLE, f"create_workers to all {REPLICAS} workers Ready ({GPUS} GPUs each), "
-                                      f"{repeats} runs each; KWOK readiness", profile, load_start)
+    outcome = kit.result(
+        NAME,
+        TITLE,
+        f"create_workers to all {REPLICAS} workers Ready ({GPUS} GPUs each), {repeats} runs each; KWOK readiness",
+        profile,
+        load_start,
+    )
     outcome.command = f".venv/bin/python bench/{NAME}.py --profile {profile}"
-    rows = [[label, round(kit.median(values) * 1000), round(min(values) * 1000), round(max(values) * 1000)]
-            for label, values in (("without Kueue", without), ("with Kueue (quota free)", with_kueue))]
+    rows = [
+        [label, round(kit.median(values) * 1000), round(min(values) * 1000), round(max(values) * 1000)]
+        for label, values in (("without Kueue", without), ("with Kueue (quota free)", with_kueue))
+    ]
     outcome.tables.append(harness.Table("queue to all pods Ready (ms)", ["role", "median", "min", "max"], rows))
-    outcome.targets.append(f"Kueue adds {round((kit.median(with_kueue) - kit.median(without)) * 1000)} ms "
-                           f"to the median")
+    outcome.targets.append(
+        f"Kueue adds {round((kit.median(with_kueue) - kit.median(without)) * 1000)} ms to the median"
+    )
     return outcome
 
 

@@ -8,8 +8,8 @@ The worker's CPU request is also its limit (the chart's requests are limits): on
 the node's own. Results go to bench/results/real-node-startup-cpu<cpu>.json and .md.
 
 Each sample is one trial: create_workers(Job(role, 1)) then get_workers until the worker answers, then
-delete_workers. Not part of `make bench`: the real node needs root and runs one per machine, while `make bench` runs on a
-cluster of its own.
+delete_workers. Not part of `make bench`: the real node needs root and runs one per machine, while `make bench` runs
+on a cluster of its own.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ import time
 import uuid
 from pathlib import Path
 
-from kubernetes import client, config as kube_config  # noqa: E402
+from kubernetes import (
+    client,
+    config as kube_config,
+)
 
-from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
 from localkube.cluster import LocalCluster
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, TOOLS_BIN
@@ -47,16 +50,26 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float)
     shared.chmod(0o777)
     values = shared / "values.json"
     values.write_text(json.dumps(values_for(where, shared)))
-    settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=str(TOOLS_BIN / "helm"),
-                    values_files=(str(values),), ready_timeout=600.0, helm_timeout=600.0)
+    settings = dict(
+        namespace=namespace,
+        kubeconfig=str(kubeconfig),
+        helm_executable=str(TOOLS_BIN / "helm"),
+        values_files=(str(values),),
+        ready_timeout=600.0,
+        helm_timeout=600.0,
+    )
     if where == "kwok":
         settings["python_executable"] = str(AREAL_WORKER_PYTHON)
-    scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="bench",
-                                    trial_name=f"{where}{uuid.uuid4().hex[:4]}")
+    scheduler = KubernetesScheduler(
+        config=KubernetesSchedulerConfig(**settings),
+        experiment_name="bench",
+        trial_name=f"{where}{uuid.uuid4().hex[:4]}",
+    )
     try:
         started = time.monotonic()
-        scheduler.create_workers(Job(role="actor", replicas=1, tasks=[
-            SchedulingSpec(cpu=cpu, gpu=0, mem=2, port_count=2, cmd=COMMAND)]))
+        scheduler.create_workers(
+            Job(role="actor", replicas=1, tasks=[SchedulingSpec(cpu=cpu, gpu=0, mem=2, port_count=2, cmd=COMMAND)])
+        )
         scheduler.get_workers("actor")
         return time.monotonic() - started
     finally:
@@ -71,8 +84,11 @@ def main() -> int:
     args = parser.parse_args()
     cluster = LocalCluster()
     if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
-        print("needs the local cluster with the real node and AReaL's server: "
-              "python tools/localcluster.py up --workers areal --real-node", file=sys.stderr)
+        print(
+            "needs the local cluster with the real node and AReaL's server: "
+            "python tools/localcluster.py up --workers areal --real-node",
+            file=sys.stderr,
+        )
         return 1
     core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
     namespace = f"bench-real-node-{uuid.uuid4().hex[:6]}"
@@ -87,19 +103,28 @@ def main() -> int:
     finally:
         core.delete_namespace(namespace)
     medians = {where: statistics.median(values) for where, values in seconds.items()}
-    result = {"repeats": args.repeats, "cpu": args.cpu, "seconds": seconds, "median": medians,
-              "ratio_real_over_kwok": medians["real"] / medians["kwok"],
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result = {
+        "repeats": args.repeats,
+        "cpu": args.cpu,
+        "seconds": seconds,
+        "median": medians,
+        "ratio_real_over_kwok": medians["real"] / medians["kwok"],
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     RESULTS.mkdir(exist_ok=True)
     name = f"real-node-startup-cpu{args.cpu:g}"
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(
         f"# Time to the first Ready worker: real node vs KWOK + podrunner\n\n"
-        f"{result['when']}, {args.repeats} samples each, alternating; AReaL's rpc_server, 1 worker, {args.cpu:g} CPU.\n\n"
+        f"{result['when']}, {args.repeats} samples each, alternating; "
+        f"AReaL's rpc_server, 1 worker, {args.cpu:g} CPU.\n\n"
         f"| node | samples (s) | median (s) |\n|---|---|---|\n"
-        + "".join(f"| {where} | {', '.join(f'{v:.1f}' for v in values)} | {medians[where]:.1f} |\n"
-                  for where, values in seconds.items())
-        + f"\nratio real / KWOK: {result['ratio_real_over_kwok']:.2f}\n")
+        + "".join(
+            f"| {where} | {', '.join(f'{v:.1f}' for v in values)} | {medians[where]:.1f} |\n"
+            for where, values in seconds.items()
+        )
+        + f"\nratio real / KWOK: {result['ratio_real_over_kwok']:.2f}\n"
+    )
     print(json.dumps(result, indent=2))
     return 0
 

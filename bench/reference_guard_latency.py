@@ -40,9 +40,27 @@ def free_port() -> int:
 
 def server_command(python: str, module: str, port: int, workdir: Path) -> list[str]:
     return [
-        python, "-m", module, "--host", "127.0.0.1", "--port", str(port),
-        "--experiment-name", "bench", "--trial-name", "latency", "--role", "bench", "--worker-index", "0",
-        "--name-resolve-type", "nfs", "--nfs-record-root", str(workdir / "name_resolve"), "--fileroot", str(workdir),
+        python,
+        "-m",
+        module,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--experiment-name",
+        "bench",
+        "--trial-name",
+        "latency",
+        "--role",
+        "bench",
+        "--worker-index",
+        "0",
+        "--name-resolve-type",
+        "nfs",
+        "--nfs-record-root",
+        str(workdir / "name_resolve"),
+        "--fileroot",
+        str(workdir),
     ]
 
 
@@ -89,8 +107,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500, help="requests per endpoint (default: 500)")
     parser.add_argument("--areal-python", help="measure AReaL's areal.infra.rpc.rpc_server run by this interpreter")
-    parser.add_argument("--pythonpath", default=str(REPO / "tests" / "support"),
-                        help="where the stand-in is imported from (default: tests/support)")
+    parser.add_argument(
+        "--pythonpath",
+        default=str(REPO / "tests" / "support"),
+        help="where the stand-in is imported from (default: tests/support)",
+    )
     parser.add_argument("--module", default=STAND_IN, help=f"the stand-in's module (default: {STAND_IN})")
     parser.add_argument("--label", help="row label (default: the server measured)")
     args = parser.parse_args()
@@ -112,8 +133,10 @@ def main() -> int:
             wait_until_up(port, process)
             rows = [
                 ("GET /health", measure(port, "GET", "/health", None, args.requests)),
-                ("POST /set_env", measure(port, "POST", "/set_env", json.dumps({"env": {"BENCH": "1"}}).encode(),
-                                          args.requests)),
+                (
+                    "POST /set_env",
+                    measure(port, "POST", "/set_env", json.dumps({"env": {"BENCH": "1"}}).encode(), args.requests),
+                ),
             ]
         finally:
             process.terminate()
@@ -126,8 +149,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, (latencies, closed) in rows:
         reuse = "kept alive" if closed == 0 else f"closed by {closed} replies"
-        print(f"| {label} | {name} | {len(latencies)} | {reuse} | {statistics.median(latencies):.2f} | "
-              f"{percentile(latencies, 0.90):.2f} | {percentile(latencies, 0.99):.2f} | {max(latencies):.2f} |")
+        print(
+            f"| {label} | {name} | {len(latencies)} | {reuse} | {statistics.median(latencies):.2f} | "
+            f"{percentile(latencies, 0.90):.2f} | {percentile(latencies, 0.99):.2f} | {max(latencies):.2f} |"
+        )
     return 0
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cluster_kit as kit
-import harness
 from kubernetes import client
 
+import cluster_kit as kit
+import harness
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec
 
 NAME = "release_growth"
@@ -42,8 +42,11 @@ class Settings:
     revisions: int
 
 
-PROFILES = {"tiny": Settings((1, 2), (1, 2), 3), "quick": Settings((1, 4, 12), (1, 4, 16), 14),
-            "full": Settings((1, 4, 16, 64), (1, 4, 16, 64), 60)}
+PROFILES = {
+    "tiny": Settings((1, 2), (1, 2), 3),
+    "quick": Settings((1, 4, 12), (1, 4, 16), 14),
+    "full": Settings((1, 4, 16, 64), (1, 4, 16, 64), 60),
+}
 
 
 @dataclass
@@ -83,12 +86,15 @@ class UpgradeTimer:
 def release_secrets(core: client.CoreV1Api, namespace: str, release: str) -> dict[int, int]:
     """Revision -> bytes of its Secret's data (helm's gzipped, base64-encoded release record)."""
     secrets = core.list_namespaced_secret(namespace, label_selector=f"owner=helm,name={release}").items
-    return {int(s.metadata.labels["version"]): sum(len(base64.b64decode(v)) for v in (s.data or {}).values())
-            for s in secrets}
+    return {
+        int(s.metadata.labels["version"]): sum(len(base64.b64decode(v)) for v in (s.data or {}).values())
+        for s in secrets
+    }
 
 
-def step(core: client.CoreV1Api, scheduler: KubernetesScheduler, timer: UpgradeTimer, x: int,
-         operation: Callable[[], Any]) -> Step:
+def step(
+    core: client.CoreV1Api, scheduler: KubernetesScheduler, timer: UpgradeTimer, x: int, operation: Callable[[], Any]
+) -> Step:
     started = time.perf_counter()
     operation()
     elapsed = time.perf_counter() - started
@@ -111,17 +117,22 @@ def measure(kubeconfig: str, settings: Settings, progress: kit.Progress) -> tupl
                         series.steps.append(step(core, scheduler, timer, count, lambda: scheduler.create_workers(job)))
                 elif series is replicas:
                     first = Job(role="w", replicas=settings.replicas[0], tasks=[SPEC])
-                    series.steps.append(step(core, scheduler, timer, first.replicas,
-                                             lambda: scheduler.create_workers(first)))
+                    series.steps.append(
+                        step(core, scheduler, timer, first.replicas, lambda: scheduler.create_workers(first))
+                    )
                     for count in settings.replicas[1:]:
-                        series.steps.append(step(core, scheduler, timer, count,
-                                                 lambda: scheduler.scale_workers("w", count)))
+                        series.steps.append(
+                            step(core, scheduler, timer, count, lambda: scheduler.scale_workers("w", count))
+                        )
                 else:
                     first = Job(role="w", replicas=1, tasks=[SPEC])
                     series.steps.append(step(core, scheduler, timer, 1, lambda: scheduler.create_workers(first)))
                     for revision in range(2, settings.revisions + 1):
-                        series.steps.append(step(core, scheduler, timer, revision,
-                                                 lambda: scheduler.scale_workers("w", 2 - revision % 2)))
+                        series.steps.append(
+                            step(
+                                core, scheduler, timer, revision, lambda: scheduler.scale_workers("w", 2 - revision % 2)
+                            )
+                        )
                 progress(f"{series.name}: {len(series.steps)} helm revisions measured")
                 history_max = scheduler.config.history_max
             finally:
@@ -155,16 +166,32 @@ def size_at(steps: list[Step], roles: int) -> tuple[int, bool]:
     return int(my + slope * (roles - mx)), True
 
 
-def report(series: list[Series], history_max: int, settings: Settings, profile: str, plot: str,
-           load_start: list[float]) -> harness.Result:
+def report(
+    series: list[Series], history_max: int, settings: Settings, profile: str, plot: str, load_start: list[float]
+) -> harness.Result:
     roles, replicas, revisions = series
     checkpoints = {"roles": settings.roles, "replicas": settings.replicas}
-    rows = [[s.name, item.x, round(item.upgrade_s, 2), round(item.operation_s, 2), kib(item.secret_bytes),
-             round(100 * item.secret_bytes / SECRET_LIMIT, 1), item.history, kib(item.kept_bytes)]
-            for s in (roles, replicas) for item in s.steps if item.x in checkpoints[s.name]]
+    rows = [
+        [
+            s.name,
+            item.x,
+            round(item.upgrade_s, 2),
+            round(item.operation_s, 2),
+            kib(item.secret_bytes),
+            round(100 * item.secret_bytes / SECRET_LIMIT, 1),
+            item.history,
+            kib(item.kept_bytes),
+        ]
+        for s in (roles, replicas)
+        for item in s.steps
+        if item.x in checkpoints[s.name]
+    ]
     every = max(1, len(revisions.steps) // 12)
-    revision_rows = [[item.x, round(item.upgrade_s, 2), kib(item.secret_bytes), item.history, kib(item.kept_bytes)]
-                     for i, item in enumerate(revisions.steps) if i % every == 0 or i == len(revisions.steps) - 1]
+    revision_rows = [
+        [item.x, round(item.upgrade_s, 2), kib(item.secret_bytes), item.history, kib(item.kept_bytes)]
+        for i, item in enumerate(revisions.steps)
+        if i % every == 0 or i == len(revisions.steps) - 1
+    ]
     size, extrapolated = size_at(roles.steps, TARGET_ROLES)
     history = max(item.history for s in series for item in s.steps)
     slope = loglog_slope([(item.x, item.upgrade_s) for item in roles.steps if item.x in settings.roles])
@@ -179,17 +206,37 @@ def report(series: list[Series], history_max: int, settings: Settings, profile: 
         f"{roles.steps[-1].x}",
     ]
     last = roles.steps[-1]
-    outcome = kit.result(NAME, TITLE,
-                         f"{last.x} roles: helm upgrade {last.upgrade_s:.2f}s, release Secret {kib(last.secret_bytes)} "
-                         f"KiB ({100 * last.secret_bytes / SECRET_LIMIT:.1f}% of 1 MiB); history stays at "
-                         f"{history_max} revisions ({kib(revisions.steps[-1].kept_bytes)} KiB kept after "
-                         f"{len(revisions.steps)} revisions).", profile, load_start)
+    outcome = kit.result(
+        NAME,
+        TITLE,
+        f"{last.x} roles: helm upgrade {last.upgrade_s:.2f}s, release Secret {kib(last.secret_bytes)} "
+        f"KiB ({100 * last.secret_bytes / SECRET_LIMIT:.1f}% of 1 MiB); history stays at "
+        f"{history_max} revisions ({kib(revisions.steps[-1].kept_bytes)} KiB kept after "
+        f"{len(revisions.steps)} revisions).",
+        profile,
+        load_start,
+    )
     outcome.tables = [
-        harness.Table("Growth in roles (one create_workers per role, 1 replica each) and in one role's replicas "
-                      "(scale_workers)", ["series", "roles / replicas", "helm upgrade s", "create/scale s",
-                                          "Secret KiB", "% of 1 MiB", "revisions kept", "kept KiB"], rows),
-        harness.Table(f"Growth in revisions (scale_workers 1 <-> 2), history_max={history_max}",
-                      ["revision", "helm upgrade s", "Secret KiB", "revisions kept", "kept KiB"], revision_rows)]
+        harness.Table(
+            "Growth in roles (one create_workers per role, 1 replica each) and in one role's replicas (scale_workers)",
+            [
+                "series",
+                "roles / replicas",
+                "helm upgrade s",
+                "create/scale s",
+                "Secret KiB",
+                "% of 1 MiB",
+                "revisions kept",
+                "kept KiB",
+            ],
+            rows,
+        ),
+        harness.Table(
+            f"Growth in revisions (scale_workers 1 <-> 2), history_max={history_max}",
+            ["revision", "helm upgrade s", "Secret KiB", "revisions kept", "kept KiB"],
+            revision_rows,
+        ),
+    ]
     outcome.plots = [plot]
     outcome.targets = verdicts
     return outcome
@@ -208,8 +255,13 @@ def draw(series: list[Series], history_max: int, path: Path) -> None:
         axis.set_ylim(bottom=0)
         right = axis.twinx()
         kept = s.name == "revisions"
-        right.plot(xs, [(item.kept_bytes if kept else item.secret_bytes) / 1024 for item in s.steps], "s-",
-                   color="tab:orange", label="KiB of all kept revisions" if kept else "release Secret KiB")
+        right.plot(
+            xs,
+            [(item.kept_bytes if kept else item.secret_bytes) / 1024 for item in s.steps],
+            "s-",
+            color="tab:orange",
+            label="KiB of all kept revisions" if kept else "release Secret KiB",
+        )
         right.set_ylabel("KiB")
         right.set_ylim(bottom=0)
         lines = axis.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
@@ -226,8 +278,9 @@ def draw(series: list[Series], history_max: int, path: Path) -> None:
     kit.save_figure(figure, path)
 
 
-def run(profile: str, kubeconfig: str, progress: kit.Progress, *,
-        results_dir: Path = harness.RESULTS) -> harness.Result:
+def run(
+    profile: str, kubeconfig: str, progress: kit.Progress, *, results_dir: Path = harness.RESULTS
+) -> harness.Result:
     settings = PROFILES[profile]
     load_start = kit.loadavg()
     series, history_max = measure(kubeconfig, settings, progress)

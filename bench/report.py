@@ -1,6 +1,6 @@
 """Renders bench/RESULTS.md from every bench/results/*.json (bench/run.py calls it after the benchmarks).
 
-    python bench/report.py [--results DIR] [--out FILE]
+python bench/report.py [--results DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from typing import Any
 from harness import BENCH, RESULTS, Result, Table, load
 
 TITLE = "areal-workers benchmarks"
-MACHINE_FIELDS = (("cpus", "CPUs"), ("cpu_model", "CPU model"), ("memory_gib", "memory (GiB)"),
-                  ("kernel", "kernel"), ("python", "Python"), ("load_average", "load average (1, 5, 15 min)"))
+MACHINE_FIELDS = (
+    ("cpus", "CPUs"),
+    ("cpu_model", "CPU model"),
+    ("memory_gib", "memory (GiB)"),
+    ("kernel", "kernel"),
+    ("python", "Python"),
+    ("load_average", "load average (1, 5, 15 min)"),
+)
 
 
 def load_all(directory: Path = RESULTS) -> list[Result]:
@@ -75,18 +81,21 @@ def _section(result: Result) -> str:
 
 def render(results: list[Result], generated: str | None = None) -> str:
     generated = generated or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    parts = [f"# {TITLE}",
-             f"Generated {generated} by `bench/report.py` from `bench/results/*.json`. `make bench` runs the quick "
-             "profile on a local cluster of its own and rewrites this file; `make bench-full` the full one; "
-             "`python bench/run.py --profile quick --only NAME` one benchmark. Load averages show how busy the "
-             "machine was: other work on it slows every number here."]
+    parts = [
+        f"# {TITLE}",
+        f"Generated {generated} by `bench/report.py` from `bench/results/*.json`. `make bench` runs the quick "
+        "profile on a local cluster of its own and rewrites this file; `make bench-full` the full one; "
+        "`python bench/run.py --profile quick --only NAME` one benchmark. Load averages show how busy the "
+        "machine was: other work on it slows every number here.",
+    ]
     if not results:
         return "\n\n".join([*parts, "No results yet: run `make bench`."]) + "\n"
     newest = max(results, key=lambda r: r.date)
     parts.append(f"## Machine\n\nOf the newest result ({newest.date}):\n\n{_machine(newest.machine)}")
     overview = ["| benchmark | profile | measured | targets |", "|---|---|---|---|"]
-    overview += [f"| [{_cell(r.title)}](#{_anchor(r.title)}) | {r.profile} | {r.date} | {_verdicts(r)} |"
-                 for r in results]
+    overview += [
+        f"| [{_cell(r.title)}](#{_anchor(r.title)}) | {r.profile} | {r.date} | {_verdicts(r)} |" for r in results
+    ]
     parts.append("## Overview\n\n" + "\n".join(overview))
     parts += [_section(r) for r in results]
     return "\n\n".join(parts) + "\n"

@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cluster_kit as kit
-import harness
-
 import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
+import cluster_kit as kit
+import harness
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec, Worker
 from areal_workers.release.client import merge_values
 
@@ -49,8 +48,7 @@ class Settings:
     scaling_rounds: int
 
 
-PROFILES = {"tiny": Settings(0, 2, 2, 30, 2), "quick": Settings(2, 16, 6, 200, 6),
-            "full": Settings(4, 64, 20, 300, 20)}
+PROFILES = {"tiny": Settings(0, 2, 2, 30, 2), "quick": Settings(2, 16, 6, 200, 6), "full": Settings(4, 64, 20, 300, 20)}
 
 
 @dataclass
@@ -83,8 +81,9 @@ class Measured:
 
 def call_body(worker_id: str, method: str, args: list[Any]) -> bytes:
     """The body the adapter sends (guard.replies.call_payload): the worker's own engine, no kwargs, no rpc_meta."""
-    return json.dumps({"method": method, "engine_name": worker_id, "args": args, "kwargs": {},
-                       "rpc_meta": None}).encode()
+    return json.dumps(
+        {"method": method, "engine_name": worker_id, "args": args, "kwargs": {}, "rpc_meta": None}
+    ).encode()
 
 
 class PlainSync:
@@ -98,8 +97,12 @@ class PlainSync:
         self.session.mount("http://", HTTPAdapter(pool_connections=pools, pool_maxsize=pools))
 
     def call(self, worker_id: str, method: str = "value", args: list[Any] | None = None) -> Any:
-        response = self.session.post(self.urls[worker_id], data=call_body(worker_id, method, args or []),
-                                     headers=JSON_HEADERS, timeout=(10.0, 7200.0))
+        response = self.session.post(
+            self.urls[worker_id],
+            data=call_body(worker_id, method, args or []),
+            headers=JSON_HEADERS,
+            timeout=(10.0, 7200.0),
+        )
         response.raise_for_status()
         return json.loads(response.content)["result"]
 
@@ -110,8 +113,9 @@ class PlainAsync:
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
     async def call(self, worker_id: str, method: str = "value", args: list[Any] | None = None) -> Any:
-        async with self.session.post(self.urls[worker_id], data=call_body(worker_id, method, args or []),
-                                     headers=JSON_HEADERS) as response:
+        async with self.session.post(
+            self.urls[worker_id], data=call_body(worker_id, method, args or []), headers=JSON_HEADERS
+        ) as response:
             response.raise_for_status()
             return json.loads(await response.read())["result"]
 
@@ -174,18 +178,20 @@ class GuardTimer:
 
 def block_orders(names: list[str], blocks: int) -> list[list[str]]:
     """Each block runs every client once, in an order rotated from block to block."""
-    return [names[block % len(names):] + names[:block % len(names)] for block in range(blocks)]
+    return [names[block % len(names) :] + names[: block % len(names)] for block in range(blocks)]
 
 
-def measure_sync(scheduler: KubernetesScheduler, timer: GuardTimer, workers: list[Worker], settings: Settings,
-                 into: Measured) -> None:
+def measure_sync(
+    scheduler: KubernetesScheduler, timer: GuardTimer, workers: list[Worker], settings: Settings, into: Measured
+) -> None:
     plain = PlainSync(workers)
     by_id = {w.id: w for w in workers}
     ids = list(by_id)
     clients: dict[str, Callable[[str], Any]] = {
         "adapter": lambda w: scheduler.call_engine(w, "value"),
         "guard": lambda w: timer.call(by_id[w], "value", w, [], {}, None),
-        "plain": plain.call}
+        "plain": plain.call,
+    }
     try:
         for client in clients.values():  # warm-up: connections, first-call paths
             timed_calls(client, ids, 2 * len(ids), [])
@@ -202,18 +208,21 @@ def measure_sync(scheduler: KubernetesScheduler, timer: GuardTimer, workers: lis
         plain.session.close()
 
 
-async def measure_async(scheduler: KubernetesScheduler, timer: GuardTimer, workers: list[Worker],
-                        settings: Settings, into: Measured) -> None:
+async def measure_async(
+    scheduler: KubernetesScheduler, timer: GuardTimer, workers: list[Worker], settings: Settings, into: Measured
+) -> None:
     plain = PlainAsync(workers)
     by_id = {w.id: w for w in workers}
     ids = list(by_id)
     clients: dict[str, Callable[[str], Awaitable[Any]]] = {
         "adapter": lambda w: scheduler.async_call_engine(w, "value"),
         "guard": lambda w: timer.async_call(by_id[w], "value", w, [], {}, None),
-        "plain": plain.call}
+        "plain": plain.call,
+    }
     work: dict[str, Callable[[str], Awaitable[Any]]] = {
         "adapter": lambda w: scheduler.async_call_engine(w, "sleep", None, WORK_SECONDS),
-        "plain": lambda w: plain.call(w, "sleep", [WORK_SECONDS])}
+        "plain": lambda w: plain.call(w, "sleep", [WORK_SECONDS]),
+    }
     try:
         for client in clients.values():
             await atimed_calls(client, ids, 2 * len(ids), [])
@@ -227,7 +236,8 @@ async def measure_async(scheduler: KubernetesScheduler, timer: GuardTimer, worke
                     into.layer.setdefault("async_call_engine", []).extend(timer.own(block))
                 into.latency.setdefault(("async_call_engine", name), []).append(block)
                 into.throughput.setdefault(("async_call_engine", name), []).append(
-                    await rounds_rate(clients[name], ids, -(-settings.calls // len(ids))))
+                    await rounds_rate(clients[name], ids, -(-settings.calls // len(ids)))
+                )
         for count in worker_counts(len(ids)):
             rates: dict[str, list[float]] = {name: [] for name in work}
             for order in block_orders(list(work), 2):
@@ -246,8 +256,7 @@ def worker_counts(available: int) -> list[int]:
     return counts if counts[-1] == available else [*counts, available]
 
 
-def measure_target(kubeconfig: str, lane: kit.Lane, count: int, settings: Settings,
-                   progress: kit.Progress) -> Measured:
+def measure_target(kubeconfig: str, lane: kit.Lane, count: int, settings: Settings, progress: kit.Progress) -> Measured:
     core = kit.core_api(kubeconfig)
     measured = Measured(lane, count)
     with kit.namespace(core, f"bench-rpc-{lane.name}") as ns, kit.scratch_dir("bench-rpc") as tmp:
@@ -296,49 +305,99 @@ def report(targets: list[Measured], profile: str, plot: str, load_start: list[fl
             adapter, plain = target.samples(api, "adapter"), target.samples(api, "plain")
             overhead, guard_overhead = target.p50_difference(api, "adapter"), target.p50_difference(api, "guard")
             ratio, layer = target.rate_ratio(api, "adapter"), kit.median(target.layer[api])
-            latency_rows.append([label, api, ms(kit.median(adapter)), ms(kit.median(target.samples(api, "guard"))),
-                                 ms(kit.median(plain)), ms(kit.percentile(adapter, 0.99)),
-                                 ms(kit.percentile(plain, 0.99)), ms(overhead), ms(guard_overhead), ms(layer),
-                                 round(kit.mean(target.throughput[(api, "adapter")])),
-                                 round(kit.mean(target.throughput[(api, "plain")])), round(ratio, 2)])
-            verdicts.append(f"{'met' if ratio >= 0.9 else 'missed'}: throughput >= 0.9x plain — {label} {api}: "
-                            f"{ratio:.2f}x (guard client alone {target.rate_ratio(api, 'guard'):.2f}x)")
-            verdicts.append(f"{'met' if overhead < 0.0005 else 'missed'}: p50 overhead < 0.5 ms — {label} {api}: "
-                            f"{ms(overhead)} ms (guard client alone {ms(guard_overhead)} ms; the scheduler's own "
-                            f"part timed inside each call: {ms(layer)} ms)")
+            latency_rows.append(
+                [
+                    label,
+                    api,
+                    ms(kit.median(adapter)),
+                    ms(kit.median(target.samples(api, "guard"))),
+                    ms(kit.median(plain)),
+                    ms(kit.percentile(adapter, 0.99)),
+                    ms(kit.percentile(plain, 0.99)),
+                    ms(overhead),
+                    ms(guard_overhead),
+                    ms(layer),
+                    round(kit.mean(target.throughput[(api, "adapter")])),
+                    round(kit.mean(target.throughput[(api, "plain")])),
+                    round(ratio, 2),
+                ]
+            )
+            verdicts.append(
+                f"{'met' if ratio >= 0.9 else 'missed'}: throughput >= 0.9x plain — {label} {api}: "
+                f"{ratio:.2f}x (guard client alone {target.rate_ratio(api, 'guard'):.2f}x)"
+            )
+            verdicts.append(
+                f"{'met' if overhead < 0.0005 else 'missed'}: p50 overhead < 0.5 ms — {label} {api}: "
+                f"{ms(overhead)} ms (guard client alone {ms(guard_overhead)} ms; the scheduler's own "
+                f"part timed inside each call: {ms(layer)} ms)"
+            )
         base = {name: dict(points)[1] for name, points in target.scaling.items()}
         for (count, rate), (_, plain_rate) in zip(target.scaling["adapter"], target.scaling["plain"]):
-            scaling_rows.append([label, count, round(rate), round(plain_rate), round(rate / base["adapter"], 2),
-                                 round(plain_rate / base["plain"], 2), count])
+            scaling_rows.append(
+                [
+                    label,
+                    count,
+                    round(rate),
+                    round(plain_rate),
+                    round(rate / base["adapter"], 2),
+                    round(plain_rate / base["plain"], 2),
+                    count,
+                ]
+            )
         top, rate = target.scaling["adapter"][-1]
         speedup, plain_speedup = rate / base["adapter"], target.scaling["plain"][-1][1] / base["plain"]
         # Scaling counts as met when the adapter reaches 70% of linear, or 90% of what the plain client reaches
         # on this machine at the same moment (a loaded machine can cap both).
         scaled = speedup >= min(0.7 * top, 0.9 * plain_speedup)
-        verdicts.append(f"{'met' if scaled else 'missed'}: concurrent calls scale with the workers — {label}: "
-                        f"{speedup:.1f}x at {top} workers (plain {plain_speedup:.1f}x, linear {top}x)")
+        verdicts.append(
+            f"{'met' if scaled else 'missed'}: concurrent calls scale with the workers — {label}: "
+            f"{speedup:.1f}x at {top} workers (plain {plain_speedup:.1f}x, linear {top}x)"
+        )
     outcome = kit.result(NAME, TITLE, summary(targets), profile, load_start)
     outcome.tables = [
-        harness.Table("Latency (ms, sequential calls cycling over the workers) and throughput (calls/s: sequential "
-                      "for call_engine, one concurrent call per worker for async_call_engine). Overheads and the "
-                      "ratio are medians of per-block comparisons with plain (the clients take turns, block by "
-                      "block); the scheduler layer is each adapter call minus its GuardClient call, timed inside",
-                      ["target", "API", "adapter p50", "guard client p50", "plain p50", "adapter p99", "plain p99",
-                       "p50 overhead", "guard client - plain", "scheduler layer p50", "adapter calls/s",
-                       "plain calls/s", "throughput ratio"], latency_rows),
-        harness.Table(f"Concurrency scaling: async calls of sleep({WORK_SECONDS}) to N distinct workers at once",
-                      ["target", "workers", "adapter calls/s", "plain calls/s", "adapter speedup", "plain speedup",
-                       "linear"], scaling_rows)]
+        harness.Table(
+            "Latency (ms, sequential calls cycling over the workers) and throughput (calls/s: sequential "
+            "for call_engine, one concurrent call per worker for async_call_engine). Overheads and the "
+            "ratio are medians of per-block comparisons with plain (the clients take turns, block by "
+            "block); the scheduler layer is each adapter call minus its GuardClient call, timed inside",
+            [
+                "target",
+                "API",
+                "adapter p50",
+                "guard client p50",
+                "plain p50",
+                "adapter p99",
+                "plain p99",
+                "p50 overhead",
+                "guard client - plain",
+                "scheduler layer p50",
+                "adapter calls/s",
+                "plain calls/s",
+                "throughput ratio",
+            ],
+            latency_rows,
+        ),
+        harness.Table(
+            f"Concurrency scaling: async calls of sleep({WORK_SECONDS}) to N distinct workers at once",
+            ["target", "workers", "adapter calls/s", "plain calls/s", "adapter speedup", "plain speedup", "linear"],
+            scaling_rows,
+        ),
+    ]
     outcome.plots = [plot]
     outcome.targets = verdicts
     return outcome
 
 
 def summary(targets: list[Measured]) -> str:
-    parts = [f"{t.lane.label} x{t.workers}: call_engine p50 {ms(kit.median(t.samples('call_engine', 'adapter')))} "
-             f"ms vs plain {ms(kit.median(t.samples('call_engine', 'plain')))} ms" for t in targets]
-    return ("; ".join(parts) + ". Adapter = KubernetesScheduler.call_engine/async_call_engine; guard client = its "
-            "GuardClient given the Worker; plain = requests/aiohttp sessions POSTing the same /call bodies.")
+    parts = [
+        f"{t.lane.label} x{t.workers}: call_engine p50 {ms(kit.median(t.samples('call_engine', 'adapter')))} "
+        f"ms vs plain {ms(kit.median(t.samples('call_engine', 'plain')))} ms"
+        for t in targets
+    ]
+    return (
+        "; ".join(parts) + ". Adapter = KubernetesScheduler.call_engine/async_call_engine; guard client = its "
+        "GuardClient given the Worker; plain = requests/aiohttp sessions POSTing the same /call bodies."
+    )
 
 
 def draw(targets: list[Measured], path: Path) -> None:
@@ -347,11 +406,19 @@ def draw(targets: list[Measured], path: Path) -> None:
     labels, position = [], 0
     for target in targets:
         for api in ("call_engine", "async_call_engine"):
-            for offset, client, color in ((-0.27, "adapter", "tab:blue"), (0, "guard client", "tab:cyan"),
-                                          (0.27, "plain", "tab:gray")):
+            for offset, client, color in (
+                (-0.27, "adapter", "tab:blue"),
+                (0, "guard client", "tab:cyan"),
+                (0.27, "plain", "tab:gray"),
+            ):
                 samples = target.samples(api, client.split()[0])
-                bars.bar(position + offset, ms(kit.median(samples)), 0.27, color=color,
-                         label=client if position == 0 else None)
+                bars.bar(
+                    position + offset,
+                    ms(kit.median(samples)),
+                    0.27,
+                    color=color,
+                    label=client if position == 0 else None,
+                )
                 bars.plot(position + offset, ms(kit.percentile(samples, 0.99)), "k_", markersize=12)
             labels.append(f"{target.lane.label}\n{api}")
             position += 1
@@ -377,8 +444,9 @@ def draw(targets: list[Measured], path: Path) -> None:
     kit.save_figure(figure, path)
 
 
-def run(profile: str, kubeconfig: str, progress: kit.Progress, *,
-        results_dir: Path = harness.RESULTS) -> harness.Result:
+def run(
+    profile: str, kubeconfig: str, progress: kit.Progress, *, results_dir: Path = harness.RESULTS
+) -> harness.Result:
     settings = PROFILES[profile]
     load_start = kit.loadavg()
     targets = []

@@ -22,8 +22,8 @@ import traceback
 from types import ModuleType
 from typing import TextIO
 
-import harness  # noqa: E402
-import report  # noqa: E402
+import harness
+import report
 from repo_paths import REPO
 
 BENCHMARKS = ("startup", "api_economy", "rpc_overhead", "detection", "release_growth", "controller_cost")
@@ -62,8 +62,7 @@ def run_all(modules: list[ModuleType], profile: str, steps: Steps) -> list[str]:
     failures = []
     try:
         steps(f"starting the benchmark cluster ({NODES} nodes, state {cluster.state})")
-        cluster.up(nodes=NODES, shape=NodeShape(cpu=NODE_CPU, memory=NODE_MEMORY, pods=NODE_PODS),
-                   workers="reference")
+        cluster.up(nodes=NODES, shape=NodeShape(cpu=NODE_CPU, memory=NODE_MEMORY, pods=NODE_PODS), workers="reference")
         steps("cluster ready")
         for module in modules:
             started = steps.elapsed()
@@ -77,8 +76,9 @@ def run_all(modules: list[ModuleType], profile: str, steps: Steps) -> list[str]:
                 continue
             path = harness.save(result)
             verdicts = "; ".join(result.targets) or "no targets"
-            steps(f"{module.NAME}: done in {steps.elapsed() - started:.1f}s, saved {path.relative_to(REPO)} "
-                  f"({verdicts})")
+            steps(
+                f"{module.NAME}: done in {steps.elapsed() - started:.1f}s, saved {path.relative_to(REPO)} ({verdicts})"
+            )
     finally:
         steps("stopping the benchmark cluster")
         cluster.down()
@@ -88,8 +88,13 @@ def run_all(modules: list[ModuleType], profile: str, steps: Steps) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=("quick", "full"), default="quick")
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=BENCHMARKS,
-                        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        choices=BENCHMARKS,
+        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("pyhelm3").setLevel(logging.ERROR)  # "command failed: helm status" of every new release
     steps = Steps()

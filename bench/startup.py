@@ -82,8 +82,16 @@ def execute(plan: Plan, kubeconfig: str, progress: Progress) -> Result:
     return _result(plan, points)
 
 
-def _series(plan: Plan, series: str, sizes: tuple[int, ...], layouts: tuple[int, ...], kubeconfig: str, ns: str,
-            values: list[str], progress: Progress) -> list[Point]:
+def _series(
+    plan: Plan,
+    series: str,
+    sizes: tuple[int, ...],
+    layouts: tuple[int, ...],
+    kubeconfig: str,
+    ns: str,
+    values: list[str],
+    progress: Progress,
+) -> list[Point]:
     api = w.admin_client(kubeconfig)
     core = w.client.CoreV1Api(api)
     points = []
@@ -112,15 +120,18 @@ def _series(plan: Plan, series: str, sizes: tuple[int, ...], layouts: tuple[int,
                     runs.reverse()
                 for samples, measure in runs:
                     samples.append(measure())
-                progress(f"{NAME}: {series} N={n} roles={roles} run {repeat + 1}/{plan.repeats}: adapter "
-                         f"{point.adapter[-1]:.2f}s, floor {point.floor[-1]:.2f}s")
+                progress(
+                    f"{NAME}: {series} N={n} roles={roles} run {repeat + 1}/{plan.repeats}: adapter "
+                    f"{point.adapter[-1]:.2f}s, floor {point.floor[-1]:.2f}s"
+                )
             points.append(point)
     api.close()
     return points
 
 
-def _adapter_run(kubeconfig: str, ns: str, values: list[str], role_jobs: list[w.Job], timeout: float,
-                 core: w.client.CoreV1Api) -> tuple[float, float]:
+def _adapter_run(
+    kubeconfig: str, ns: str, values: list[str], role_jobs: list[w.Job], timeout: float, core: w.client.CoreV1Api
+) -> tuple[float, float]:
     """Seconds in all, and of them in create_workers."""
     scheduler = w.scheduler(kubeconfig, ns, values, f"t-{uuid.uuid4().hex[:6]}", timeout)
     try:
@@ -137,8 +148,15 @@ def _adapter_run(kubeconfig: str, ns: str, values: list[str], role_jobs: list[w.
         w.wait_no_pods(core, ns, timeout)
 
 
-def _floor_run(api: w.client.ApiClient, core: w.client.CoreV1Api, ns: str, manifests: list[dict], release: str,
-               n: int, timeout: float) -> float:
+def _floor_run(
+    api: w.client.ApiClient,
+    core: w.client.CoreV1Api,
+    ns: str,
+    manifests: list[dict],
+    release: str,
+    n: int,
+    timeout: float,
+) -> float:
     try:
         started = time.perf_counter()
         w.create_objects(api, ns, manifests)
@@ -171,14 +189,18 @@ def _targets(points: list[Point]) -> list[str]:
         mine = sorted((p for p in points if p.series == "kwok" and p.roles == roles), key=lambda p: p.n)
         largest = mine[-1]
         verdict = "met" if largest.ratio <= RATIO_TARGET else "missed"
-        targets.append(f"{verdict}: adapter/floor ratio {largest.ratio:.2f} at N={largest.n} ({roles} role(s), "
-                       f"KWOK readiness); target <= {RATIO_TARGET}")
+        targets.append(
+            f"{verdict}: adapter/floor ratio {largest.ratio:.2f} at N={largest.n} ({roles} role(s), "
+            f"KWOK readiness); target <= {RATIO_TARGET}"
+        )
         fitted = _slope(mine)
         if fitted is not None:
             slope, first = fitted
             verdict = "met" if slope <= SLOPE_TARGET else "missed"
-            targets.append(f"{verdict}: adapter time grows as N^{slope:.2f} over N={first}..{largest.n} "
-                           f"({roles} role(s)); target: no worse than linear (exponent <= {SLOPE_TARGET})")
+            targets.append(
+                f"{verdict}: adapter time grows as N^{slope:.2f} over N={first}..{largest.n} "
+                f"({roles} role(s)); target: no worse than linear (exponent <= {SLOPE_TARGET})"
+            )
     return targets
 
 
@@ -187,25 +209,52 @@ def _table(caption: str, points: list[Point]) -> Table:
     for p in points:
         adapter, floor = statistics.median(p.adapter), statistics.median(p.floor)
         creating, waiting = statistics.median(p.creating), statistics.median(p.waiting)
-        rows.append([p.n, p.roles, p.n // p.roles, f"{adapter:.2f}", f"{creating:.2f}", f"{waiting:.2f}",
-                     f"{floor:.2f}", f"{adapter - floor:+.2f}", f"{p.ratio:.2f}"])
-    return Table(caption, ["N", "roles", "workers/role", "adapter s", "in create_workers s", "in get_workers s",
-                           "floor s", "adapter - floor s", "ratio"], rows)
+        rows.append(
+            [
+                p.n,
+                p.roles,
+                p.n // p.roles,
+                f"{adapter:.2f}",
+                f"{creating:.2f}",
+                f"{waiting:.2f}",
+                f"{floor:.2f}",
+                f"{adapter - floor:+.2f}",
+                f"{p.ratio:.2f}",
+            ]
+        )
+    return Table(
+        caption,
+        [
+            "N",
+            "roles",
+            "workers/role",
+            "adapter s",
+            "in create_workers s",
+            "in get_workers s",
+            "floor s",
+            "adapter - floor s",
+            "ratio",
+        ],
+        rows,
+    )
 
 
 def _plot(plan: Plan, points: list[Point]) -> str:
-    plot = plots.Plot("create_workers + get_workers (solid) vs the floor (dotted)", "workers (N)",
-                      "seconds (median)", log_y=True)
+    plot = plots.Plot(
+        "create_workers + get_workers (solid) vs the floor (dotted)", "workers (N)", "seconds (median)", log_y=True
+    )
     colors = iter(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"])
     for series, label in (("kwok", "KWOK readiness"), ("guards", "real guards")):
         for roles in sorted({p.roles for p in points if p.series == series}):
             mine = sorted((p for p in points if p.series == series and p.roles == roles), key=lambda p: p.n)
             xs, color = [float(p.n) for p in mine], next(colors, None)
             name = f"{label}, {roles} role{'s' if roles > 1 else ''}"
-            plot.series.append(plots.Series(f"adapter, {name}", xs, [statistics.median(p.adapter) for p in mine],
-                                            "-o", color))
-            plot.series.append(plots.Series(f"floor, {name}", xs, [statistics.median(p.floor) for p in mine],
-                                            ":s", color))
+            plot.series.append(
+                plots.Series(f"adapter, {name}", xs, [statistics.median(p.adapter) for p in mine], "-o", color)
+            )
+            plot.series.append(
+                plots.Series(f"floor, {name}", xs, [statistics.median(p.floor) for p in mine], ":s", color)
+            )
     return plots.save(plot, NAME, plan.results)
 
 
@@ -225,10 +274,18 @@ def _result(plan: Plan, points: list[Point]) -> Result:
         f"{repeats} per point. KWOK readiness: pods annotated `areal-workers.dev/readiness: kwok` are reported "
         "Ready by KWOK at once and nothing runs them (the chart always renders a command, and a pod with one "
         "otherwise waits for podrunner); real guards: podrunner runs the reference stand-in guard in each pod and "
-        "probes its /health.")
+        "probes its /health."
+    )
     tables = [_table("KWOK readiness (no process per pod)", kwok)]
     if guards:
         tables.append(_table("Real guard processes (reference stand-in, run and probed by podrunner)", guards))
-    return Result(name=NAME, title=TITLE, summary=summary, profile=plan.profile,
-                  command=f"python bench/run.py --profile {plan.profile} --only {NAME}",
-                  tables=tables, plots=[_plot(plan, points)], targets=_targets(points))
+    return Result(
+        name=NAME,
+        title=TITLE,
+        summary=summary,
+        profile=plan.profile,
+        command=f"python bench/run.py --profile {plan.profile} --only {NAME}",
+        tables=tables,
+        plots=[_plot(plan, points)],
+        targets=_targets(points),
+    )

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, utils  # noqa: E402
+from kubernetes import client, config, utils
 
-from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec  # noqa: E402
-from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left  # noqa: E402
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+from areal_workers.pods.watch import PodWatch, WaitTimedOut, is_ready, none_left
 from localkube.pki import service_account_kubeconfig
 from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE, PodRunner
 from repo_paths import REPO, TOOLS_BIN
@@ -27,14 +27,17 @@ COMMAND = "python -m areal.infra.rpc.rpc_server"
 # KWOK alone reports these pods Ready and nothing runs them (tools/localkube/kwok-stages.yaml, stage
 # pod-ready-kwok): the chart always renders a container command, so the annotation, not a missing command, selects
 # the stage.
-KWOK_READY = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "kwok"},
-                                 "terminationGracePeriodSeconds": 0}}
+KWOK_READY = {
+    "workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "kwok"}, "terminationGracePeriodSeconds": 0}
+}
 # Pods whose guard processes podrunner runs: a short grace period keeps the clean-up between runs short.
 REAL_GUARDS = {"workerDefaults": {"terminationGracePeriodSeconds": 2}}
 RELEASE_LABEL = "app.kubernetes.io/instance"
 HOOK_ANNOTATION = "helm.sh/hook"
-STALE_KWOK_HINT = ("pods annotated readiness=kwok never Ready? the cluster's KWOK may predate the stage "
-                   "pod-ready-kwok of tools/localkube/kwok-stages.yaml (restart the cluster: make cluster-down)")
+STALE_KWOK_HINT = (
+    "pods annotated readiness=kwok never Ready? the cluster's KWOK may predate the stage "
+    "pod-ready-kwok of tools/localkube/kwok-stages.yaml (restart the cluster: make cluster-down)"
+)
 
 
 def admin_client(kubeconfig: str) -> client.ApiClient:
@@ -100,16 +103,25 @@ def own_runner(kubeconfig: str, ns: Namespace, log_dir: Path) -> Iterator[PodRun
 
 def controller_kubeconfig(admin_kubeconfig: str, ns: str, out: Path) -> str:
     """rbac/ applied in the namespace; a kubeconfig of its least-privilege controller ServiceAccount."""
-    subprocess.run([str(KUBECTL), "--kubeconfig", admin_kubeconfig, "apply", "-n", ns, "-f", str(REPO / "rbac")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(KUBECTL), "--kubeconfig", admin_kubeconfig, "apply", "-n", ns, "-f", str(REPO / "rbac")],
+        check=True,
+        capture_output=True,
+    )
     return str(service_account_kubeconfig(Path(admin_kubeconfig), ns, "areal-controller", out))
 
 
-def scheduler(kubeconfig: str, ns: str, values_files: list[str], trial: str, timeout: float,
-              exp_config: Any = None) -> KubernetesScheduler:
-    settings = KubernetesSchedulerConfig(namespace=ns, kubeconfig=kubeconfig, helm_executable=str(HELM),
-                                         values_files=tuple(values_files), ready_timeout=timeout,
-                                         helm_timeout=timeout)
+def scheduler(
+    kubeconfig: str, ns: str, values_files: list[str], trial: str, timeout: float, exp_config: Any = None
+) -> KubernetesScheduler:
+    settings = KubernetesSchedulerConfig(
+        namespace=ns,
+        kubeconfig=kubeconfig,
+        helm_executable=str(HELM),
+        values_files=tuple(values_files),
+        ready_timeout=timeout,
+        helm_timeout=timeout,
+    )
     named = {} if exp_config is not None else {"experiment_name": "bench", "trial_name": trial}
     return KubernetesScheduler(exp_config, config=settings, **named)
 
@@ -138,10 +150,13 @@ def create_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any
 def delete_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any]]) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     net = client.NetworkingV1Api(api)
-    deleters = {"StatefulSet": apps.delete_namespaced_stateful_set, "Service": core.delete_namespaced_service,
-                "ConfigMap": core.delete_namespaced_config_map,
-                "ServiceAccount": core.delete_namespaced_service_account,
-                "NetworkPolicy": net.delete_namespaced_network_policy}
+    deleters = {
+        "StatefulSet": apps.delete_namespaced_stateful_set,
+        "Service": core.delete_namespaced_service,
+        "ConfigMap": core.delete_namespaced_config_map,
+        "ServiceAccount": core.delete_namespaced_service_account,
+        "NetworkPolicy": net.delete_namespaced_network_policy,
+    }
     for manifest in manifests:
         try:
             deleters[manifest["kind"]](manifest["metadata"]["name"], ns, propagation_policy="Background")
@@ -153,6 +168,7 @@ def delete_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any
 def wait_pods(core: client.CoreV1Api, ns: str, selector: str, count: int, timeout: float) -> None:
     """One list, then one watch from its resourceVersion (the adapter's PodWatch), until `count` pods match, all
     Ready."""
+
     def done(pods: dict[str, client.V1Pod]) -> bool:
         return len(pods) == count and all(map(is_ready, pods.values()))
 
@@ -160,8 +176,10 @@ def wait_pods(core: client.CoreV1Api, ns: str, selector: str, count: int, timeou
         PodWatch(core, ns).wait(selector, done, timeout)
     except WaitTimedOut as timed_out:
         ready_count = sum(map(is_ready, timed_out.pods.values()))
-        raise TimeoutError(f"{ns}: {ready_count}/{count} pods Ready, {len(timed_out.pods)} present after "
-                           f"{timeout:.0f}s; {STALE_KWOK_HINT}") from None
+        raise TimeoutError(
+            f"{ns}: {ready_count}/{count} pods Ready, {len(timed_out.pods)} present after "
+            f"{timeout:.0f}s; {STALE_KWOK_HINT}"
+        ) from None
 
 
 def wait_no_pods(core: client.CoreV1Api, ns: str, timeout: float) -> None:

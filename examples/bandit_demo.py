@@ -37,11 +37,9 @@ import numpy as np
 from kubernetes import client
 
 from areal_workers import KubernetesScheduler
-
 from bandit_config import BanditExperimentConfig, cluster_for
 from demo_checks import DemoFailure
-from demo_setup import LOCAL_HELM, Target, ensure_namespace, find_target, local_kubeconfig, pod_runner, \
-    scheduler_config
+from demo_setup import LOCAL_HELM, Target, ensure_namespace, find_target, local_kubeconfig, pod_runner, scheduler_config
 from demo_steps import BanditDemo
 from demo_terminal import Terminal
 
@@ -51,21 +49,33 @@ ARMS_SEED = 2024
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kubeconfig", help="cluster credentials (default: the local cluster's .tools/kubeconfig "
-                                             "when it exists, else $KUBECONFIG or ~/.kube/config, or in-cluster)")
+    parser.add_argument(
+        "--kubeconfig",
+        help="cluster credentials (default: the local cluster's .tools/kubeconfig "
+        "when it exists, else $KUBECONFIG or ~/.kube/config, or in-cluster)",
+    )
     parser.add_argument("--namespace", default="bandit-demo", help="namespace of the release (created if missing)")
-    parser.add_argument("--image", help="worker image with AReaL and examples/ on its PYTHONPATH "
-                                        "(default: the chart's, AReaL's runtime image; unused on the local cluster)")
+    parser.add_argument(
+        "--image",
+        help="worker image with AReaL and examples/ on its PYTHONPATH "
+        "(default: the chart's, AReaL's runtime image; unused on the local cluster)",
+    )
     parser.add_argument("--experiment", default="bandit", help="AReaL experiment name (default: bandit)")
     parser.add_argument("--trial", default="demo", help="AReaL trial name (default: demo)")
     parser.add_argument("--iterations", type=int, default=8, help="training iterations (default: 8)")
     parser.add_argument("--keep", action="store_true", help="leave the workers running and say how to look at them")
-    parser.add_argument("--local-cluster-pod", action="store_true",
-                        help="this program runs as a pod of this checkout's local cluster (make demo IN_CLUSTER=1, "
-                             "with areal-workers submit): its workers are processes of this machine too")
-    parser.add_argument("--run-pods", action="store_true",
-                        help="local cluster only: run the worker pods with a pod runner inside this program, for a "
-                             "cluster whose own runner is not running (the workers stop when the program does)")
+    parser.add_argument(
+        "--local-cluster-pod",
+        action="store_true",
+        help="this program runs as a pod of this checkout's local cluster (make demo IN_CLUSTER=1, "
+        "with areal-workers submit): its workers are processes of this machine too",
+    )
+    parser.add_argument(
+        "--run-pods",
+        action="store_true",
+        help="local cluster only: run the worker pods with a pod runner inside this program, for a "
+        "cluster whose own runner is not running (the workers stop when the program does)",
+    )
     parser.add_argument("--helm", help="helm binary (default: .tools/bin/helm when it exists, else helm)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds workers get to become ready")
     parser.add_argument("--verbose", action="store_true", help="show the scheduler's and helm's own log lines")
@@ -81,8 +91,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build(args: argparse.Namespace, out: Terminal, target: Target) -> BanditDemo:
-    exp = BanditExperimentConfig(experiment_name=args.experiment, trial_name=args.trial,
-                                 cluster=cluster_for(target.fileroot), iterations=args.iterations)
+    exp = BanditExperimentConfig(
+        experiment_name=args.experiment,
+        trial_name=args.trial,
+        cluster=cluster_for(target.fileroot),
+        iterations=args.iterations,
+    )
     arm_probs = np.round(np.random.default_rng(ARMS_SEED).uniform(0.1, 0.9, exp.n_arms), 2)
     made_namespace = ensure_namespace(target, args.namespace)
     try:
@@ -91,8 +105,15 @@ def build(args: argparse.Namespace, out: Terminal, target: Target) -> BanditDemo
         if made_namespace:
             client.CoreV1Api(target.api).delete_namespace(args.namespace)
         raise
-    return BanditDemo(args=args, out=out, target=target, scheduler=scheduler, exp=exp, arm_probs=arm_probs,
-                      made_namespace=made_namespace)
+    return BanditDemo(
+        args=args,
+        out=out,
+        target=target,
+        scheduler=scheduler,
+        exp=exp,
+        arm_probs=arm_probs,
+        made_namespace=made_namespace,
+    )
 
 
 def run(demo: BanditDemo) -> None:

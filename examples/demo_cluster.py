@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from areal_workers import Worker
-from areal_workers import naming
+from areal_workers import Worker, naming
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 REAL_NODE_LABEL = "areal-workers.dev/node"  # tools/realnode/config.py
@@ -26,8 +25,11 @@ def is_local_cluster(core: client.CoreV1Api) -> bool:
         nodes = core.list_node().items
     except ApiException:
         return False  # no right to list nodes: not the local cluster's admin
-    return bool(nodes) and all((n.metadata.annotations or {}).get(KWOK_NODE_ANNOTATION) == "fake"
-                               or (n.metadata.labels or {}).get(REAL_NODE_LABEL) == "real" for n in nodes)
+    return bool(nodes) and all(
+        (n.metadata.annotations or {}).get(KWOK_NODE_ANNOTATION) == "fake"
+        or (n.metadata.labels or {}).get(REAL_NODE_LABEL) == "real"
+        for n in nodes
+    )
 
 
 def has_real_node(core: client.CoreV1Api) -> bool:
@@ -83,8 +85,9 @@ def progress(core: client.CoreV1Api, namespace: str, release: str, role: str, re
     return f"{ready}/{replicas} ready · {shown or 'no pods yet'}"
 
 
-def worker_rows(workers: Mapping[str, Sequence[Worker]], pods: Sequence[client.V1Pod],
-                forks: Mapping[str, str]) -> list[tuple[str, ...]]:
+def worker_rows(
+    workers: Mapping[str, Sequence[Worker]], pods: Sequence[client.V1Pod], forks: Mapping[str, str]
+) -> list[tuple[str, ...]]:
     """One row per worker. A forked role (forks: role -> target role) runs in its target's pods, on its own
     ports; its READY is its target pod's, since Kubernetes knows nothing of the process."""
     by_role_index = {(pod_role(p), pod_index(p)): p for p in pods}
@@ -96,8 +99,17 @@ def worker_rows(workers: Mapping[str, Sequence[Worker]], pods: Sequence[client.V
                 rows.append((worker.id, "(no pod)", "-", worker.ip, ",".join(worker.worker_ports), "-", "-"))
                 continue
             name = pod.metadata.name if role not in forks else f"{pod.metadata.name} (forked process)"
-            rows.append((worker.id, name, pod.spec.node_name or "-", worker.ip, ",".join(worker.worker_ports),
-                         str(is_ready(pod)).lower(), str(restarts(pod))))
+            rows.append(
+                (
+                    worker.id,
+                    name,
+                    pod.spec.node_name or "-",
+                    worker.ip,
+                    ",".join(worker.worker_ports),
+                    str(is_ready(pod)).lower(),
+                    str(restarts(pod)),
+                )
+            )
     return rows
 
 

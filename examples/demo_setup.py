@@ -17,9 +17,8 @@ from typing import Any
 from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from areal_workers import KubernetesSchedulerConfig, SchedulingSpec
-
 import demo_cluster as cluster
+from areal_workers import KubernetesSchedulerConfig, SchedulingSpec
 from bandit_config import ClusterConfig
 from demo_checks import DemoFailure
 
@@ -72,8 +71,10 @@ def find_target(args: argparse.Namespace) -> Target:
     # A trainer pod's ServiceAccount may not list nodes: it is told it runs on the local cluster instead.
     local = args.local_cluster_pod or cluster.is_local_cluster(core)
     if local and not LOCAL_WORKER_PYTHON.exists():
-        raise DemoFailure(f"the local cluster runs AReaL's worker server from {LOCAL_WORKER_PYTHON}: "
-                          f"run `make areal-worker` (or `make demo`, which does)")
+        raise DemoFailure(
+            f"the local cluster runs AReaL's worker server from {LOCAL_WORKER_PYTHON}: "
+            f"run `make areal-worker` (or `make demo`, which does)"
+        )
     if args.run_pods and not local:
         raise DemoFailure("--run-pods runs pods of the local cluster only (its nodes are KWOK's fake nodes)")
     if local and not args.run_pods:
@@ -88,8 +89,15 @@ def find_target(args: argparse.Namespace) -> Target:
     if real_node:  # mounted into the worker containers, whose user is not this one
         Path(fileroot).mkdir(parents=True, exist_ok=True)
         Path(fileroot).chmod(0o777)
-    return Target(api=api, server=api.configuration.host, local=local, nodes=nodes, fileroot=fileroot,
-                  made_fileroot=local, real_node=real_node)
+    return Target(
+        api=api,
+        server=api.configuration.host,
+        local=local,
+        nodes=nodes,
+        fileroot=fileroot,
+        made_fileroot=local,
+        real_node=real_node,
+    )
 
 
 def ensure_namespace(target: Target, namespace: str) -> bool:
@@ -119,15 +127,23 @@ def check_local_runner(kubeconfig: str | None) -> None:
     workers = local.podrunner_workers()
     if workers != "areal":
         now = "is not running" if workers is None else f"runs the {workers} worker server"
-        raise DemoFailure(f"the local cluster's podrunner {now}; the demo's workers need AReaL's: run "
-                          f"`python tools/localcluster.py up --workers areal` (what `make demo` does), or pass "
-                          f"--run-pods")
+        raise DemoFailure(
+            f"the local cluster's podrunner {now}; the demo's workers need AReaL's: run "
+            f"`python tools/localcluster.py up --workers areal` (what `make demo` does), or pass "
+            f"--run-pods"
+        )
 
 
 def scheduler_config(args: argparse.Namespace, target: Target) -> KubernetesSchedulerConfig:
-    settings: dict[str, Any] = dict(namespace=args.namespace, kubeconfig=args.kubeconfig, helm_executable=args.helm,
-                                    image=args.image, ready_timeout=args.timeout, helm_timeout=args.timeout,
-                                    fork_ready_timeout=args.timeout)
+    settings: dict[str, Any] = dict(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        helm_executable=args.helm,
+        image=args.image,
+        ready_timeout=args.timeout,
+        helm_timeout=args.timeout,
+        fork_ready_timeout=args.timeout,
+    )
     if target.real_node:
         # Containers of the locally built image, with AReaL's environment mounted; the fileroot is shared with them.
         settings.update(values_files=(str(real_node_values(target.fileroot)),), termination_grace_seconds=5)
@@ -165,8 +181,14 @@ def pod_runner(args: argparse.Namespace, target: Target) -> Iterator[None]:
     from podrunner.watch import PodRunner
 
     logs = Path(tempfile.mkdtemp(prefix="areal-bandit-demo-pods-"))
-    runner = PodRunner(args.kubeconfig, args.namespace, logs, module_map={}, python=str(LOCAL_WORKER_PYTHON),
-                       pythonpath=(str(EXAMPLES),)).start()
+    runner = PodRunner(
+        args.kubeconfig,
+        args.namespace,
+        logs,
+        module_map={},
+        python=str(LOCAL_WORKER_PYTHON),
+        pythonpath=(str(EXAMPLES),),
+    ).start()
     try:
         yield
     finally:

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 from kubernetes import client
 
-from areal_workers import Job, KubernetesScheduler, Worker, WorkerFailedError
-
 import demo_cluster as cluster
+from areal_workers import Job, KubernetesScheduler, Worker, WorkerFailedError
 from bandit_config import BanditExperimentConfig
 from bandit_training import BanditTraining
 from demo_checks import DemoFailure, expect
@@ -69,90 +68,125 @@ class BanditDemo:
     def header(self) -> None:
         self.out.title("areal-workers demo: KubernetesScheduler runs a small RL experiment, as an AReaL trainer would")
         if self.target.real_node:
-            where = (f"the local cluster's real node (kubelet + containerd, beside {self.target.nodes - 1} KWOK "
-                     f"nodes); each worker is a container of the locally built image running AReaL's rpc_server")
+            where = (
+                f"the local cluster's real node (kubelet + containerd, beside {self.target.nodes - 1} KWOK "
+                f"nodes); each worker is a container of the locally built image running AReaL's rpc_server"
+            )
         elif self.target.local:
-            where = (f"the local cluster ({self.target.nodes} KWOK nodes); each worker pod's command, AReaL's "
-                     f"rpc_server, runs as a process on this machine")
+            where = (
+                f"the local cluster ({self.target.nodes} KWOK nodes); each worker pod's command, AReaL's "
+                f"rpc_server, runs as a process on this machine"
+            )
         else:
             where = f"{self.target.nodes or 'unknown number of'} nodes"
         self.out.field("cluster", f"{self.target.server} · {where}")
-        self.out.field("namespace", f"{self.args.namespace} · release {self.release} "
-                                    f"(experiment {self.exp.experiment_name}, trial {self.exp.trial_name})")
+        self.out.field(
+            "namespace",
+            f"{self.args.namespace} · release {self.release} "
+            f"(experiment {self.exp.experiment_name}, trial {self.exp.trial_name})",
+        )
         best = int(np.argmax(self.arm_probs))
-        self.out.field("task", f"REINFORCE on a bandit with {len(self.arm_probs)} arms paying "
-                               f"{' '.join(f'{p:.2f}' for p in self.arm_probs)} (best: arm {best})")
+        self.out.field(
+            "task",
+            f"REINFORCE on a bandit with {len(self.arm_probs)} arms paying "
+            f"{' '.join(f'{p:.2f}' for p in self.arm_probs)} (best: arm {best})",
+        )
 
     def check_fresh(self) -> None:
         """A release left by an earlier run (`--keep`) would be adopted, and its roles exist already."""
         if self.scheduler.history():
             kubeconfig = f" --kubeconfig {shown_path(self.args.kubeconfig)}" if self.args.kubeconfig else ""
             helm = f"{shown_path(self.args.helm)}{kubeconfig} -n {self.args.namespace} uninstall {self.release} --wait"
-            raise DemoFailure(f"release {self.release} already exists in namespace {self.args.namespace} (left by "
-                              f"--keep?): remove it with `{helm}`, or choose another --namespace or --trial")
+            raise DemoFailure(
+                f"release {self.release} already exists in namespace {self.args.namespace} (left by "
+                f"--keep?): remove it with `{helm}`, or choose another --namespace or --trial"
+            )
 
     # --- 1. workers --------------------------------------------------------------------------------------
 
     def create_workers(self) -> None:
-        self.out.step("Create the workers", "actor: AReaL's TrainController.initialize (create_workers, get_workers, "
-                                            "set_worker_env, engines, gloo group); rollout: create_workers(Job(role, "
-                                            "replicas=2)); the scheduler installs or upgrades the release, waits "
-                                            "until every worker answers and sends /configure")
+        self.out.step(
+            "Create the workers",
+            "actor: AReaL's TrainController.initialize (create_workers, get_workers, "
+            "set_worker_env, engines, gloo group); rollout: create_workers(Job(role, "
+            "replicas=2)); the scheduler installs or upgrades the release, waits "
+            "until every worker answers and sends /configure",
+        )
         started = time.monotonic()
         self.made_release = True
         with self.out.waiting("actor: TrainController.initialize", self.progress_of("actor")):
             actor = self.training.create_actor(worker_spec(self.target))
         ids = [w.id for w in actor]
         expect(ids == [f"actor/{i}" for i in range(REPLICAS)], f"TrainController's actor workers are {ids}")
-        expect(self.training.master(self.training.actor) == f"{actor[0].ip}:{actor[0].worker_ports[1]}",
-               f"MASTER_ADDR:MASTER_PORT {self.training.master(self.training.actor)} is not actor/0's second port")
-        self.out.ok(f"actor    {' '.join(ids)} ready, engines in a gloo group at {self.training.master(self.training.actor)}"
-                    f" (actor/0's pod IP and second port) · helm revision {self.revision()}", time.monotonic() - started)
+        expect(
+            self.training.master(self.training.actor) == f"{actor[0].ip}:{actor[0].worker_ports[1]}",
+            f"MASTER_ADDR:MASTER_PORT {self.training.master(self.training.actor)} is not actor/0's second port",
+        )
+        self.out.ok(
+            f"actor    {' '.join(ids)} ready, engines in a gloo group at {self.training.master(self.training.actor)}"
+            f" (actor/0's pod IP and second port) · helm revision {self.revision()}",
+            time.monotonic() - started,
+        )
         started = time.monotonic()
         with self.out.waiting("rollout: create_workers", self.progress_of("rollout")):
-            ids = self.scheduler.create_workers(Job(role="rollout", replicas=REPLICAS,
-                                                    tasks=[worker_spec(self.target)]))
+            ids = self.scheduler.create_workers(
+                Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(self.target)])
+            )
         expect(ids == [f"rollout/{i}" for i in range(REPLICAS)], f"create_workers(rollout) returned {ids}")
         self.workers["rollout"] = self.scheduler.get_workers("rollout")
-        self.out.ok(f"rollout  {' '.join(ids)} ready and configured · helm revision {self.revision()}",
-                    time.monotonic() - started)
+        self.out.ok(
+            f"rollout  {' '.join(ids)} ready and configured · helm revision {self.revision()}",
+            time.monotonic() - started,
+        )
 
     def fork_reference(self) -> None:
-        self.out.step("Fork a role into the actor's pods", "TrainController.initialize for ref, colocated with "
-                                                          "actor (fork=True): each actor server forks an rpc_server")
+        self.out.step(
+            "Fork a role into the actor's pods",
+            "TrainController.initialize for ref, colocated with "
+            "actor (fork=True): each actor server forks an rpc_server",
+        )
         started = time.monotonic()
         with self.out.waiting("ref: forking 2 rpc_server processes"):
             refs = self.training.create_reference(worker_spec(self.target))
         expect([w.id for w in refs] == [f"ref/{i}" for i in range(REPLICAS)], f"the fork of ref made {refs}")
         for ref, actor in zip(refs, self.workers["actor"]):
-            expect(ref.ip == actor.ip and ref.worker_ports[0] != actor.worker_ports[0],
-                   f"{ref.id} should run in {actor.id}'s pod on ports of its own: {ref} vs {actor}")
+            expect(
+                ref.ip == actor.ip and ref.worker_ports[0] != actor.worker_ports[0],
+                f"{ref.id} should run in {actor.id}'s pod on ports of its own: {ref} vs {actor}",
+            )
         ports = ", ".join(f"{w.id} on {w.ip}:{w.worker_ports[0]}" for w in refs)
-        self.out.ok(f"ref      {ports} · helm revision {self.revision()} records the ports",
-                    time.monotonic() - started)
+        self.out.ok(f"ref      {ports} · helm revision {self.revision()} records the ports", time.monotonic() - started)
 
     def show_workers(self, title: str) -> None:
         self.out.step(title, f"pods of the release (label app.kubernetes.io/instance={self.release})")
         pods = self.pods()
         rows = cluster.worker_rows(self.workers, pods, forks={"ref": "actor"})
         self.out.table(cluster.TABLE_HEADER, rows)
-        expect(len(pods) == 2 * REPLICAS and all(cluster.is_ready(p) for p in pods),
-               f"expected {2 * REPLICAS} Ready pods, found {[(p.metadata.name, cluster.is_ready(p)) for p in pods]}")
+        expect(
+            len(pods) == 2 * REPLICAS and all(cluster.is_ready(p) for p in pods),
+            f"expected {2 * REPLICAS} Ready pods, found {[(p.metadata.name, cluster.is_ready(p)) for p in pods]}",
+        )
 
     # --- 2. a failure ------------------------------------------------------------------------------------
 
     def bad_update(self) -> None:
-        self.out.step("A bad update, diagnosed and rolled back",
-                      f"update_workers(Job('rollout', 2, image={MISSING_IMAGE}))")
+        self.out.step(
+            "A bad update, diagnosed and rolled back", f"update_workers(Job('rollout', 2, image={MISSING_IMAGE}))"
+        )
         if self.target.real_node:
-            self.out.note("(the real node's kubelet: the image is not on the node and no registry is reachable, so "
-                          "the pull policy is Never: ErrImageNeverPull)")
+            self.out.note(
+                "(the real node's kubelet: the image is not on the node and no registry is reachable, so "
+                "the pull policy is Never: ErrImageNeverPull)"
+            )
         elif self.target.local:
-            self.out.note("(simulated: the local cluster pulls no images; its fake kubelet, KWOK, fails pulls from "
-                          "registry.invalid as a kubelet reports them: ErrImagePull, then ImagePullBackOff)")
+            self.out.note(
+                "(simulated: the local cluster pulls no images; its fake kubelet, KWOK, fails pulls from "
+                "registry.invalid as a kubelet reports them: ErrImagePull, then ImagePullBackOff)"
+            )
         good, before = self.revision(), cluster.uids(self.pods())
-        self.scheduler.update_workers(Job(role="rollout", replicas=REPLICAS,
-                                          tasks=[worker_spec(self.target, MISSING_IMAGE)]))
+        self.scheduler.update_workers(
+            Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(self.target, MISSING_IMAGE)])
+        )
         self.out.ok(f"helm revision {self.revision()}: the StatefulSet replaces its pods from the highest ordinal")
         error = self.wait_for_failure()
         self.check_rollback(good, before, error)
@@ -163,21 +197,32 @@ class BanditDemo:
             with self.out.waiting("rollout: get_workers", self.progress_of("rollout")):
                 workers = self.scheduler.get_workers("rollout", timeout=self.args.timeout)
         except WorkerFailedError as error:
-            self.out.ok(f"get_workers('rollout') raised {type(error).__name__}; its text, with the scheduler's "
-                        f"diagnosis and what it did about it:", time.monotonic() - started)
+            self.out.ok(
+                f"get_workers('rollout') raised {type(error).__name__}; its text, with the scheduler's "
+                f"diagnosis and what it did about it:",
+                time.monotonic() - started,
+            )
             self.out.quote(failure_lines(error), limit=30)
             return error
-        hint = (" (a local cluster started before its KWOK stages simulated image pulls: `make cluster-down`, then "
-                "`make demo`)" if self.target.local else "")
+        hint = (
+            " (a local cluster started before its KWOK stages simulated image pulls: `make cluster-down`, then "
+            "`make demo`)"
+            if self.target.local
+            else ""
+        )
         raise DemoFailure(f"get_workers succeeded on an image that does not exist: {workers}{hint}")
 
     def check_rollback(self, good: int, before: dict[str, str], error: WorkerFailedError) -> None:
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
-        expect(MISSING_IMAGE in text and any(reason in text for reason in PULL_FAILURES),
-               "the diagnosis names neither the image nor the pull failure")
+        expect(
+            MISSING_IMAGE in text and any(reason in text for reason in PULL_FAILURES),
+            "the diagnosis names neither the image nor the pull failure",
+        )
         latest = self.scheduler.history()[-1]
-        expect(latest["description"] == f"Rollback to {good}",
-               f"the release's last revision is {latest}, not a rollback to revision {good}")
+        expect(
+            latest["description"] == f"Rollback to {good}",
+            f"the release's last revision is {latest}, not a rollback to revision {good}",
+        )
         started = time.monotonic()
         with self.out.waiting("rollout: get_workers after the rollback", self.progress_of("rollout")):
             self.workers["rollout"] = self.scheduler.get_workers("rollout")
@@ -187,28 +232,37 @@ class BanditDemo:
         expect(all("-actor-" not in name for name in replaced), f"the failed update of rollout touched {replaced}")
         images = {c.image for p in self.pods() for c in p.spec.containers}
         expect(MISSING_IMAGE not in images, f"pods still use {MISSING_IMAGE} after the rollback")
-        self.out.ok(f"revision {latest['revision']} ({latest['description']}): the release is back at revision "
-                    f"{good}'s values", time.monotonic() - started)
+        self.out.ok(
+            f"revision {latest['revision']} ({latest['description']}): the release is back at revision {good}'s values",
+            time.monotonic() - started,
+        )
         self.out.ok(f"untouched, same pod UIDs: {', '.join(short(n, self.release) for n in kept)}")
         if replaced:
-            self.out.ok(f"replaced by the update and back on the good image: "
-                        f"{', '.join(short(n, self.release) for n in replaced)}")
+            self.out.ok(
+                f"replaced by the update and back on the good image: "
+                f"{', '.join(short(n, self.release) for n in replaced)}"
+            )
         self.training.resume(replaced)
 
     # --- 3. history, cleanup -----------------------------------------------------------------------------
 
     def show_history(self) -> None:
         self.out.step(f"helm history {self.release}", "one revision per scheduler change (scheduler.history())")
-        self.out.table(("REVISION", "STATUS", "DESCRIPTION"),
-                       [(r["revision"], r["status"], r["description"]) for r in self.scheduler.history()])
+        self.out.table(
+            ("REVISION", "STATUS", "DESCRIPTION"),
+            [(r["revision"], r["status"], r["description"]) for r in self.scheduler.history()],
+        )
 
     def addresses(self) -> list[tuple[str, int]]:
         return [(w.ip, int(port)) for role in self.workers.values() for w in role for port in w.worker_ports[:1]]
 
     def clean_up(self) -> None:
-        self.out.step("Clean up", "TrainController.destroy for ref and actor (engines leave their gloo groups, "
-                                  "delete_workers(role, reverse_order=True)), then delete_workers(): rollout's "
-                                  "engines destroyed, release uninstalled")
+        self.out.step(
+            "Clean up",
+            "TrainController.destroy for ref and actor (engines leave their gloo groups, "
+            "delete_workers(role, reverse_order=True)), then delete_workers(): rollout's "
+            "engines destroyed, release uninstalled",
+        )
         started, addresses = time.monotonic(), self.addresses()
         with self.out.waiting("TrainController.destroy"):
             self.training.destroy()
@@ -221,8 +275,10 @@ class BanditDemo:
         with self.out.waiting("waiting for the worker processes to exit"):
             alive = cluster.wait_until_silent(addresses, timeout=60.0)
         expect(not alive, f"worker servers still answer after the release is gone: {alive}")
-        self.out.ok(f"release uninstalled, no pods left, nothing answers on the {len(addresses)} worker addresses",
-                    time.monotonic() - started)
+        self.out.ok(
+            f"release uninstalled, no pods left, nothing answers on the {len(addresses)} worker addresses",
+            time.monotonic() - started,
+        )
 
     def remove_scaffolding(self) -> None:
         """What the demo itself made: the namespace (when it created it) and the local workers' fileroot."""

@@ -12,11 +12,14 @@ import pytest
 
 from repo_paths import REPO, TOOLS_BIN
 
+# The lane of a test is the first directory under tests/, however deep the test sits below it: tests/unit/cli/doctor
+# is the unit lane, tests/chart/docs the chart lane.
 MARKER_BY_DIRECTORY = {"unit": "unit", "chart": "chart", "integration": "integration"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test carries the marker of its directory, so `-m unit|chart|integration` selects lanes."""
+    """Every test carries the marker of its top directory under tests/, so `-m unit|chart|integration` selects
+    lanes."""
     for item in items:
         directory = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
         marker = MARKER_BY_DIRECTORY.get(directory)
@@ -47,7 +50,7 @@ def kubeconfig() -> Path:
 
 @pytest.fixture(scope="session")
 def kube_client(kubeconfig: Path):
-    from kubernetes import client, config
+    from kubernetes import config
 
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     yield api_client
@@ -66,6 +69,7 @@ def make_namespace(kube_client, request) -> Iterator:
     test's own (the pod_runner fixture), so two runners never run one pod. private=False hands them to the
     cluster's podrunner."""
     from kubernetes import client
+
     from podrunner.watch import PRIVATE_LABEL, PRIVATE_VALUE
 
     core = client.CoreV1Api(kube_client)

@@ -9,9 +9,9 @@ Lanes that share nothing but the cluster run side by side, each test in namespac
 conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`,
 which load or change what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that
 run on the real node (`real_node`) beside those that do not. Last, alone, the tests that restart a component of the
-control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log; the report prints every lane's log once it ends
-(whole for a failed lane, the summary line otherwise), its time and its result. The exit status is the first
-failure's, else 0.
+control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log; the report prints
+every lane's log once it ends (whole for a failed lane, the summary line otherwise), its time and its result. The exit
+status is the first failure's, else 0.
 """
 
 from __future__ import annotations
@@ -29,11 +29,18 @@ from repo_paths import REPO, TOOLS_BIN
 PYTEST = REPO / ".venv" / "bin" / "pytest"
 LOGS = REPO / ".tools" / "lanes"
 HELM4 = TOOLS_BIN / "helm4"
-AREAL_FILES = ["tests/integration/test_scheduler.py", "tests/integration/test_areal_worker.py",
-               "tests/integration/test_areal_conformance.py", "tests/integration/test_areal_scheduler_semantics.py",
-               "tests/integration/test_train_controller.py"]
-HELM4_FILES = ["tests/integration/test_harness_smoke.py", "tests/integration/test_chart_install.py",
-               "tests/integration/test_scheduler.py"]
+AREAL_FILES = [
+    "tests/integration/test_scheduler.py",
+    "tests/integration/test_areal_worker.py",
+    "tests/integration/test_areal_conformance.py",
+    "tests/integration/test_areal_scheduler_semantics.py",
+    "tests/integration/test_train_controller.py",
+]
+HELM4_FILES = [
+    "tests/integration/test_harness_smoke.py",
+    "tests/integration/test_chart_install.py",
+    "tests/integration/test_scheduler.py",
+]
 
 
 @dataclass
@@ -51,8 +58,13 @@ class Lane:
     def run(self, extra: list[str]) -> int:
         started = time.monotonic()
         with self.log.open("w") as out:
-            self.code = subprocess.run([str(PYTEST), *self.arguments, *extra], cwd=REPO, stdout=out,
-                                       stderr=subprocess.STDOUT, env={**os.environ, **self.environment}).returncode
+            self.code = subprocess.run(
+                [str(PYTEST), *self.arguments, *extra],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.environment},
+            ).returncode
         self.seconds = time.monotonic() - started
         return self.code
 
@@ -64,8 +76,11 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
     main = Lane("main", ["-m", SIDE_BY_SIDE])
-    areal = Lane("areal", [*AREAL_FILES, "-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"],
-                 {"AREAL_WORKERS_WORKER": "areal"})
+    areal = Lane(
+        "areal",
+        [*AREAL_FILES, "-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"],
+        {"AREAL_WORKERS_WORKER": "areal"},
+    )
     helm4 = Lane("helm4", [*HELM4_FILES, "-m", SIDE_BY_SIDE, "-k", "not rbac"], {"AREAL_WORKERS_HELM": str(HELM4)})
     serial_node = Lane("serial-node", ["-m", f"{SERIAL} and real_node"])
     serial = Lane("serial", ["-m", f"{SERIAL} and not real_node"])
@@ -76,8 +91,10 @@ def lanes() -> list[list[list[Lane]]]:
 def by_name(name: str) -> Lane:
     found = [lane for phase in lanes() for lanes_ in phase for lane in lanes_ if lane.name == name]
     if not found:
-        raise SystemExit(f"test_lanes: no lane {name!r}; the lanes: "
-                         f"{', '.join(lane.name for phase in lanes() for lanes_ in phase for lane in lanes_)}")
+        raise SystemExit(
+            f"test_lanes: no lane {name!r}; the lanes: "
+            f"{', '.join(lane.name for phase in lanes() for lanes_ in phase for lane in lanes_)}"
+        )
     return found[0]
 
 
@@ -93,18 +110,21 @@ def report(lane: Lane, lock: threading.Lock) -> None:
 def main(extra: list[str]) -> int:
     if extra[:1] == ["--lane"] and len(extra) > 1:
         lane = by_name(extra[1])
-        return subprocess.run([str(PYTEST), *lane.arguments, *extra[2:]], cwd=REPO,
-                              env={**os.environ, **lane.environment}).returncode
+        return subprocess.run(
+            [str(PYTEST), *lane.arguments, *extra[2:]], cwd=REPO, env={**os.environ, **lane.environment}
+        ).returncode
     LOGS.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     started = time.monotonic()
     every: list[Lane] = []
     for phase in lanes():
+
         def stream(lanes_: list[Lane]) -> None:
             for lane in lanes_:
                 with lock:
-                    print(f"lane {lane.name}: {' '.join(lane.arguments)} (log {lane.log.relative_to(REPO)})",
-                          flush=True)
+                    print(
+                        f"lane {lane.name}: {' '.join(lane.arguments)} (log {lane.log.relative_to(REPO)})", flush=True
+                    )
                 lane.run(extra)
                 report(lane, lock)
 
@@ -116,9 +136,11 @@ def main(extra: list[str]) -> int:
         every += [lane for lanes_ in phase for lane in lanes_]
         if any(lane.code != 0 for lane in every):
             break
-    print(f"\n===== lanes in {time.monotonic() - started:.0f} s: "
-          + ", ".join(f"{lane.name} {'passed' if lane.code == 0 else 'FAILED'} ({lane.seconds:.0f} s)"
-                      for lane in every), flush=True)
+    print(
+        f"\n===== lanes in {time.monotonic() - started:.0f} s: "
+        + ", ".join(f"{lane.name} {'passed' if lane.code == 0 else 'FAILED'} ({lane.seconds:.0f} s)" for lane in every),
+        flush=True,
+    )
     return next((lane.code or 1 for lane in every if lane.code != 0), 0)
 
 

@@ -1,5 +1,6 @@
 """areal-workers: AReaL's scheduler contract on Kubernetes, over Helm releases of charts/areal-workers."""
 
+from .areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 from .config import ConfigError, KubernetesSchedulerConfig
 from .errors import (
     ClusterAccessError,
@@ -18,9 +19,8 @@ from .errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from .trainer_hook import register_with_areal
 from .scheduler import KubernetesScheduler
-from .areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
+from .trainer_hook import register_with_areal
 
 __all__ = [
     "ClusterAccessError",

@@ -59,8 +59,9 @@ else:
 
         def __post_init__(self) -> None:
             if self.ray_placement_strategy not in {"shared", "separate", "deferred"}:
-                raise ValueError(f"ray_placement_strategy must be shared, separate or deferred, "
-                                 f"got {self.ray_placement_strategy!r}")
+                raise ValueError(
+                    f"ray_placement_strategy must be shared, separate or deferred, got {self.ray_placement_strategy!r}"
+                )
 
     @dataclass
     class Worker:  # type: ignore[no-redef]

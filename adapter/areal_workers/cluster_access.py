@@ -37,14 +37,16 @@ def missing_namespace(namespace: str) -> ClusterAccessError:
         "namespace-missing",
         f"namespace {namespace} does not exist: create it (kubectl create namespace {namespace}) and give the "
         f"trainer's identity the Role of rbac/ there ({APPLY_RBAC.format(namespace=namespace)}), or set the "
-        f"scheduler's namespace (AREAL_K8S_NAMESPACE) to one that exists")
+        f"scheduler's namespace (AREAL_K8S_NAMESPACE) to one that exists",
+    )
 
 
 def terminating_namespace(namespace: str) -> ClusterAccessError:
     return ClusterAccessError(
         "namespace-terminating",
         f"namespace {namespace} is being deleted: wait until it is gone and create it again "
-        f"(kubectl wait --for=delete namespace/{namespace} --timeout=5m), or use another namespace")
+        f"(kubectl wait --for=delete namespace/{namespace} --timeout=5m), or use another namespace",
+    )
 
 
 def forbidden(namespace: str, message: str, doing: str) -> ClusterAccessError:
@@ -56,7 +58,8 @@ def forbidden(namespace: str, message: str, doing: str) -> ClusterAccessError:
         f"namespaced identity is told 'forbidden' then, not 'not found') or no RoleBinding there grants the Role "
         f"of rbac/: create the namespace if it is missing (kubectl create namespace {namespace}, as an "
         f"administrator) and apply rbac/ in it ({APPLY_RBAC.format(namespace=namespace)}); "
-        f"`areal-workers doctor -n {namespace}` lists each permission that is missing")
+        f"`areal-workers doctor -n {namespace}` lists each permission that is missing",
+    )
 
 
 def unauthorized(server: str) -> ClusterAccessError:
@@ -64,7 +67,8 @@ def unauthorized(server: str) -> ClusterAccessError:
         "unauthorized",
         f"the API server at {server} rejected the credentials (401 Unauthorized): the kubeconfig's token or "
         f"certificate is invalid or expired; a ServiceAccount token stops working when its ServiceAccount or its "
-        f"namespace is deleted")
+        f"namespace is deleted",
+    )
 
 
 def unreachable(server: str, error: BaseException) -> ClusterAccessError:
@@ -73,11 +77,13 @@ def unreachable(server: str, error: BaseException) -> ClusterAccessError:
         "unreachable",
         f"cannot reach the Kubernetes API server at {server}: {reason}; check the kubeconfig and context the "
         f"scheduler uses (kubeconfig, context; AREAL_K8S_KUBECONFIG, AREAL_K8S_CONTEXT) and that the cluster is "
-        f"up (kubectl cluster-info)")
+        f"up (kubectl cluster-info)",
+    )
 
 
-def api_failure(error: ApiException | HTTPError | OSError, namespace: str, server: str,
-                doing: str) -> ClusterAccessError | None:
+def api_failure(
+    error: ApiException | HTTPError | OSError, namespace: str, server: str, doing: str
+) -> ClusterAccessError | None:
     """The cause of a failed request made while `doing` something in `namespace`; None for an answer that is not
     about access (a conflict, a validation error: the caller's own business)."""
     if not isinstance(error, ApiException):

@@ -116,38 +116,51 @@ class KubernetesSchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
-            raise ConfigError(f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, "
-                              f"got {self.image_pull_policy!r}")
+            raise ConfigError(
+                f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, got {self.image_pull_policy!r}"
+            )
         if self.fork_mode not in ("process", "pod"):
             raise ConfigError(f"fork_mode must be 'process' or 'pod', got {self.fork_mode!r}")
         if self.ownership not in ("managed", "external"):
             raise ConfigError(f"ownership must be 'managed' or 'external', got {self.ownership!r}")
         if self.ownership == "external" and not self.release_name:
-            raise ConfigError("ownership='external' needs release_name: the name of the release installed "
-                              "by someone else (helm list -n NAMESPACE)")
+            raise ConfigError(
+                "ownership='external' needs release_name: the name of the release installed "
+                "by someone else (helm list -n NAMESPACE)"
+            )
         if not 1 <= self.guard_port <= 65535:
             raise ConfigError(f"guard_port must be within 1..65535, got {self.guard_port}")
         if self.termination_grace_seconds is not None and self.termination_grace_seconds < 0:
             raise ConfigError("termination_grace_seconds must be >= 0")
         if self.capacity_check not in CAPACITY_CHECKS:
-            raise ConfigError(f"capacity_check must be one of {', '.join(CAPACITY_CHECKS)}, got {self.capacity_check!r}")
+            raise ConfigError(
+                f"capacity_check must be one of {', '.join(CAPACITY_CHECKS)}, got {self.capacity_check!r}"
+            )
         for name in ("helm_timeout", "ready_timeout", "fork_ready_timeout", "destroy_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.lease_grace_seconds < 0:
             raise ConfigError(f"lease_grace_seconds must be >= 0 (0: no lease), got {self.lease_grace_seconds}")
         if bool(self.owner_pod) != bool(self.owner_pod_uid):
-            raise ConfigError("owner_pod and owner_pod_uid go together (AREAL_K8S_OWNER_POD and "
-                              "AREAL_K8S_OWNER_POD_UID, from the downward API's metadata.name and metadata.uid)")
+            raise ConfigError(
+                "owner_pod and owner_pod_uid go together (AREAL_K8S_OWNER_POD and "
+                "AREAL_K8S_OWNER_POD_UID, from the downward API's metadata.name and metadata.uid)"
+            )
         if self.kueue_priority_class and not self.kueue_queue:
-            raise ConfigError("kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that "
-                              "admits the roles")
+            raise ConfigError(
+                "kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that admits the roles"
+            )
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *,
-                 namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE, **overrides: object) -> KubernetesSchedulerConfig:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE,
+        **overrides: object,
+    ) -> KubernetesSchedulerConfig:
         """Defaults, then the environment, then explicit overrides. The namespace is the first of
         AREAL_K8S_NAMESPACE, KUBERNETES_NAMESPACE and, inside a pod, its service account's namespace."""
         environ = os.environ if environ is None else environ
@@ -165,8 +178,9 @@ class KubernetesSchedulerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ConfigError(f"unknown KubernetesSchedulerConfig field(s): {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"unknown KubernetesSchedulerConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         return replace(cls(), **{**values, **overrides})  # type: ignore[arg-type]
 
 
@@ -179,8 +193,9 @@ def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
     for name in unknown:
         close = difflib.get_close_matches(name, ENVIRONMENT, n=1)
         hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
-    raise ConfigError(f"unknown setting(s) {', '.join(hints)}: the AREAL_K8S_ variables are "
-                      f"{', '.join(sorted(ENVIRONMENT))}")
+    raise ConfigError(
+        f"unknown setting(s) {', '.join(hints)}: the AREAL_K8S_ variables are {', '.join(sorted(ENVIRONMENT))}"
+    )
 
 
 def _read_namespace(path: Path) -> str | None:

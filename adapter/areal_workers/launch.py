@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from .config import ConfigError, KubernetesSchedulerConfig
 from .trainer_hook import register_with_areal
 
-USAGE = ("usage: python -m areal_workers.launch SCRIPT.py [ARGS...]\n"
-         "       python -m areal_workers.launch -m MODULE [ARGS...]")
+USAGE = (
+    "usage: python -m areal_workers.launch SCRIPT.py [ARGS...]\n"
+    "       python -m areal_workers.launch -m MODULE [ARGS...]"
+)
 EXIT_USAGE = 2
 
 
@@ -39,8 +41,10 @@ def parse(argv: Sequence[str]) -> tuple[str | None, str | None, list[str]]:
             raise LaunchError(f"-m needs a module name\n{USAGE}")
         return argv[1], None, list(argv[2:])
     if argv[0].startswith("-"):
-        raise LaunchError(f"unknown option {argv[0]}: the launcher takes a script or -m MODULE, then the entry "
-                          f"point's own arguments\n{USAGE}")
+        raise LaunchError(
+            f"unknown option {argv[0]}: the launcher takes a script or -m MODULE, then the entry "
+            f"point's own arguments\n{USAGE}"
+        )
     if not os.path.isfile(argv[0]):
         raise LaunchError(f"no such script: {argv[0]}")
     return None, argv[0], list(argv[1:])
@@ -54,8 +58,10 @@ def prepare() -> list[str]:
         raise LaunchError(f"the AREAL_K8S_* settings are invalid: {error}") from None
     patched = register_with_areal()
     if not patched:
-        raise LaunchError(f"AReaL's trainers cannot be imported by {sys.executable}: run the launcher with the "
-                          f"interpreter that has AReaL (areal and torch) installed")
+        raise LaunchError(
+            f"AReaL's trainers cannot be imported by {sys.executable}: run the launcher with the "
+            f"interpreter that has AReaL (areal and torch) installed"
+        )
     return patched
 
 

@@ -21,7 +21,7 @@ def release_name(experiment: str, trial: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", f"aw-{experiment}-{trial}".lower()).strip("-")
     # Always hashed: ("a-b", "c") and ("a", "b-c") read the same once joined.
     digest = hashlib.sha256(f"{experiment}/{trial}".encode()).hexdigest()[:8]
-    return f"{slug[:RELEASE_NAME_MAX - 9].rstrip('-')}-{digest}"
+    return f"{slug[: RELEASE_NAME_MAX - 9].rstrip('-')}-{digest}"
 
 
 def role_problem(role: str) -> str | None:
@@ -33,8 +33,10 @@ def role_problem(role: str) -> str | None:
     if not ROLE_PATTERN.match(role):
         suggestion = re.sub(r"[^a-z0-9_-]+", "-", role.lower()).strip("-_")
         suggestion = suggestion if suggestion[:1].isalpha() else f"role-{suggestion}".rstrip("-")
-        return (f"role {role!r} must be lowercase letters, digits, '-' or '_', start with a letter and end with "
-                f"a letter or digit (e.g. {suggestion[:ROLE_MAX].rstrip('-_')!r})")
+        return (
+            f"role {role!r} must be lowercase letters, digits, '-' or '_', start with a letter and end with "
+            f"a letter or digit (e.g. {suggestion[:ROLE_MAX].rstrip('-_')!r})"
+        )
     return None
 
 

@@ -17,8 +17,14 @@ from typing import Any
 from . import naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 from .config import KubernetesSchedulerConfig
-from .errors import (InvalidRequestError, InvalidSchedulerSetupError, WorkerCreationError, WorkerFailedError,
-                     WorkerNotFoundError, WorkerTimeoutError)
+from .errors import (
+    InvalidRequestError,
+    InvalidSchedulerSetupError,
+    WorkerCreationError,
+    WorkerFailedError,
+    WorkerNotFoundError,
+    WorkerTimeoutError,
+)
 from .guard.wire_format import deserialize_value, serialize_value
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
@@ -37,9 +43,15 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     (default: from the AREAL_K8S_* environment variables). `connect` builds what it talks to (backend.connect:
     the cluster of the config's kubeconfig)."""
 
-    def __init__(self, exp_config: Any = None, *, config: KubernetesSchedulerConfig | None = None,
-                 experiment_name: str | None = None, trial_name: str | None = None,
-                 connect: backend_module.Connect = backend_module.connect) -> None:
+    def __init__(
+        self,
+        exp_config: Any = None,
+        *,
+        config: KubernetesSchedulerConfig | None = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        connect: backend_module.Connect = backend_module.connect,
+    ) -> None:
         self.config = config or KubernetesSchedulerConfig.from_env()
         self.exp_config = exp_config
         # As in AReaL's schedulers, the experiment config wins over the explicit names.
@@ -48,7 +60,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if not self.experiment_name or not self.trial_name:
             raise InvalidSchedulerSetupError(
                 "experiment_name and trial_name must be provided: pass exp_config (with experiment_name and "
-                "trial_name) or experiment_name= and trial_name=")
+                "trial_name) or experiment_name= and trial_name="
+            )
         self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
         self.loop = LoopThread(f"areal-workers-{self.release}")
@@ -58,11 +71,21 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             parts.check_access()
             self.guard = parts.guard
             self.held = HeldWorkers()
-            self.driver = ReleaseDriver(self.release, self.config, parts.releases, parts.inspector, parts.pods,
-                                        parts.statefulsets, self.loop)
+            self.driver = ReleaseDriver(
+                self.release, self.config, parts.releases, parts.inspector, parts.pods, parts.statefulsets, self.loop
+            )
             self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
-            self.forks = ForkOperations(self.driver, self.finder, self.guard, self.loop, self.held,
-                                        parts.inspector, self.config, self.experiment_name, self.trial_name)
+            self.forks = ForkOperations(
+                self.driver,
+                self.finder,
+                self.guard,
+                self.loop,
+                self.held,
+                parts.inspector,
+                self.config,
+                self.experiment_name,
+                self.trial_name,
+            )
             self._lock = threading.RLock()
             self.driver.adopt()
             self.lease = parts.lease
@@ -96,22 +119,28 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def _require_managed(self, operation: str) -> None:
         if self.config.ownership == "external":
             raise WorkerCreationError(
-                self.release, f"{operation} is not allowed on an external release",
+                self.release,
+                f"{operation} is not allowed on an external release",
                 f"release {self.release!r} is managed by someone else (helm/Argo CD): change roles in its values "
-                f"there; this scheduler only discovers and calls its workers")
+                f"there; this scheduler only discovers and calls its workers",
+            )
 
     def _require_new(self, role: str) -> None:
         if self.driver.model.exists(role):
-            raise WorkerCreationError(role, "Worker group already exists",
-                                      f"Use delete_workers('{role}') first to remove existing workers")
+            raise WorkerCreationError(
+                role, "Worker group already exists", f"Use delete_workers('{role}') first to remove existing workers"
+            )
 
     def _require_same_replicas(self, role: str, replicas: int) -> None:
         """Colocated and forked roles pin their target's replica count."""
         dependents = self.driver.model.dependents(role)
         if dependents and replicas != self.driver.model.replicas(role):
-            raise WorkerCreationError(role, "Replica count mismatch",
-                                      f"roles {dependents} are colocated with {role} and must keep its replica "
-                                      f"count; delete them first, scale, then colocate them again")
+            raise WorkerCreationError(
+                role,
+                "Replica count mismatch",
+                f"roles {dependents} are colocated with {role} and must keep its replica "
+                f"count; delete them first, scale, then colocate them again",
+            )
 
     def _spec(self, job: Job) -> SchedulingSpec:
         try:
@@ -123,9 +152,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def _role_values(self, role: str, spec: SchedulingSpec, replicas: int) -> dict[str, Any]:
         try:
-            base = job_values.base_values(self.config, self.experiment_name, self.trial_name,
-                                          job_values.cluster_values(self.exp_config),
-                                          offload=bool(getattr(self.exp_config, "enable_offload", False)))
+            base = job_values.base_values(
+                self.config,
+                self.experiment_name,
+                self.trial_name,
+                job_values.cluster_values(self.exp_config),
+                offload=bool(getattr(self.exp_config, "enable_offload", False)),
+            )
         except job_values.TopologyError as error:
             raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
         return self.driver.model.with_role(role, job_values.role_values(spec, replicas, self.config), base)
@@ -148,9 +181,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             if strategy.type == "colocation":
                 return self._colocate(role, replicas, strategy.target, strategy.fork)
             if strategy.type != "separation":
-                raise InvalidRequestError(role, "Invalid strategy",
-                                          f"scheduling_strategy.type must be 'separation' or 'colocation', "
-                                          f"got {strategy.type!r}")
+                raise InvalidRequestError(
+                    role,
+                    "Invalid strategy",
+                    f"scheduling_strategy.type must be 'separation' or 'colocation', got {strategy.type!r}",
+                )
             values = self._role_values(role, spec, replicas)
             first = not self.driver.model.installed
             if first:
@@ -173,14 +208,21 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             if role not in model.roles:
                 raise WorkerNotFoundError(role)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-                raise WorkerCreationError(role, "Invalid configuration",
-                                          f"replicas must be an integer greater than 0, got {replicas!r}; "
-                                          f"delete_workers('{role}') removes a role")
+                raise WorkerCreationError(
+                    role,
+                    "Invalid configuration",
+                    f"replicas must be an integer greater than 0, got {replicas!r}; "
+                    f"delete_workers('{role}') removes a role",
+                )
             self._require_same_replicas(role, replicas)
             current = model.replicas(role)
             if replicas != current:
-                self.driver.apply(model.with_replicas(role, replicas),
-                                  f"scale {role}: {current} -> {replicas} worker(s)", role, (role,))
+                self.driver.apply(
+                    model.with_replicas(role, replicas),
+                    f"scale {role}: {current} -> {replicas} worker(s)",
+                    role,
+                    (role,),
+                )
             return [naming.worker_id(role, i) for i in range(replicas)]
 
     def update_workers(self, job: Job) -> list[str]:
@@ -199,14 +241,18 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def _colocate(self, role: str, replicas: int, target: str | None, fork: bool) -> list[str]:
         model = self.driver.model
         if not target:
-            raise WorkerCreationError(role, "Invalid strategy", "Colocation strategy requires target role to be specified")
+            raise WorkerCreationError(
+                role, "Invalid strategy", "Colocation strategy requires target role to be specified"
+            )
         if target not in model.roles and target not in model.forks:
             raise WorkerNotFoundError(f"Cannot colocate with role '{target}' - role not found")
         target_replicas = model.replicas(target)
         if replicas != target_replicas:
-            raise WorkerCreationError(role, "Replica count mismatch",
-                                      f"Colocated role must have same replica count as target "
-                                      f"({replicas} != {target_replicas})")
+            raise WorkerCreationError(
+                role,
+                "Replica count mismatch",
+                f"Colocated role must have same replica count as target ({replicas} != {target_replicas})",
+            )
         if fork:
             return self.fork_workers(role, target)
         self.driver.apply(model.with_colocation(role, target), f"colocate {role} on {target}", role)
@@ -358,43 +404,82 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 return workers[parsed[1]]
         return await asyncio.to_thread(self._worker, worker_id)
 
-    async def create_engine(self, worker_id: str, engine: str, engine_name: str | None = None,
-                            *args: Any, **kwargs: Any) -> Any:
+    async def create_engine(
+        self, worker_id: str, engine: str, engine_name: str | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         worker = await self._aworker(worker_id)
         await asyncio.to_thread(self._check_alive, worker)
         name = worker_id if engine_name is None else engine_name
-        return await self.guard.create_engine(worker, engine, name, serialize_value(list(args)),
-                                              serialize_value(kwargs))
+        return await self.guard.create_engine(
+            worker, engine, name, serialize_value(list(args)), serialize_value(kwargs)
+        )
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
         worker = await self._aworker(worker_id)
         await self.guard.set_env(worker, env)
 
-    def call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
-                    rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0, max_retries: int = 3,
-                    retry_delay: float = 1.0, **kwargs: Any) -> Any:
+    def call_engine(
+        self,
+        worker_id: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+        **kwargs: Any,
+    ) -> Any:
         worker = self._worker(worker_id)
         name = worker_id if engine_name is None else engine_name  # AReaL's default: the worker's own engine
-        result = self.guard.call(worker, method, name, serialize_value(list(args)), serialize_value(kwargs),
-                                 rpc_meta, http_timeout=http_timeout, max_retries=max_retries, retry_delay=retry_delay)
+        result = self.guard.call(
+            worker,
+            method,
+            name,
+            serialize_value(list(args)),
+            serialize_value(kwargs),
+            rpc_meta,
+            http_timeout=http_timeout,
+            max_retries=max_retries,
+            retry_delay=retry_delay,
+        )
         return deserialize_value(result)
 
-    async def async_call_engine(self, worker_id: str, method: str, engine_name: str | None = None, *args: Any,
-                                rpc_meta: dict[str, Any] | None = None, http_timeout: float = 7200.0,
-                                max_retries: int = 3, retry_delay: float = 1.0, **kwargs: Any) -> Any:
+    async def async_call_engine(
+        self,
+        worker_id: str,
+        method: str,
+        engine_name: str | None = None,
+        *args: Any,
+        rpc_meta: dict[str, Any] | None = None,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+        **kwargs: Any,
+    ) -> Any:
         worker = await self._aworker(worker_id)
         name = worker_id if engine_name is None else engine_name
-        result = await self.guard.async_call(worker, method, name, serialize_value(list(args)),
-                                             serialize_value(kwargs), rpc_meta, http_timeout=http_timeout,
-                                             max_retries=max_retries, retry_delay=retry_delay)
+        result = await self.guard.async_call(
+            worker,
+            method,
+            name,
+            serialize_value(list(args)),
+            serialize_value(kwargs),
+            rpc_meta,
+            http_timeout=http_timeout,
+            max_retries=max_retries,
+            retry_delay=retry_delay,
+        )
         return deserialize_value(result)
 
     # --- introspection ---------------------------------------------------------------------------
 
     def history(self) -> list[dict[str, Any]]:
         """The release's revisions (number, status, description), oldest first."""
-        return [{"revision": r.revision, "status": r.status.value, "description": r.description}
-                for r in self.driver.helm(self.driver.releases.history(self.release))]
+        return [
+            {"revision": r.revision, "status": r.status.value, "description": r.description}
+            for r in self.driver.helm(self.driver.releases.history(self.release))
+        ]
 
     @property
     def closed(self) -> bool:

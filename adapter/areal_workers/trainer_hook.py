@@ -55,8 +55,10 @@ def _module_file_exists(module_name: str) -> bool:
     if spec is None or not spec.submodule_search_locations:
         return False
     relative = Path(*rest)
-    return any((Path(location) / relative.with_suffix(".py")).is_file() or (Path(location) / relative).is_dir()
-               for location in spec.submodule_search_locations)
+    return any(
+        (Path(location) / relative.with_suffix(".py")).is_file() or (Path(location) / relative).is_dir()
+        for location in spec.submodule_search_locations
+    )
 
 
 def _patch(trainer: Any) -> bool:

@@ -56,16 +56,35 @@ def template_text(
 # Every optional feature at once (offload, RDMA, hostNetwork, forks, "$" in values, the reaper), for render-wide checks.
 FULL_VALUES = {
     "roles": {
-        "actor": {"replicas": 2, "resources": {"gpu": 8}, "rdma": {"enabled": True}, "hostNetwork": True, "setupCommands": ["true"],
-                  "offload": {"enabled": True}, "extraArgs": ["--x", "$(POD_NAME)"]},
-        "rollout": {"replicas": 3, "env": {"X": "1"}, "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
+        "actor": {
+            "replicas": 2,
+            "resources": {"gpu": 8},
+            "rdma": {"enabled": True},
+            "hostNetwork": True,
+            "setupCommands": ["true"],
+            "offload": {"enabled": True},
+            "extraArgs": ["--x", "$(POD_NAME)"],
+        },
+        "rollout": {
+            "replicas": 3,
+            "env": {"X": "1"},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+        },
     },
     "colocations": {"critic": "actor"},
     "forks": {"ref": {"target": "actor"}, "helper": {"target": "rollout", "mode": "pod"}},
     "controllerRbac": {"create": True},
     "cluster": {"fileroot": "/data/$x", "nameResolve": {"type": "etcd3", "etcd3Addr": "etcd:2379"}},
-    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "5c1e7a2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d",
-                         "controller": True, "blockOwnerDeletion": True}],
+    "ownerReferences": [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "trainer",
+            "uid": "5c1e7a2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ],
     "reaper": {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}},
 }
 
@@ -159,7 +178,11 @@ def pod_env(statefulset: dict, downward: dict[str, str] | None = None) -> dict[s
     for entry in container(statefulset)["env"]:
         if "value" in entry:
             env[entry["name"]] = kubelet_expand(entry["value"], env)
-        elif "fieldRef" in entry.get("valueFrom", {}) and downward and entry["valueFrom"]["fieldRef"]["fieldPath"] in downward:
+        elif (
+            "fieldRef" in entry.get("valueFrom", {})
+            and downward
+            and entry["valueFrom"]["fieldRef"]["fieldPath"] in downward
+        ):
             env[entry["name"]] = downward[entry["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
 

@@ -18,7 +18,6 @@ from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
 from areal_workers.config import KubernetesSchedulerConfig
 from chartlib import HELM, REPO
 
-pytestmark = pytest.mark.chart
 JOB = {"experiment": "gsm8k", "trial": "t1", "jobs": [{"role": "actor", "replicas": 2}]}
 
 
@@ -35,6 +34,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
         code = main(list(argv))
         captured = capsys.readouterr()
         return code, captured.out, captured.err
+
     return run
 
 
@@ -62,8 +62,9 @@ def test_values_files_alone_render_their_roles_under_their_trial(cli):
     assert code == EXIT_OK, err
     rendered = json.loads(out)
     assert rendered["release"].startswith("aw-quickstart-trial0-")
-    assert sorted(m["metadata"]["name"].rsplit("-", 1)[-1] for m in rendered["manifests"]
-                  if m["kind"] == "StatefulSet") == ["actor", "rollout"]
+    assert sorted(
+        m["metadata"]["name"].rsplit("-", 1)[-1] for m in rendered["manifests"] if m["kind"] == "StatefulSet"
+    ) == ["actor", "rollout"]
 
 
 def test_values_files_without_roles_say_so(cli, tmp_path):

@@ -1,10 +1,6 @@
-import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import yaml  # noqa: E402
-
-from chartlib import REPO, container, find, sts, template_text  # noqa: E402
+from chartlib import REPO, container, find, sts, template_text
 
 EXAMPLES = REPO / "examples"
 

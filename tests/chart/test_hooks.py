@@ -1,18 +1,15 @@
+import io
+import json
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from contextlib import redirect_stdout
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import io  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
-from contextlib import redirect_stdout  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, NAMESPACE, RELEASE, one, role, template_text  # noqa: E402
+from chartlib import CHART, NAMESPACE, RELEASE, one, role, template_text
 
 SELECTOR = f"app.kubernetes.io/name=areal-workers,app.kubernetes.io/instance={RELEASE}"
 
@@ -71,7 +68,8 @@ def test_notes(tmp_path):
     shutil.copytree(CHART, chart)
     (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
     (chart / "templates" / "zz-notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
     values = {"roles": {"actor": role(2)}, "colocations": {"critic": "actor"}, "forks": {"ref": {"target": "actor"}}}
     out = template_text(values, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout

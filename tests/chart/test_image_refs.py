@@ -3,11 +3,8 @@ rendered by the chart as the same reference, for a role's image and for the rele
 
 import pytest
 
-pytestmark = pytest.mark.chart
-
-from chartlib import container, role, sts  # noqa: E402
-
-from areal_workers.release.image_reference import image_reference_problem, split_image  # noqa: E402
+from areal_workers.release.image_reference import image_reference_problem, split_image
+from chartlib import container, role, sts
 
 SHA = "sha256:" + "0123456789abcdef" * 4
 IMAGES = [

@@ -1,39 +1,22 @@
-"""Kueue values (issue 16): a role's StatefulSet under a LocalQueue, off by default, validated by the schema."""
+"""Kueue values (issue 16) where they cross into Python: the topology the adapter reads, the schema, and the name
+limit Kueue's pod labels need. (The labels on the StatefulSet: the helm-unittest suite
+charts/areal-workers/tests/kueue_test.yaml.)"""
+
+import json
 
 import pytest
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import one, role, sts  # noqa: E402
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-
-
-def test_off_by_default(render):
-    actor = sts(render({"roles": {"actor": role(2)}}), "actor")
-    assert not any(key.startswith("kueue.x-k8s.io/") for key in actor["metadata"]["labels"])
-    assert not any(key.startswith("kueue.x-k8s.io/") for key in actor["spec"]["template"]["metadata"]["labels"])
-
-
-def test_queue_and_priority_label_the_statefulset_not_its_pods(render):
-    docs = render({"workerDefaults": {"kueue": {"queueName": "team-a", "priorityClass": "high"}},
-                   "roles": {"actor": role(2), "ref": role(1, kueue={"queueName": "team-b", "priorityClass": ""})}})
-    actor, ref = sts(docs, "actor"), sts(docs, "ref")
-    assert actor["metadata"]["labels"][QUEUE_LABEL] == "team-a"
-    assert actor["metadata"]["labels"][PRIORITY_LABEL] == "high"
-    assert ref["metadata"]["labels"][QUEUE_LABEL] == "team-b" and PRIORITY_LABEL not in ref["metadata"]["labels"]
-    # Kueue labels the pods of the group itself; a queue label of ours on pods would make each pod a workload.
-    assert QUEUE_LABEL not in actor["spec"]["template"]["metadata"]["labels"]
-    # The selector stays stable: it cannot change on an existing StatefulSet.
-    assert not any(key.startswith("kueue") for key in actor["spec"]["selector"]["matchLabels"])
+from chartlib import one, role, sts
 
 
 def test_topology_records_the_queue_of_roles_and_pod_forks(render):
-    docs = render({"workerDefaults": {"kueue": {"queueName": "lq"}}, "roles": {"actor": role(1)},
-                   "forks": {"ref": {"target": "actor", "mode": "pod"}}})
+    docs = render(
+        {
+            "workerDefaults": {"kueue": {"queueName": "lq"}},
+            "roles": {"actor": role(1)},
+            "forks": {"ref": {"target": "actor", "mode": "pod"}},
+        }
+    )
     topology = json.loads(one(docs, "ConfigMap")["data"]["topology.json"])
     assert topology["roles"]["actor"]["kueue_queue"] == "lq"
     assert topology["forks"]["ref"]["kueue_queue"] == "lq"

@@ -1,8 +1,4 @@
-import pytest
-
-pytestmark = pytest.mark.chart
-
-from chartlib import container, env_of, role, sts  # noqa: E402
+from chartlib import container, env_of, role, sts
 
 # workerDefaults turned "on" everywhere a role below turns it "off" with false, 0 or "".
 DEFAULTS_ON = {
@@ -24,7 +20,9 @@ def pod_spec(s):
 
 def test_false_overrides_a_true_default(render):
     """The case sprig's merge/mergeOverwrite get wrong: a role's shm.enabled=false must win over a default true."""
-    docs = render({"workerDefaults": DEFAULTS_ON, "roles": {"off": role(shm={"enabled": False}), "on": role(guardPort=9000)}})
+    docs = render(
+        {"workerDefaults": DEFAULTS_ON, "roles": {"off": role(shm={"enabled": False}), "on": role(guardPort=9000)}}
+    )
     off = sts(docs, "off")
     assert "volumes" not in pod_spec(off)
     assert "volumeMounts" not in container(off)

@@ -1,11 +1,7 @@
-import pytest
+import hashlib
+import re
 
-pytestmark = pytest.mark.chart
-
-import hashlib  # noqa: E402
-import re  # noqa: E402
-
-from chartlib import RELEASE, find, one, role, sts  # noqa: E402
+from chartlib import RELEASE, find, one, role, sts
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -98,23 +94,43 @@ OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "9d8
 
 def test_owner_references_on_every_object_but_the_test_hook_and_controller_rbac(render):
     """A template added later carries the owner too, or this names it (the helm-unittest suite checks the kinds)."""
-    values = {"roles": {"a": role(2)}, "forks": {"f": {"target": "a", "mode": "pod"}}, "controllerRbac": {"create": True}}
+    values = {
+        "roles": {"a": role(2)},
+        "forks": {"f": {"target": "a", "mode": "pod"}},
+        "controllerRbac": {"create": True},
+    }
     assert not [d for d in render(values) if "ownerReferences" in d["metadata"]]
     docs = render({**values, "ownerReferences": [OWNER]})
     exempt = {"test", "controller"}  # the helm test hook Pod; the controllerRbac ServiceAccount, Role and RoleBinding
     owned = [d for d in docs if d["metadata"]["labels"]["app.kubernetes.io/component"] not in exempt]
-    assert sorted({d["kind"] for d in owned}) == ["ConfigMap", "NetworkPolicy", "Service", "ServiceAccount", "StatefulSet"]
+    assert sorted({d["kind"] for d in owned}) == [
+        "ConfigMap",
+        "NetworkPolicy",
+        "Service",
+        "ServiceAccount",
+        "StatefulSet",
+    ]
     wrong = [(d["kind"], d["metadata"]["name"]) for d in owned if d["metadata"].get("ownerReferences") != [OWNER]]
     assert not wrong, wrong
-    kept_off = [(d["kind"], d["metadata"]["name"]) for d in docs if d not in owned and "ownerReferences" in d["metadata"]]
+    kept_off = [
+        (d["kind"], d["metadata"]["name"]) for d in docs if d not in owned and "ownerReferences" in d["metadata"]
+    ]
     assert not kept_off and len(docs) - len(owned) == 4, kept_off
-    assert not [d for d in owned if d["kind"] == "StatefulSet" and "ownerReferences" in d["spec"]["template"]["metadata"]]
+    assert not [
+        d for d in owned if d["kind"] == "StatefulSet" and "ownerReferences" in d["spec"]["template"]["metadata"]
+    ]
 
 
 def test_selectors_use_only_stable_labels(render):
     docs = render(
         {
-            "roles": {"a": role(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}])},
+            "roles": {
+                "a": role(
+                    topologySpreadConstraints=[
+                        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+                    ]
+                )
+            },
             "forks": {"p": {"target": "a", "mode": "pod"}},
         }
     )
@@ -124,7 +140,9 @@ def test_selectors_use_only_stable_labels(render):
         spec = s["spec"]["template"]["spec"]
         selectors += [c["labelSelector"]["matchLabels"] for c in spec.get("topologySpreadConstraints", [])]
         for kind in ("podAffinity", "podAntiAffinity"):
-            for term in spec.get("affinity", {}).get(kind, {}).get("requiredDuringSchedulingIgnoredDuringExecution", []):
+            for term in (
+                spec.get("affinity", {}).get(kind, {}).get("requiredDuringSchedulingIgnoredDuringExecution", [])
+            ):
                 selectors.append(term["labelSelector"]["matchLabels"])
         assert set(s["spec"]["selector"]["matchLabels"]) == SELECTOR_KEYS
         template_labels = s["spec"]["template"]["metadata"]["labels"]
@@ -139,7 +157,11 @@ def test_selectors_use_only_stable_labels(render):
 
 def test_yaml_ambiguous_names_stay_strings(render):
     """Names such as on/off/y/yes would turn into booleans if rendered bare (YAML 1.1)."""
-    docs = render({"fullnameOverride": "yes", "roles": {"on": role(), "off": role(guardPort=9000), "y": role(guardPort=9100)}}, release="no", namespace="on")
+    docs = render(
+        {"fullnameOverride": "yes", "roles": {"on": role(), "off": role(guardPort=9000), "y": role(guardPort=9100)}},
+        release="no",
+        namespace="on",
+    )
     for doc in docs:
         meta = doc["metadata"]
         assert isinstance(meta["name"], str) and meta["namespace"] == "on"
@@ -147,5 +169,9 @@ def test_yaml_ambiguous_names_stay_strings(render):
     assert one(docs, "ServiceAccount")["metadata"]["name"] == "yes"
     for key in ("on", "off", "y"):
         s = sts(docs, key)
-        assert s["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": "no", "areal.io/role": key}
+        assert s["spec"]["selector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "areal-workers",
+            "app.kubernetes.io/instance": "no",
+            "areal.io/role": key,
+        }
         assert s["spec"]["template"]["spec"]["serviceAccountName"] == "yes"

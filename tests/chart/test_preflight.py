@@ -1,10 +1,8 @@
+import re
+
 import pytest
 
-pytestmark = pytest.mark.chart
-
-import re  # noqa: E402
-
-from chartlib import CHART, role  # noqa: E402
+from chartlib import CHART, role
 
 # (values, the exact message `fail` prints: it names the value to change)
 FAILURES = {
@@ -65,7 +63,10 @@ FAILURES = {
         "actor (ports 8000-8001) and rollout (ports 8000-8003) both use hostNetwork with overlapping ports; set roles.rollout.guardPort to 8002 or higher so their workers can share a node",
     ),
     "hostNetwork pod fork on its target's ports": (
-        {"roles": {"actor": role(hostNetwork=True)}, "forks": {"helper": {"target": "actor", "mode": "pod", "overrides": {"hostNetwork": True}}}},
+        {
+            "roles": {"actor": role(hostNetwork=True)},
+            "forks": {"helper": {"target": "actor", "mode": "pod", "overrides": {"hostNetwork": True}}},
+        },
         "actor (ports 8000-8001) and helper (ports 8000-8001) both use hostNetwork with overlapping ports; set forks.helper.overrides.guardPort to 8002 or higher so their workers can share a node",
     ),
     "reserved env variable": (
@@ -89,7 +90,18 @@ FAILURES = {
         "env.AREAL_ROLE, set in roles.a or workerDefaults, is set by the chart from the role name; remove it",
     ),
     "reserved AReaL identity: worker id in a pod fork": (
-        {"roles": {"a": role()}, "forks": {"p": {"target": "a", "mode": "pod", "overrides": {"env": {"AREAL_WORKER_ID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}}}}}},
+        {
+            "roles": {"a": role()},
+            "forks": {
+                "p": {
+                    "target": "a",
+                    "mode": "pod",
+                    "overrides": {
+                        "env": {"AREAL_WORKER_ID": {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}}
+                    },
+                }
+            },
+        },
         "env.AREAL_WORKER_ID, set in forks.p.overrides, roles.a or workerDefaults, is set by the chart from the role name and AREAL_WORKER_INDEX; remove it",
     ),
     "chart-managed pod label": (
@@ -109,9 +121,13 @@ FAILURES = {
         "networkPolicy.controller admits nobody, so the trainer could not reach the workers: set networkPolicy.controller.podSelector, .namespaceSelector or .cidrs, or set networkPolicy.enabled=false",
     ),
     "two controller owners": (
-        {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"},
-                             {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u2", "controller": True},
-                             {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u3", "controller": True}]},
+        {
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u2", "controller": True},
+                {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u3", "controller": True},
+            ]
+        },
         "ownerReferences[1] and ownerReferences[2] both set controller: true, and an object has at most one controller; set controller: false on all but one",
     ),
     "kueue label on pods": (
@@ -120,7 +136,7 @@ FAILURES = {
     ),
     "kueue priority without a queue": (
         {"roles": {"a": role(kueue={"priorityClass": "high"})}},
-        "a: kueue.priorityClass \"high\" is set without kueue.queueName (in roles.a or workerDefaults); set kueue.queueName to the role's LocalQueue or remove kueue.priorityClass",
+        'a: kueue.priorityClass "high" is set without kueue.queueName (in roles.a or workerDefaults); set kueue.queueName to the role\'s LocalQueue or remove kueue.priorityClass',
     ),
     "reaper without an image": (
         {"reaper": {"enabled": True, "image": {"repository": " "}}},

@@ -1,12 +1,8 @@
-import pytest
+import re
 
-pytestmark = pytest.mark.chart
+import yaml
 
-import re  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import REPO, find, one  # noqa: E402
+from chartlib import REPO, find, one
 
 RBAC = REPO / "rbac"
 ALL_FEATURES = {
@@ -46,7 +42,11 @@ def test_rbac_objects_fit_together():
     assert (sa["kind"], role["kind"], binding["kind"]) == ("ServiceAccount", "Role", "RoleBinding")
     for doc in (sa, role, binding):
         assert "namespace" not in doc["metadata"]  # kubectl apply -n <namespace>
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"]}]
     assert (RBAC / "README.md").is_file()
 
@@ -74,7 +74,11 @@ def test_least_privilege():
     assert grants(rules, "apps", "statefulsets/scale") == {"patch"}
     assert grants(rules, "apps", "controllerrevisions") == set()
     assert grants(rules, "", "secrets") == {"get", "list", "create", "update", "delete"}
-    assert not any(v in grants(rules, g, r) for g, r in RESOURCES.values() for v in ("update", "deletecollection", "escalate", "bind"))
+    assert not any(
+        v in grants(rules, g, r)
+        for g, r in RESOURCES.values()
+        for v in ("update", "deletecollection", "escalate", "bind")
+    )
 
 
 def test_rules_cover_every_kind_the_chart_renders_for_the_adapter(render):

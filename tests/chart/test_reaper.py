@@ -2,12 +2,8 @@
 security level, its ServiceAccount, and the schema of its values. (The CronJob's fields: the helm-unittest suite
 charts/areal-workers/tests/reaper_test.yaml.)"""
 
-import pytest
-
-pytestmark = pytest.mark.chart
-
-from chartlib import find, one, role  # noqa: E402
-from test_security import restricted_violations  # noqa: E402
+from chartlib import find, one, role
+from test_security import restricted_violations
 
 REAPER = {"reaper": {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}}}
 
@@ -32,8 +28,15 @@ def test_a_reaper_only_release_with_controller_rbac_runs_as_its_own_controller(r
 
 def test_a_release_with_roles_and_the_reaper_is_a_trial(render):
     docs = render({**REAPER, "roles": {"actor": role()}})
-    assert {d["kind"] for d in docs} == {"CronJob", "StatefulSet", "Service", "ConfigMap", "ServiceAccount",
-                                         "NetworkPolicy", "Pod"}
+    assert {d["kind"] for d in docs} == {
+        "CronJob",
+        "StatefulSet",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "NetworkPolicy",
+        "Pod",
+    }
 
 
 def test_an_empty_release_without_the_reaper_keeps_its_trial_objects(render):
@@ -57,5 +60,6 @@ def test_the_reaper_carries_no_owner_even_when_the_release_has_owners(render):
 
 def test_an_image_is_required(render_error):
     err = render_error({"reaper": {"enabled": True}})
-    assert ("reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers"
-            " and helm") in err, err
+    assert (
+        "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm"
+    ) in err, err

@@ -1,12 +1,9 @@
+import re
+
 import pytest
+import yaml
 
-pytestmark = pytest.mark.chart
-
-import re  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, FULL_VALUES, HELM, HELM4, REPO, run_helm, template_text  # noqa: E402
+from chartlib import CHART, FULL_VALUES, HELM, HELM4, REPO, run_helm, template_text
 
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
 
@@ -33,7 +30,9 @@ def test_rendering_is_deterministic(values_file):
 
 
 def test_templates_use_no_cluster_lookups_randomness_or_time():
-    forbidden = re.compile(r"\b(lookup|now|date|dateInZone|unixEpoch|randAlphaNum|randAlpha|randNumeric|randAscii|randBytes|randInt|uuidv4|genPrivateKey|genCA|genSelfSignedCert|genSignedCert|derivePassword)\b")
+    forbidden = re.compile(
+        r"\b(lookup|now|date|dateInZone|unixEpoch|randAlphaNum|randAlpha|randNumeric|randAscii|randBytes|randInt|uuidv4|genPrivateKey|genCA|genSelfSignedCert|genSignedCert|derivePassword)\b"
+    )
     for path in (CHART / "templates").rglob("*"):
         if path.is_file():
             code = " ".join(re.findall(r"\{\{(.*?)\}\}", path.read_text(), re.S))

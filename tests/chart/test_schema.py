@@ -1,8 +1,6 @@
 import pytest
 
-pytestmark = pytest.mark.chart
-
-from chartlib import role  # noqa: E402
+from chartlib import role
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
@@ -11,9 +9,18 @@ BAD_VALUES = {
     "unknown top-level key": ({"replica": 3}, ["replica"]),
     "unknown role key": ({"roles": {"actor": role(gpus=8)}}, ["/roles/actor", "gpus"]),
     "unknown nested key in a role": ({"roles": {"actor": role(shm={"size": "1Gi"})}}, ["/roles/actor/shm", "size"]),
-    "unknown nested key in workerDefaults": ({"workerDefaults": {"probes": {"readiness": {"path": "/x"}}}}, ["/workerDefaults/probes/readiness", "path"]),
-    "unknown nested key in networkPolicy": ({"networkPolicy": {"controller": {"ips": []}}}, ["/networkPolicy/controller", "ips"]),
-    "unknown fork key": ({"roles": {"a": role()}, "forks": {"f": {"target": "a", "image": "x"}}}, ["/forks/f", "image"]),
+    "unknown nested key in workerDefaults": (
+        {"workerDefaults": {"probes": {"readiness": {"path": "/x"}}}},
+        ["/workerDefaults/probes/readiness", "path"],
+    ),
+    "unknown nested key in networkPolicy": (
+        {"networkPolicy": {"controller": {"ips": []}}},
+        ["/networkPolicy/controller", "ips"],
+    ),
+    "unknown fork key": (
+        {"roles": {"a": role()}, "forks": {"f": {"target": "a", "image": "x"}}},
+        ["/forks/f", "image"],
+    ),
     "uppercase role name": ({"roles": {"Actor": role()}}, ["Actor", "pattern"]),
     "role name ending with _": ({"roles": {"actor_": role()}}, ["actor_"]),
     "role name too long": ({"roles": {"r" * 41: role()}}, ["r" * 41]),
@@ -24,9 +31,15 @@ BAD_VALUES = {
     "fractional replicas": ({"roles": {"actor": role(1.5)}}, ["/roles/actor/replicas"]),
     "bad pullPolicy": ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy", "Always"]),
     "bad role pullPolicy": ({"roles": {"a": role(image={"pullPolicy": "Sometimes"})}}, ["/roles/a/image/pullPolicy"]),
-    "bad fork mode": ({"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "thread"}}}, ["/forks/f/mode", "process"]),
+    "bad fork mode": (
+        {"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "thread"}}},
+        ["/forks/f/mode", "process"],
+    ),
     "bad name_resolve type": ({"cluster": {"nameResolve": {"type": "zookeeper"}}}, ["/cluster/nameResolve/type"]),
-    "bad memory quantity": ({"roles": {"a": role(resources={"memory": "1GB"})}}, ["/roles/a/resources/memory", "pattern"]),
+    "bad memory quantity": (
+        {"roles": {"a": role(resources={"memory": "1GB"})}},
+        ["/roles/a/resources/memory", "pattern"],
+    ),
     "bad cpu quantity": ({"workerDefaults": {"resources": {"cpu": "two"}}}, ["/workerDefaults/resources/cpu"]),
     "negative cpu": ({"roles": {"a": role(resources={"cpu": -1})}}, ["/roles/a/resources/cpu"]),
     "bad shm quantity": ({"roles": {"a": role(shm={"sizeLimit": "lots"})}}, ["/roles/a/shm/sizeLimit"]),
@@ -34,7 +47,10 @@ BAD_VALUES = {
     "guard port too high": ({"guard": {"port": 70000}}, ["/guard/port", "maximum"]),
     "guard port zero": ({"guard": {"port": 0}}, ["/guard/port", "minimum"]),
     "role guard port too high": ({"roles": {"a": role(guardPort=65536)}}, ["/roles/a/guardPort"]),
-    "allocated range start out of range": ({"networkPolicy": {"allocatedPorts": {"start": 0}}}, ["/networkPolicy/allocatedPorts/start"]),
+    "allocated range start out of range": (
+        {"networkPolicy": {"allocatedPorts": {"start": 0}}},
+        ["/networkPolicy/allocatedPorts/start"],
+    ),
     "wrong type": ({"roles": {"a": role(hostNetwork="yes")}}, ["/roles/a/hostNetwork"]),
     "bad env value": ({"roles": {"a": role(env={"X": {"value": "1"}})}}, ["/roles/a/env/X"]),
     "non-string label": ({"roles": {"a": role(podLabels={"x": 1})}}, ["/roles/a/podLabels/x"]),
@@ -44,18 +60,33 @@ BAD_VALUES = {
     "non-boolean offload": ({"workerDefaults": {"offload": {"enabled": "yes"}}}, ["/workerDefaults/offload/enabled"]),
     "non-string offload python": ({"roles": {"a": role(offload={"python": 3})}}, ["/roles/a/offload/python"]),
     "unknown offload key in fork overrides": (
-        {"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"offload": {"preload": "x"}}}}},
+        {
+            "roles": {"a": role()},
+            "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"offload": {"preload": "x"}}}},
+        },
         ["/forks/f/overrides/offload", "preload"],
     ),
     "workerDefaults offload removed": ({"workerDefaults": {"offload": None}}, ["/workerDefaults", "offload"]),
-    "owner reference without uid": ({"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "t"}]}, ["/ownerReferences/0", "uid"]),
-    "owner reference with an empty uid": ({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": ""}]}, ["/ownerReferences/0/uid"]),
+    "owner reference without uid": (
+        {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "t"}]},
+        ["/ownerReferences/0", "uid"],
+    ),
+    "owner reference with an empty uid": (
+        {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": ""}]},
+        ["/ownerReferences/0/uid"],
+    ),
     "owner reference in another namespace": (
         {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "namespace": "other"}]},
         ["/ownerReferences/0", "namespace"],
     ),
-    "non-boolean owner controller": ({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "controller": "yes"}]}, ["/ownerReferences/0/controller"]),
-    "owner references as a map": ({"ownerReferences": {"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u"}}, ["/ownerReferences"]),
+    "non-boolean owner controller": (
+        {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u", "controller": "yes"}]},
+        ["/ownerReferences/0/controller"],
+    ),
+    "owner references as a map": (
+        {"ownerReferences": {"apiVersion": "v1", "kind": "Pod", "name": "t", "uid": "u"}},
+        ["/ownerReferences"],
+    ),
     # the reaper CronJob
     "unknown reaper key": ({"reaper": {"enable": True}}, ["/reaper", "enable"]),
     "unknown reaper image key": ({"reaper": {"image": {"name": "x"}}}, ["/reaper/image", "name"]),

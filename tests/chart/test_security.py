@@ -1,15 +1,22 @@
 import pytest
 
-pytestmark = pytest.mark.chart
-
-from chartlib import find, one, role, sts  # noqa: E402
+from chartlib import find, one, role, sts
 
 # Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards), as code.
 BASELINE_CAPABILITIES = {
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 }  # fmt: skip
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def baseline_violations(spec: dict) -> list[str]:
@@ -19,9 +26,15 @@ def baseline_violations(spec: dict) -> list[str]:
         sc = c.get("securityContext", {})
         if sc.get("privileged"):
             out.append("privileged")
-        out += [f"capability {cap}" for cap in sc.get("capabilities", {}).get("add", []) if cap not in BASELINE_CAPABILITIES]
+        out += [
+            f"capability {cap}" for cap in sc.get("capabilities", {}).get("add", []) if cap not in BASELINE_CAPABILITIES
+        ]
         # hostNetwork makes every containerPort a host port, which baseline forbids.
-        out += [f"host port {p['containerPort']}" for p in c.get("ports", []) if p.get("hostPort") or spec.get("hostNetwork")]
+        out += [
+            f"host port {p['containerPort']}"
+            for p in c.get("ports", [])
+            if p.get("hostPort") or spec.get("hostNetwork")
+        ]
         if sc.get("seccompProfile", {}).get("type") == "Unconfined":
             out.append("seccomp Unconfined")
     return out
@@ -30,7 +43,9 @@ def baseline_violations(spec: dict) -> list[str]:
 def restricted_violations(spec: dict) -> list[str]:
     out = baseline_violations(spec)
     pod_sc = spec.get("securityContext", {})
-    out += [f"volume type of {v['name']}" for v in spec.get("volumes", []) if not (set(v) - {"name"}) <= RESTRICTED_VOLUMES]
+    out += [
+        f"volume type of {v['name']}" for v in spec.get("volumes", []) if not (set(v) - {"name"}) <= RESTRICTED_VOLUMES
+    ]
     for c in spec["containers"]:
         sc = c.get("securityContext", {})
         if sc.get("allowPrivilegeEscalation") is not False:
@@ -39,7 +54,10 @@ def restricted_violations(spec: dict) -> list[str]:
             out.append("runAsNonRoot")
         if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
             out.append("runAsUser 0")
-        if sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type") not in ("RuntimeDefault", "Localhost"):
+        if sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type") not in (
+            "RuntimeDefault",
+            "Localhost",
+        ):
             out.append("seccompProfile")
         caps = sc.get("capabilities", {})
         if "ALL" not in caps.get("drop", []):
@@ -66,7 +84,11 @@ def test_default_role_and_test_pod_pass_restricted(render):
 def test_gpu_roles_and_pod_forks_stay_restricted(render):
     docs = render(
         {
-            "roles": {"gpu": role(resources={"gpu": 8}, extraVolumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}])},
+            "roles": {
+                "gpu": role(
+                    resources={"gpu": 8}, extraVolumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]
+                )
+            },
             "forks": {"helper": {"target": "gpu", "mode": "pod"}},
         }
     )
@@ -78,10 +100,22 @@ def test_gpu_roles_and_pod_forks_stay_restricted(render):
     "settings,level",
     [
         ({"podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0}}, "baseline"),
-        ({"extraVolumes": [{"name": "n", "nfs": {"server": "nfs", "path": "/"}}], "extraVolumeMounts": [{"name": "n", "mountPath": "/n"}]}, "baseline"),
+        (
+            {
+                "extraVolumes": [{"name": "n", "nfs": {"server": "nfs", "path": "/"}}],
+                "extraVolumeMounts": [{"name": "n", "mountPath": "/n"}],
+            },
+            "baseline",
+        ),
         ({"hostNetwork": True}, "privileged"),
         ({"rdma": {"enabled": True}}, "privileged"),
-        ({"extraVolumes": [{"name": "ib", "hostPath": {"path": "/dev/infiniband"}}], "extraVolumeMounts": [{"name": "ib", "mountPath": "/dev/infiniband"}]}, "privileged"),
+        (
+            {
+                "extraVolumes": [{"name": "ib", "hostPath": {"path": "/dev/infiniband"}}],
+                "extraVolumeMounts": [{"name": "ib", "mountPath": "/dev/infiniband"}],
+            },
+            "privileged",
+        ),
     ],
     ids=["root", "nfs-volume", "hostNetwork", "rdma", "hostPath"],
 )

@@ -1,10 +1,6 @@
-import pytest
+import json
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import NAMESPACE, RELEASE, container, kubelet_expand, one, role, sts  # noqa: E402
+from chartlib import NAMESPACE, RELEASE, container, kubelet_expand, one, role, sts
 
 
 def topology(render, values: dict) -> tuple[str, dict]:
@@ -24,14 +20,21 @@ def test_topology_describes_roles_colocations_and_forks(render):
     values = {
         "experiment": "exp",
         "trial": "t",
-        "roles": {"actor": role(2, extraPorts=2, resources={"gpu": 4}), "rollout": role(3, guardPort=9000, hostNetwork=True)},
+        "roles": {
+            "actor": role(2, extraPorts=2, resources={"gpu": 4}),
+            "rollout": role(3, guardPort=9000, hostNetwork=True),
+        },
         "colocations": {"critic": "actor"},
-        "forks": {"ref": {"target": "actor"}, "helper": {"target": "rollout", "mode": "pod", "command": ["python", "-m", "h"]}},
+        "forks": {
+            "ref": {"target": "actor"},
+            "helper": {"target": "rollout", "mode": "pod", "command": ["python", "-m", "h"]},
+        },
     }
     docs = render(values)
     _, data = topology(render, values)
     assert {k: data[k] for k in ("version", "release", "namespace", "experiment", "trial", "cluster_domain")} == {
-        "version": 1, "release": RELEASE, "namespace": NAMESPACE, "experiment": "exp", "trial": "t", "cluster_domain": "cluster.local",
+        "version": 1, "release": RELEASE, "namespace": NAMESPACE, "experiment": "exp", "trial": "t",
+        "cluster_domain": "cluster.local",
     }  # fmt: skip
     actor = sts(docs, "actor")["metadata"]["name"]
     assert data["roles"]["actor"] == {
@@ -44,7 +47,8 @@ def test_topology_describes_roles_colocations_and_forks(render):
     helper = sts(docs, "helper")["metadata"]["name"]
     assert data["forks"]["helper"] == {
         "target": "rollout", "mode": "pod", "command": ["python", "-m", "h"], "replicas": 3, "guard_port": 9000,
-        "extra_ports": [9001], "statefulset": helper, "service": helper, "host_network": False, "gpu": 0, "offload": False,
+        "extra_ports": [9001], "statefulset": helper, "service": helper, "host_network": False, "gpu": 0,
+        "offload": False,
     }  # fmt: skip
 
 
@@ -77,7 +81,11 @@ def test_worker_flags_in_the_configmap_are_the_pods_flags(render):
         "--fileroot", "/storage/$(USER)/root",
     ]  # fmt: skip
     assert (data["experiment"], data["trial"]) == ("exp$(HOME)", "t$$1")
-    for name, entry in [("actor", data["roles"]["actor"]), ("rollout", data["roles"]["rollout"]), ("helper", data["forks"]["helper"])]:
+    for name, entry in [
+        ("actor", data["roles"]["actor"]),
+        ("rollout", data["roles"]["rollout"]),
+        ("helper", data["forks"]["helper"]),
+    ]:
         # What the container gets after the kubelet's expansion, with no variable defined: "$$" -> "$".
         args = [kubelet_expand(a) for a in container(sts(docs, name))["args"]]
         assert args == [
@@ -87,7 +95,10 @@ def test_worker_flags_in_the_configmap_are_the_pods_flags(render):
             *data["worker_flags"], *entry.get("extra_args", []),
         ], name  # fmt: skip
     assert data["roles"]["actor"]["extra_args"] == ["--log-level", "$(POD_NAME)"]
-    assert data["forks"]["helper"]["extra_args"] == ["--log-level", "$(POD_NAME)"]  # a pod fork runs its target's settings
+    assert data["forks"]["helper"]["extra_args"] == [
+        "--log-level",
+        "$(POD_NAME)",
+    ]  # a pod fork runs its target's settings
     assert "extra_args" not in data["roles"]["rollout"]
     assert "extra_args" not in data["forks"]["ref"]  # a process fork runs AReaL's fork command line
 

@@ -11,9 +11,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from chartlib import CHART, HELM, REPO
 
-pytestmark = pytest.mark.chart
+from chartlib import CHART, HELM, REPO
 
 PLUGINS = REPO / ".tools" / "helm-plugins"
 SUITES = sorted((CHART / "tests").glob("*_test.yaml"))
@@ -21,11 +20,14 @@ SUITES = sorted((CHART / "tests").glob("*_test.yaml"))
 
 def helm_unittest(chart: Path) -> subprocess.CompletedProcess:
     if not (PLUGINS / "unittest" / "plugin.yaml").is_file():
-        pytest.fail(f"the helm unittest plugin is missing from {PLUGINS}: run `make tools` "
-                    "(or `tools/install/tools.sh helm_unittest`)")
+        pytest.fail(
+            f"the helm unittest plugin is missing from {PLUGINS}: run `make tools` "
+            "(or `tools/install/tools.sh helm_unittest`)"
+        )
     env = {**os.environ, "HELM_PLUGINS": str(PLUGINS), "KUBECONFIG": os.devnull}
-    return subprocess.run([HELM, "unittest", "--color=false", str(chart)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [HELM, "unittest", "--color=false", str(chart)], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_the_chart_suites_pass():
@@ -53,8 +55,13 @@ def test_the_suites_fail_on_a_broken_template(tmp_path):
 
 
 def test_helm_package_leaves_the_suites_out_and_keeps_the_test_hook(tmp_path):
-    subprocess.run([HELM, "package", str(CHART), "-d", str(tmp_path)], check=True, capture_output=True,
-                   env={**os.environ, "KUBECONFIG": os.devnull}, timeout=120)
+    subprocess.run(
+        [HELM, "package", str(CHART), "-d", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+        timeout=120,
+    )
     (package,) = tmp_path.glob("*.tgz")
     with tarfile.open(package) as archive:
         names = archive.getnames()

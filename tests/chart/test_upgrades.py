@@ -1,12 +1,8 @@
-import pytest
+import shutil
 
-pytestmark = pytest.mark.chart
+import yaml
 
-import shutil  # noqa: E402
-
-import yaml  # noqa: E402
-
-from chartlib import CHART, role, sts, template_text  # noqa: E402
+from chartlib import CHART, role, sts, template_text
 
 # Every create/scale/fork/delete of the adapter is one `helm upgrade`. A pod template that changes
 # restarts its workers, and a restarted worker loses its engines: only a role's own values may do that.
@@ -35,7 +31,11 @@ def test_a_chart_version_bump_does_not_touch_pod_templates(tmp_path):
     bumped = tmp_path / "areal-workers"
     shutil.copytree(CHART, bumped)
     chart_yaml = bumped / "Chart.yaml"
-    chart_yaml.write_text(chart_yaml.read_text().replace("version: 0.1.0", "version: 0.2.0").replace('appVersion: "1.0.4"', 'appVersion: "1.0.5"'))
+    chart_yaml.write_text(
+        chart_yaml.read_text()
+        .replace("version: 0.1.0", "version: 0.2.0")
+        .replace('appVersion: "1.0.4"', 'appVersion: "1.0.5"')
+    )
     values = {"image": {"tag": "v1.0.4"}, "roles": {"actor": role(2)}}
     old = [d for d in yaml.safe_load_all(template_text(values).stdout) if d]
     new = [d for d in yaml.safe_load_all(template_text(values, chart=bumped).stdout) if d]

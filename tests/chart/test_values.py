@@ -1,10 +1,6 @@
-import pytest
+import json
 
-pytestmark = pytest.mark.chart
-
-import json  # noqa: E402
-
-from chartlib import NAMESPACE, RELEASE, container, env_of, find, one, role, sts  # noqa: E402
+from chartlib import NAMESPACE, RELEASE, container, env_of, find, one, role, sts
 
 FULL = f"{RELEASE}-areal-workers"
 
@@ -42,10 +38,17 @@ def test_image_defaults_overrides_and_pull_secrets(render):
 
     docs = render(
         {
-            "image": {"repository": "reg.example/areal", "tag": "v9", "pullPolicy": "Always", "pullSecrets": ["regcred"]},
+            "image": {
+                "repository": "reg.example/areal",
+                "tag": "v9",
+                "pullPolicy": "Always",
+                "pullSecrets": ["regcred"],
+            },
             "roles": {
                 "a": role(),
-                "b": role(image={"repository": "reg.example/other", "tag": "sha256:" + "0" * 64, "pullPolicy": "Never"}),
+                "b": role(
+                    image={"repository": "reg.example/other", "tag": "sha256:" + "0" * 64, "pullPolicy": "Never"}
+                ),
             },
         }
     )
@@ -97,7 +100,11 @@ def test_downward_api_env_and_user_env(render):
         {
             "roles": {
                 "a": role(
-                    env={"NCCL_DEBUG": "INFO", "THREADS": 8, "SECRET": {"valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}},
+                    env={
+                        "NCCL_DEBUG": "INFO",
+                        "THREADS": 8,
+                        "SECRET": {"valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                    },
                     envFrom=[{"secretRef": {"name": "wandb"}}],
                 )
             }
@@ -154,7 +161,8 @@ def test_guard_and_extra_ports(render):
     ]  # fmt: skip
     svc = one(docs, "Service", f"{FULL}-a")
     assert [(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
-        ("guard", 8000, "guard"), ("extra-1", 8001, "extra-1"), ("extra-2", 8002, "extra-2"), ("extra-3", 8003, "extra-3")
+        ("guard", 8000, "guard"), ("extra-1", 8001, "extra-1"), ("extra-2", 8002, "extra-2"),
+        ("extra-3", 8003, "extra-3"),
     ]  # fmt: skip
     b = container(sts(docs, "b"))
     assert [(p["name"], p["containerPort"]) for p in b["ports"]] == [("guard", 9100)]
@@ -180,7 +188,9 @@ def test_extra_volumes_and_mounts(render):
 
 
 def test_host_network_and_rdma(render):
-    docs = render({"roles": {"a": role(hostNetwork=True, rdma={"enabled": True, "resourceName": "rdma/hca", "count": 2})}})
+    docs = render(
+        {"roles": {"a": role(hostNetwork=True, rdma={"enabled": True, "resourceName": "rdma/hca", "count": 2})}}
+    )
     spec = pod_spec(sts(docs, "a"))
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     c = spec["containers"][0]
@@ -197,7 +207,12 @@ def test_scheduling_fields(render):
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}  # fmt: skip
     spread = [
         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"},
-        {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"x": "y"}}},
+        {
+            "maxSkew": 2,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"x": "y"}},
+        },
     ]
     docs = render(
         {
@@ -225,13 +240,22 @@ def test_scheduling_fields(render):
     assert first["labelSelector"] == {"matchLabels": sts(docs, "a")["spec"]["selector"]["matchLabels"]}
     assert second == spread[1]
     plain = pod_spec(sts(render({"roles": {"a": role()}}), "a"))
-    for key in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "priorityClassName", "schedulerName"):
+    for key in (
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+        "priorityClassName",
+        "schedulerName",
+    ):
         assert key not in plain
     assert plain["terminationGracePeriodSeconds"] == 60
 
 
 def test_pod_labels_and_annotations(render):
-    docs = render({"roles": {"a": role(podLabels={"team": "rl"}, podAnnotations={"k8s.v1.cni.cncf.io/networks": "rdma-net"})}})
+    docs = render(
+        {"roles": {"a": role(podLabels={"team": "rl"}, podAnnotations={"k8s.v1.cni.cncf.io/networks": "rdma-net"})}}
+    )
     meta = sts(docs, "a")["spec"]["template"]["metadata"]
     assert meta["labels"]["team"] == "rl" and meta["labels"]["areal.io/role"] == "a"
     assert meta["annotations"]["k8s.v1.cni.cncf.io/networks"] == "rdma-net"
@@ -268,7 +292,13 @@ def test_probes(render):
     assert "livenessProbe" not in c and "startupProbe" not in c
     probes = {
         "readiness": {"enabled": False},
-        "liveness": {"enabled": True, "periodSeconds": 30, "failureThreshold": 10, "timeoutSeconds": 7, "initialDelaySeconds": 60},
+        "liveness": {
+            "enabled": True,
+            "periodSeconds": 30,
+            "failureThreshold": 10,
+            "timeoutSeconds": 7,
+            "initialDelaySeconds": 60,
+        },
         "startup": {"enabled": True, "failureThreshold": 500},
     }
     c = container(sts(render({"roles": {"a": role(probes=probes)}}), "a"))
@@ -292,7 +322,11 @@ def test_service_account(render):
 
     docs = render(
         {
-            "serviceAccount": {"name": "workers", "automountServiceAccountToken": True, "annotations": {"iam": "role-x"}},
+            "serviceAccount": {
+                "name": "workers",
+                "automountServiceAccountToken": True,
+                "annotations": {"iam": "role-x"},
+            },
             "roles": {"a": role()},
         }
     )
@@ -317,7 +351,11 @@ def test_network_policy(render):
     }
     (rule,) = np["spec"]["ingress"]
     assert rule["from"] == [
-        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": RELEASE}}},
+        {
+            "podSelector": {
+                "matchLabels": {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": RELEASE}
+            }
+        },
         {"podSelector": {"matchLabels": {"areal.io/controller": "true"}}},
     ]
     assert rule["ports"] == [
@@ -350,7 +388,15 @@ def test_network_policy(render):
     ]
     assert rule["ports"][-1] == {"protocol": "TCP", "port": 20000}
 
-    docs = render({"networkPolicy": {"allocatedPorts": {"enabled": False}, "controller": {"podSelector": None, "cidrs": ["192.168.1.7/32"]}}, "roles": {"a": role()}})
+    docs = render(
+        {
+            "networkPolicy": {
+                "allocatedPorts": {"enabled": False},
+                "controller": {"podSelector": None, "cidrs": ["192.168.1.7/32"]},
+            },
+            "roles": {"a": role()},
+        }
+    )
     (rule,) = one(docs, "NetworkPolicy")["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
     assert rule["from"][1:] == [{"ipBlock": {"cidr": "192.168.1.7/32"}}]
@@ -384,7 +430,9 @@ def test_helm_test_pod(render):
         f"http://{FULL}-a-1.{FULL}-a.{NAMESPACE}.svc.corp.local:8000/health",
         f"http://{FULL}-b-0.{FULL}-b.{NAMESPACE}.svc.corp.local:9000/health",
     ]
-    docs = render({"tests": {"image": {"repository": "python", "tag": "3.12-slim", "pullPolicy": "Always"}, "timeoutSeconds": 9}})
+    docs = render(
+        {"tests": {"image": {"repository": "python", "tag": "3.12-slim", "pullPolicy": "Always"}, "timeoutSeconds": 9}}
+    )
     c = one(docs, "Pod")["spec"]["containers"][0]
     assert c["image"] == "python:3.12-slim" and c["imagePullPolicy"] == "Always" and c["args"] == ["9"]
     assert not find(render({"tests": {"enabled": False}}), "Pod")
@@ -406,11 +454,20 @@ def test_colocations_and_forks(render):
         "colocations": {"critic": "actor"},
         "forks": {
             "ref": {"target": "actor", "command": ["areal.infra.rpc.rpc_server"]},
-            "helper": {"target": "actor", "mode": "pod", "command": ["python", "-m", "helper"], "overrides": {"resources": {"cpu": "2"}}},
+            "helper": {
+                "target": "actor",
+                "mode": "pod",
+                "command": ["python", "-m", "helper"],
+                "overrides": {"resources": {"cpu": "2"}},
+            },
         },
     }
     docs = render(values)
-    assert sorted(d["metadata"]["labels"]["areal.io/role"] for d in find(docs, "StatefulSet")) == ["actor", "helper", "rollout"]
+    assert sorted(d["metadata"]["labels"]["areal.io/role"] for d in find(docs, "StatefulSet")) == [
+        "actor",
+        "helper",
+        "rollout",
+    ]
     assert len(find(docs, "Service")) == 3
     helper = sts(docs, "helper")
     assert helper["spec"]["replicas"] == 2
@@ -424,7 +481,10 @@ def test_colocations_and_forks(render):
         }
     ]
     assert aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
-        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": helper["spec"]["selector"]["matchLabels"]}}
+        {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": helper["spec"]["selector"]["matchLabels"]},
+        }
     ]
     c = spec["containers"][0]
     assert c["command"] == ["python", "-m", "helper"]
@@ -434,6 +494,11 @@ def test_colocations_and_forks(render):
 
     topology = json.loads(one(docs, "ConfigMap")["data"]["topology.json"])
     assert topology["colocations"] == {"critic": "actor"}
-    assert topology["forks"]["ref"] == {"target": "actor", "mode": "process", "command": ["areal.infra.rpc.rpc_server"], "replicas": 2}
+    assert topology["forks"]["ref"] == {
+        "target": "actor",
+        "mode": "process",
+        "command": ["areal.infra.rpc.rpc_server"],
+        "replicas": 2,
+    }
     assert topology["forks"]["helper"]["statefulset"] == helper["metadata"]["name"]
     assert topology["forks"]["helper"]["mode"] == "pod"

@@ -1,20 +1,30 @@
 """The worker container's environment and start-up wrapper: AReaL's identity, its base environment
 (BASE_ENVIRONS of areal/infra/utils/launcher.py) and enable_offload (areal/utils/offload.py)."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-pytestmark = pytest.mark.chart
+from chartlib import POD_INDEX, container, env_of, kubelet_expand, one, pod_env, role, sts
 
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from chartlib import POD_INDEX, container, env_of, kubelet_expand, one, pod_env, role, sts  # noqa: E402
-
-DOWNWARD = {"metadata.name": "rel-areal-workers-actor-3", "metadata.namespace": "ns", "status.podIP": "10.1.2.3", POD_INDEX: "3"}
+DOWNWARD = {
+    "metadata.name": "rel-areal-workers-actor-3",
+    "metadata.namespace": "ns",
+    "status.podIP": "10.1.2.3",
+    POD_INDEX: "3",
+}
 IDENTITY = ["AREAL_EXPERIMENT_NAME", "AREAL_TRIAL_NAME", "AREAL_ROLE", "AREAL_WORKER_ID"]
-BASE = ["AREAL_CACHE_DIR", "TOKENIZERS_PARALLELISM", "PYTORCH_KERNEL_CACHE_PATH", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "CUDA_DEVICE_MAX_CONNECTIONS"]
+BASE = [
+    "AREAL_CACHE_DIR",
+    "TOKENIZERS_PARALLELISM",
+    "PYTORCH_KERNEL_CACHE_PATH",
+    "TRITON_CACHE_DIR",
+    "VLLM_CACHE_ROOT",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+]
 TMS = ["TMS_INIT_ENABLE", "TMS_INIT_ENABLE_CPU_BACKUP"]
 PRELOAD_NAME = "torch_memory_saver_hook_mode_preload.abi3.so"
 
@@ -113,7 +123,12 @@ def test_offload_wraps_the_worker_and_sets_the_tms_switches(render):
     docs = render({"roles": {"a": role(offload={"enabled": True}, setupCommands=["pip install x"])}})
     s = sts(docs, "a")
     c = container(s)
-    assert c["command"][:2] == ["bash", "-c"] and c["command"][3:] == ["--", "python", "-m", "areal.infra.rpc.rpc_server"]
+    assert c["command"][:2] == ["bash", "-c"] and c["command"][3:] == [
+        "--",
+        "python",
+        "-m",
+        "areal.infra.rpc.rpc_server",
+    ]
     script = c["command"][2]
     assert script.startswith("pip install x && { tms_python='python'\n")
     assert script.endswith(' && exec "$@"')
@@ -126,7 +141,9 @@ def test_offload_wraps_the_worker_and_sets_the_tms_switches(render):
 
 
 def test_offload_switches_yield_to_the_role_env(render):
-    env = pod_env(sts(render({"roles": {"a": role(offload={"enabled": True}, env={"TMS_INIT_ENABLE_CPU_BACKUP": "0"})}}), "a"))
+    env = pod_env(
+        sts(render({"roles": {"a": role(offload={"enabled": True}, env={"TMS_INIT_ENABLE_CPU_BACKUP": "0"})}}), "a")
+    )
     assert (env["TMS_INIT_ENABLE"], env["TMS_INIT_ENABLE_CPU_BACKUP"]) == ("1", "0")
 
 
@@ -134,7 +151,10 @@ def test_pod_mode_forks_do_not_preload(render):
     values = {
         "workerDefaults": {"offload": {"enabled": True}},
         "roles": {"actor": role(2)},
-        "forks": {"helper": {"target": "actor", "mode": "pod"}, "gpu_helper": {"target": "actor", "mode": "pod", "overrides": {"offload": {"enabled": True}}}},
+        "forks": {
+            "helper": {"target": "actor", "mode": "pod"},
+            "gpu_helper": {"target": "actor", "mode": "pod", "overrides": {"offload": {"enabled": True}}},
+        },
     }
     docs = render(values)
     helper = sts(docs, "helper")
@@ -146,7 +166,9 @@ def test_pod_mode_forks_do_not_preload(render):
     assert (forks["helper"]["offload"], forks["gpu_helper"]["offload"]) == (False, True)
 
 
-def _run_wrapper(statefulset: dict, tmp_path, pythonpath: str | None = None, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+def _run_wrapper(
+    statefulset: dict, tmp_path, pythonpath: str | None = None, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the container's command as the kubelet would (with $(VAR) expanded), the worker program replaced."""
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", **pod_env(statefulset, DOWNWARD), **(extra_env or {})}
     if pythonpath:
@@ -171,11 +193,13 @@ def image_fixture(tmp_path):
 
 def _offload_role(**settings) -> dict:
     # The worker program prints what it got; `printenv` is not python, so offload.python names the interpreter.
-    return role(offload={"enabled": True, "python": "python"}, command=["printenv", "LD_PRELOAD", "TMS_INIT_ENABLE"], **settings)
+    return role(
+        offload={"enabled": True, "python": "python"}, command=["printenv", "LD_PRELOAD", "TMS_INIT_ENABLE"], **settings
+    )
 
 
 def test_offload_wrapper_preloads_the_library_it_finds(render, image):
-    s = sts(render({"roles": {"a": _offload_role(setupCommands=["test -n \"$$AREAL_ROLE\""])}}), "a")
+    s = sts(render({"roles": {"a": _offload_role(setupCommands=['test -n "$$AREAL_ROLE"'])}}), "a")
     proc = _run_wrapper(s, image, pythonpath=str(image / "site"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == [str(image / "site" / PRELOAD_NAME), "1"]
@@ -189,7 +213,11 @@ def test_offload_wrapper_keeps_the_roles_ld_preload_after_it(render, image):
 
 
 def test_offload_wrapper_uses_the_commands_python_by_default(render, image):
-    values = {"roles": {"a": role(offload={"enabled": True}, command=["python", "-c", "import os; print(os.environ['LD_PRELOAD'])"])}}
+    values = {
+        "roles": {
+            "a": role(offload={"enabled": True}, command=["python", "-c", "import os; print(os.environ['LD_PRELOAD'])"])
+        }
+    }
     proc = _run_wrapper(sts(render(values), "a"), image, pythonpath=str(image / "site"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(image / "site" / PRELOAD_NAME)
@@ -213,7 +241,13 @@ def test_offload_wrapper_fails_clearly_without_the_library(render, image):
 
 @pytest.mark.parametrize("name", ["POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX", *IDENTITY])
 def test_every_variable_set_before_the_roles_env_is_reserved(name, render, render_error):
-    assert names(sts(render({"roles": {"a": role()}}), "a"))[:8] == ["POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX", *IDENTITY]
+    assert names(sts(render({"roles": {"a": role()}}), "a"))[:8] == [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "POD_IP",
+        "AREAL_WORKER_INDEX",
+        *IDENTITY,
+    ]
     err = render_error({"roles": {"a": role(env={name: "x"})}})
     assert f"env.{name}, set in roles.a or workerDefaults, is set by the chart from " in err, err
 
@@ -224,4 +258,4 @@ def test_the_adapters_reserved_names_are_the_chart_owned_variables(render):
     from areal_workers.release.values import RESERVED_ENV
 
     s = sts(render({"roles": {"actor": role(1)}}), "actor")
-    assert set(names(s)[:len(RESERVED_ENV)]) == RESERVED_ENV
+    assert set(names(s)[: len(RESERVED_ENV)]) == RESERVED_ENV

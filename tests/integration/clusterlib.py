@@ -16,8 +16,12 @@ from localkube.pki import service_account_kubeconfig
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 # Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
-RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"},
-                               "terminationGracePeriodSeconds": 5}}
+RUN_PODS = {
+    "workerDefaults": {
+        "podAnnotations": {"areal-workers.dev/readiness": "external"},
+        "terminationGracePeriodSeconds": 5,
+    }
+}
 # KWOK and podrunner leave pods with this annotation alone: tests write their status (fault injection).
 HOLD = {"areal-workers.dev/kwok-hold": "true"}
 
@@ -29,8 +33,12 @@ def spec(**overrides) -> SchedulingSpec:
 
 
 def job(role: str, replicas: int, tasks: list[SchedulingSpec] | None = None, **strategy) -> Job:
-    return Job(role=role, replicas=replicas, tasks=tasks or [spec()],
-               scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy())
+    return Job(
+        role=role,
+        replicas=replicas,
+        tasks=tasks or [spec()],
+        scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy(),
+    )
 
 
 def guard_health(worker) -> dict:
@@ -40,8 +48,20 @@ def guard_health(worker) -> dict:
 
 def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
     """Applies rbac/ in the namespace and returns a kubeconfig of its ServiceAccount's token."""
-    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(admin_kubeconfig), "apply",
-                    "-n", namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(REPO / ".tools" / "bin" / "kubectl"),
+            "--kubeconfig",
+            str(admin_kubeconfig),
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            str(REPO / "rbac"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
 
 
@@ -66,14 +86,23 @@ class WorkerLane:
 
 
 REFERENCE_LANE = WorkerLane(
-    name="reference", python=sys.executable, module_map=None, fork_module="areal_workers_testing.reference_guard",
+    name="reference",
+    python=sys.executable,
+    module_map=None,
+    fork_module="areal_workers_testing.reference_guard",
     counter_engine="areal_workers_testing.engines.Counter",
-    timeouts={"ready_timeout": 60.0, "helm_timeout": 60.0})
+    timeouts={"ready_timeout": 60.0, "helm_timeout": 60.0},
+)
 # A server that imports torch takes seconds to start, many more with several starting at once on 2 cores.
 AREAL_LANE = WorkerLane(
-    name="areal", python=str(AREAL_WORKER_PYTHON), module_map={}, fork_module="areal.infra.rpc.rpc_server",
-    counter_engine="areal_engines.Counter", pythonpath=(str(SUPPORT_DIR),),
-    timeouts={"ready_timeout": 180.0, "helm_timeout": 180.0, "fork_ready_timeout": 180.0})
+    name="areal",
+    python=str(AREAL_WORKER_PYTHON),
+    module_map={},
+    fork_module="areal.infra.rpc.rpc_server",
+    counter_engine="areal_engines.Counter",
+    pythonpath=(str(SUPPORT_DIR),),
+    timeouts={"ready_timeout": 180.0, "helm_timeout": 180.0, "fork_ready_timeout": 180.0},
+)
 LANES = {lane.name: lane for lane in (REFERENCE_LANE, AREAL_LANE)}
 
 
@@ -89,8 +118,10 @@ def selected_lane() -> WorkerLane:
         raise ValueError(f"{LANE_VARIABLE}={name!r}: expected one of {sorted(LANES)}")
     lane = LANES[name]
     if lane is AREAL_LANE and not Path(lane.python).exists():
-        raise FileNotFoundError(f"{LANE_VARIABLE}=areal needs AReaL's worker environment: run `make areal-worker` "
-                                f"({lane.python} is missing)")
+        raise FileNotFoundError(
+            f"{LANE_VARIABLE}=areal needs AReaL's worker environment: run `make areal-worker` "
+            f"({lane.python} is missing)"
+        )
     return lane
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kubernetes import client, watch
@@ -15,8 +15,9 @@ def _is_ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def wait_for_ready_pods(core: client.CoreV1Api, namespace: str, selector: str, count: int,
-                        timeout: float = 60.0) -> dict[str, client.V1Pod]:
+def wait_for_ready_pods(
+    core: client.CoreV1Api, namespace: str, selector: str, count: int, timeout: float = 60.0
+) -> dict[str, client.V1Pod]:
     """Waits with one watch (list, then watch from its resourceVersion) until `count` pods are Ready."""
     deadline = time.monotonic() + timeout
     listing = core.list_namespaced_pod(namespace, label_selector=selector)
@@ -27,8 +28,13 @@ def wait_for_ready_pods(core: client.CoreV1Api, namespace: str, selector: str, c
         if remaining <= 0:
             states = {name: (p.status.phase, _is_ready(p)) for name, p in pods.items()}
             raise TimeoutError(f"{count} Ready pods for {selector!r} not seen in {timeout}s: {states}")
-        stream = watch.Watch().stream(core.list_namespaced_pod, namespace, label_selector=selector,
-                                      resource_version=version, timeout_seconds=max(1, int(remaining)))
+        stream = watch.Watch().stream(
+            core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+            resource_version=version,
+            timeout_seconds=max(1, int(remaining)),
+        )
         for event in stream:
             pod = event["object"]
             version = pod.metadata.resource_version
@@ -75,7 +81,8 @@ def core(kube_client) -> client.CoreV1Api:
 @pytest.fixture
 def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
     return lambda namespace, selector, count, timeout=60.0: wait_for_ready_pods(
-        core, namespace, selector, count, timeout)
+        core, namespace, selector, count, timeout
+    )
 
 
 @pytest.fixture
@@ -93,9 +100,16 @@ def pod_runner(kubeconfig, core, tmp_path, worker_lane):
         labels = core.read_namespace(namespace).metadata.labels or {}
         assert labels.get(PRIVATE_LABEL) == PRIVATE_VALUE, (
             f"namespace {namespace} is not labelled {PRIVATE_LABEL}={PRIVATE_VALUE}: the cluster's podrunner would "
-            "run its pods too; make it with make_namespace()")
-        runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}", module_map=worker_lane.module_map,
-                           python=worker_lane.python, pythonpath=worker_lane.pythonpath).start()
+            "run its pods too; make it with make_namespace()"
+        )
+        runner = PodRunner(
+            kubeconfig,
+            namespace,
+            tmp_path / f"pods-{namespace}",
+            module_map=worker_lane.module_map,
+            python=worker_lane.python,
+            pythonpath=worker_lane.pythonpath,
+        ).start()
         runners.append(runner)
         return runner
 
@@ -124,8 +138,11 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
     pod_runner(namespace)
     run_pods = tmp_path / "run-pods.json"
     run_pods.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
-    credentials = kubeconfig if identity == "admin" else controller_kubeconfig(kubeconfig, namespace,
-                                                                              tmp_path / "controller.yaml")
+    credentials = (
+        kubeconfig
+        if identity == "admin"
+        else controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
+    )
     made = []
 
     def make(trial: str = "trial0", exp_config=None, extra_values: dict | None = None, **overrides):
@@ -134,9 +151,15 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
             extra = tmp_path / f"extra-{len(made)}.json"
             extra.write_text(json.dumps(extra_values))
             files.append(str(extra))
-        settings = dict(namespace=namespace, kubeconfig=str(credentials), helm_executable=helm_executable,
-                        values_files=tuple(files), python_executable=worker_lane.python,
-                        fork_module=worker_lane.fork_module, **worker_lane.timeouts)
+        settings = dict(
+            namespace=namespace,
+            kubeconfig=str(credentials),
+            helm_executable=helm_executable,
+            values_files=tuple(files),
+            python_executable=worker_lane.python,
+            fork_module=worker_lane.fork_module,
+            **worker_lane.timeouts,
+        )
         settings.update(overrides)
         named = {} if exp_config else {"experiment_name": "exp", "trial_name": trial}
         scheduler = KubernetesScheduler(exp_config, config=KubernetesSchedulerConfig(**settings), **named)

@@ -63,8 +63,13 @@ def worker_processes(trial: str, role: str) -> list[list[str]]:
             argv = cmdline.read_bytes().decode(errors="replace").split("\0")[:-1]
         except OSError:
             continue
-        if (len(argv) > 2 and Path(argv[0]).name.startswith("python") and argv[1] == "-m"
-                and _flag(argv, "--trial-name") == trial and _flag(argv, "--role") == role):
+        if (
+            len(argv) > 2
+            and Path(argv[0]).name.startswith("python")
+            and argv[1] == "-m"
+            and _flag(argv, "--trial-name") == trial
+            and _flag(argv, "--role") == role
+        ):
             found.append(argv)
     return found
 
@@ -141,8 +146,12 @@ def test_forks_get_exactly_the_worker_flags_the_chart_gave_their_parents(make_sc
     a values file, which the chart renders into the pods' args and its topology ConfigMap: the forks read them
     there, so a fork registers in the same name_resolve root as its parent."""
     shared = tmp_path / "shared"
-    values = {"cluster": {"fileroot": str(shared / "root"),
-                          "nameResolve": {"type": "nfs", "nfsRecordRoot": str(shared / "records")}}}
+    values = {
+        "cluster": {
+            "fileroot": str(shared / "root"),
+            "nameResolve": {"type": "nfs", "nfsRecordRoot": str(shared / "records")},
+        }
+    }
     scheduler = make_scheduler(trial="flags", extra_values=values)
     scheduler.create_workers(job("actor", 1))
     scheduler.get_workers("actor")
@@ -150,8 +159,10 @@ def test_forks_get_exactly_the_worker_flags_the_chart_gave_their_parents(make_sc
     scheduler.get_workers("ref")
     (parent,), (fork,) = worker_processes("flags", "actor"), worker_processes("flags", "ref")
     assert [_flag(fork, name) for name in WORKER_FLAGS] == [_flag(parent, name) for name in WORKER_FLAGS]
-    assert (_flag(fork, "--fileroot"), _flag(fork, "--nfs-record-root")) == (str(shared / "root"),
-                                                                             str(shared / "records"))
+    assert (_flag(fork, "--fileroot"), _flag(fork, "--nfs-record-root")) == (
+        str(shared / "root"),
+        str(shared / "records"),
+    )
 
 
 def test_a_fork_that_dies_at_once_is_reported_with_its_exit_code_and_output(make_scheduler):
@@ -186,8 +197,9 @@ def test_the_experiment_config_wins_over_explicit_names(kubeconfig, helm_executa
         scheduler.close()
 
 
-def test_missing_names_and_unknown_strategies_are_value_errors_too(make_scheduler, kubeconfig, helm_executable,
-                                                                   namespace):
+def test_missing_names_and_unknown_strategies_are_value_errors_too(
+    make_scheduler, kubeconfig, helm_executable, namespace
+):
     """Where AReaL raises ValueError, the error is also a ValueError (and still a scheduler error)."""
     config = KubernetesSchedulerConfig(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=helm_executable)
     with pytest.raises(ValueError, match="experiment_name and trial_name must be provided") as unnamed:
@@ -263,8 +275,11 @@ def test_workers_and_forks_know_their_identity_and_get_areals_base_environment(m
     def env(worker_id: str, name: str) -> str | None:
         return scheduler.call_engine(worker_id, "env", None, name)
 
-    assert [env("actor/1", n) for n in ("AREAL_ROLE", "AREAL_WORKER_INDEX", "AREAL_WORKER_ID")] == \
-        ["actor", "1", "actor/1"]
+    assert [env("actor/1", n) for n in ("AREAL_ROLE", "AREAL_WORKER_INDEX", "AREAL_WORKER_ID")] == [
+        "actor",
+        "1",
+        "actor/1",
+    ]
     assert [env("ref/1", n) for n in ("AREAL_ROLE", "AREAL_WORKER_INDEX", "AREAL_WORKER_ID")] == ["ref", "1", "ref/1"]
     assert (env("actor/1", "AREAL_EXPERIMENT_NAME"), env("actor/1", "AREAL_TRIAL_NAME")) == ("exp", "trial0")
     assert (env("actor/1", "TOKENIZERS_PARALLELISM"), env("actor/1", "CUDA_DEVICE_MAX_CONNECTIONS")) == ("true", "1")

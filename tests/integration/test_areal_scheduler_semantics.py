@@ -35,8 +35,13 @@ from clusterlib import counter_engine, flag_values, guard_health, job, process_a
 
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 BROKEN = COUNTER.rpartition(".")[0] + ".Broken"  # its constructor raises (the server answers 500)
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                    "NUMEXPR_NUM_THREADS")  # AReaL's THREAD_ENV_VARS (areal/infra/utils/launcher.py)
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)  # AReaL's THREAD_ENV_VARS (areal/infra/utils/launcher.py)
 WAIT = 180.0  # for anything a worker does in seconds: generous, AReaL's real server starts slowly
 
 
@@ -47,8 +52,7 @@ def revisions(scheduler) -> list[int]:
     return [r["revision"] for r in scheduler.history()]
 
 
-def create_engine(scheduler, worker_id: str, engine: str = COUNTER, engine_name: str | None = None, *args,
-                  **kwargs):
+def create_engine(scheduler, worker_id: str, engine: str = COUNTER, engine_name: str | None = None, *args, **kwargs):
     return asyncio.run(scheduler.create_engine(worker_id, engine, engine_name, *args, **kwargs))
 
 
@@ -63,9 +67,12 @@ def answers(ip: str, port: str) -> bool:
 
 def guard_post(worker, path: str, payload: dict) -> int:
     """POST to a worker's guard directly (as if something else than the scheduler acted); returns the status."""
-    request = urllib.request.Request(f"http://{worker.ip}:{worker.worker_ports[0]}{path}",
-                                     data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"http://{worker.ip}:{worker.worker_ports[0]}{path}",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status
@@ -122,8 +129,9 @@ def test_spec_env_vars_and_thread_counts_reach_every_worker(make_scheduler):
     other thread counts are the spec's cpu unless env_vars set them."""
     scheduler = make_scheduler()
     env_vars = {"CUSTOM_VAR": "custom_value", "ANOTHER_VAR": "123", "MKL_NUM_THREADS": "3"}
-    scheduler.create_workers(job("envtest", 2, [spec(cpu=2, env_vars=dict(env_vars)),
-                                                spec(cpu=2, env_vars=dict(env_vars))]))
+    scheduler.create_workers(
+        job("envtest", 2, [spec(cpu=2, env_vars=dict(env_vars)), spec(cpu=2, env_vars=dict(env_vars))])
+    )
     for worker in scheduler.get_workers("envtest", timeout=WAIT):
         create_engine(scheduler, worker.id)
 
@@ -132,8 +140,12 @@ def test_spec_env_vars_and_thread_counts_reach_every_worker(make_scheduler):
 
         assert (env("CUSTOM_VAR"), env("ANOTHER_VAR")) == ("custom_value", "123")
         assert {name: env(name) for name in THREAD_VARIABLES} == {
-            "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "2",
-            "VECLIB_MAXIMUM_THREADS": "2", "NUMEXPR_NUM_THREADS": "2"}
+            "OMP_NUM_THREADS": "2",
+            "MKL_NUM_THREADS": "3",
+            "OPENBLAS_NUM_THREADS": "2",
+            "VECLIB_MAXIMUM_THREADS": "2",
+            "NUMEXPR_NUM_THREADS": "2",
+        }
 
 
 def test_a_custom_command_runs_with_the_port_and_areals_flags_appended(make_scheduler):
@@ -146,8 +158,13 @@ def test_a_custom_command_runs_with_the_port_and_areals_flags_appended(make_sche
     argv = process_argv(scheduler.call_engine(worker.id, "pid"))  # the worker server's own process
     assert Path(argv[0]).name.startswith("python") and argv[1:3] == ["-u", "-m"]
     flags = flag_values(argv[4:])
-    assert (flags["--port"], flags["--experiment-name"], flags["--trial-name"], flags["--role"],
-            flags["--worker-index"]) == (worker.worker_ports[0], "exp", "trial0", "custom", "0")
+    assert (
+        flags["--port"],
+        flags["--experiment-name"],
+        flags["--trial-name"],
+        flags["--role"],
+        flags["--worker-index"],
+    ) == (worker.worker_ports[0], "exp", "trial0", "custom", "0")
     assert {"--name-resolve-type", "--nfs-record-root", "--etcd3-addr", "--fileroot"} <= flags.keys()
 
 
@@ -272,8 +289,9 @@ def test_deleting_everything_removes_forked_and_colocated_roles_too(make_schedul
         create_engine(scheduler, worker_id, COUNTER, None, 0, str(markers[worker_id]))
 
     scheduler.delete_workers()
-    assert {worker_id: wait_for_text(marker) for worker_id, marker in markers.items()} == \
-        dict.fromkeys(markers, "destroyed")
+    assert {worker_id: wait_for_text(marker) for worker_id, marker in markers.items()} == dict.fromkeys(
+        markers, "destroyed"
+    )
     assert not any(answers(fork.ip, fork.worker_ports[0]) for fork in forks)
     for role in ("actor", "ref", "critic"):
         with pytest.raises(WorkerNotFoundError):
@@ -417,7 +435,8 @@ def test_other_answers_are_retried_with_exponential_backoff(make_scheduler):
 
         began = time.monotonic()
         value, _ = await asyncio.gather(
-            scheduler.async_call_engine("actor/0", "value", "later", max_retries=6, retry_delay=1.0), create_later())
+            scheduler.async_call_engine("actor/0", "value", "later", max_retries=6, retry_delay=1.0), create_later()
+        )
         return value, time.monotonic() - began
 
     value, elapsed = asyncio.run(async_late_engine())
@@ -442,8 +461,11 @@ def test_a_fork_that_stopped_answering_is_a_connection_error_and_is_retried(make
 
     with pytest.raises(RPCConnectionError) as refused:
         create_engine(scheduler, "ref/0")
-    assert (refused.value.worker_id, refused.value.host, refused.value.port) == \
-        ("ref/0", forks[0].ip, int(forks[0].worker_ports[0]))
+    assert (refused.value.worker_id, refused.value.host, refused.value.port) == (
+        "ref/0",
+        forks[0].ip,
+        int(forks[0].worker_ports[0]),
+    )
 
     started = time.monotonic()
     with pytest.raises(EngineCallError) as exhausted:

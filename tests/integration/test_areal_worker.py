@@ -26,6 +26,7 @@ IDLE_HEALTH = {"status": "healthy", "forked_children": 0, "engine_count": 0, "en
 
 def create_engines(scheduler, engines: list[tuple]) -> None:
     """create_engine(worker_id, engine, engine_name, *args) for each tuple, in order."""
+
     async def create():
         for worker_id, engine, name, *args in engines:
             await scheduler.create_engine(worker_id, engine, name, *args)
@@ -45,8 +46,12 @@ def test_workers_run_arealss_server_with_the_charts_command_line(make_scheduler,
         assert guard_health(worker)["engines"] == [worker.id]
         argv = flag_values(scheduler.call_engine(worker.id, "argv", worker.id))
         assert (argv["--host"], argv["--port"]) == (worker.ip, worker.worker_ports[0])
-        assert (argv["--experiment-name"], argv["--trial-name"], argv["--role"], argv["--worker-index"]) == \
-            ("exp", "trial0", "actor", str(index))
+        assert (argv["--experiment-name"], argv["--trial-name"], argv["--role"], argv["--worker-index"]) == (
+            "exp",
+            "trial0",
+            "actor",
+            str(index),
+        )
         assert scheduler.call_engine(worker.id, "get_env", worker.id, "AREAL_WORKER_ID") == worker.id
     # The server registers itself in name_resolve under the chart's --nfs-record-root.
     records = {p.read_text().strip() for p in (tmp_path / "areal" / "name_resolve").rglob("*") if p.is_file()}
@@ -62,8 +67,12 @@ def test_engine_calls_and_their_errors_as_the_real_server_answers_them(make_sche
         await scheduler.create_engine("actor/0", ENGINE, None, 7)  # engine_name defaults to the worker id
         await scheduler.set_worker_env("actor/0", {"RANK": "0", "WORLD_SIZE": "1"})
         errors = {}
-        for name, engine in [("actor/0", ENGINE), ("missing", "no_such_module.Engine"),
-                             ("plain", "collections.OrderedDict"), ("broken", BROKEN)]:
+        for name, engine in [
+            ("actor/0", ENGINE),
+            ("missing", "no_such_module.Engine"),
+            ("plain", "collections.OrderedDict"),
+            ("broken", BROKEN),
+        ]:
             try:
                 await scheduler.create_engine("actor/0", engine, name)
             except Exception as error:  # noqa: BLE001 - each failure is checked below
@@ -107,8 +116,12 @@ def test_process_forks_are_children_of_the_real_server(make_scheduler, tmp_path)
     create_engines(scheduler, [("ref/1", ENGINE, "ref", 100)])
     assert scheduler.call_engine("ref/1", "value", "ref") == 100
     argv = flag_values(scheduler.call_engine("ref/1", "argv", "ref"))
-    assert (argv["--host"], argv["--port"], argv["--role"], argv["--worker-index"]) == \
-        (forks[1].ip, forks[1].worker_ports[0], "ref", "1")
+    assert (argv["--host"], argv["--port"], argv["--role"], argv["--worker-index"]) == (
+        forks[1].ip,
+        forks[1].worker_ports[0],
+        "ref",
+        "1",
+    )
     # AReaL's /fork streams a child's output to <fileroot>/logs/<user>/<experiment>/<trial>/<role>.log (the
     # user as the worker's environment names it).
     assert len(list((tmp_path / "areal" / "logs").glob("*/exp/trial0/ref.log"))) == 1
@@ -122,7 +135,9 @@ def test_deleted_workers_destroy_their_engines(make_scheduler, tmp_path):
     scheduler.create_workers(job("actor", 1))
     scheduler.get_workers("actor")
     own, other = tmp_path / "own-destroyed", tmp_path / "other-destroyed"
-    create_engines(scheduler, [("actor/0", ENGINE, "actor/0", 0, str(own)), ("actor/0", ENGINE, "other", 0, str(other))])
+    create_engines(
+        scheduler, [("actor/0", ENGINE, "actor/0", 0, str(own)), ("actor/0", ENGINE, "other", 0, str(other))]
+    )
     scheduler.delete_workers("actor")
     assert own.read_text() == "destroyed"  # the scheduler's destroy call to the worker's own engine
     assert wait_for_text(other) == "destroyed"  # the server's SIGTERM hook, for every engine it holds

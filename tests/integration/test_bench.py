@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import api_economy  # noqa: E402
-import harness  # noqa: E402
-import report  # noqa: E402
-import startup  # noqa: E402
+import api_economy
+import harness
+import report
+import startup
 
-pytestmark = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                                reason="the guard series run worker processes on loopback pod IPs: local cluster only")
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+    reason="the guard series run worker processes on loopback pod IPs: local cluster only",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -29,16 +31,23 @@ def kwok_readiness_stage(core, namespace, ready_pods):
     existed (its stages are read at start), rather than after the benchmark's time-outs."""
     from kubernetes import client
 
-    core.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="kwok-ready", labels={"probe": "kwok"},
-                                     annotations={"areal-workers.dev/readiness": "kwok"}),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x", command=["sleep"])])))
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name="kwok-ready", labels={"probe": "kwok"}, annotations={"areal-workers.dev/readiness": "kwok"}
+            ),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x", command=["sleep"])]),
+        ),
+    )
     try:
         ready_pods(namespace, "probe=kwok", 1, timeout=20)
     except TimeoutError:
-        pytest.fail("a pod annotated areal-workers.dev/readiness=kwok did not become Ready: the cluster's KWOK "
-                    "predates the stage pod-ready-kwok of tools/localkube/kwok-stages.yaml; restart it "
-                    "(make cluster-down)")
+        pytest.fail(
+            "a pod annotated areal-workers.dev/readiness=kwok did not become Ready: the cluster's KWOK "
+            "predates the stage pod-ready-kwok of tools/localkube/kwok-stages.yaml; restart it "
+            "(make cluster-down)"
+        )
 
 
 def rows(result: harness.Result, caption: str) -> list[list]:
@@ -46,8 +55,9 @@ def rows(result: harness.Result, caption: str) -> list[list]:
 
 
 def test_the_startup_benchmark_measures_both_series_against_their_floor(kubeconfig, tmp_path):
-    plan = startup.Plan("test", sizes=(1, 2), guard_sizes=(1, 2), layouts=(1, 2), own_runner=True, timeout=60,
-                        results=tmp_path)
+    plan = startup.Plan(
+        "test", sizes=(1, 2), guard_sizes=(1, 2), layouts=(1, 2), own_runner=True, timeout=60, results=tmp_path
+    )
     steps: list[str] = []
     result = startup.execute(plan, str(kubeconfig), steps.append)
 
@@ -65,14 +75,13 @@ def test_the_startup_benchmark_measures_both_series_against_their_floor(kubeconf
 
 
 def test_the_api_economy_benchmark_counts_apiserver_and_guard_requests(kubeconfig, tmp_path):
-    plan = api_economy.Plan("test", sizes=(1, 2), guard_sizes=(1, 2), own_runner=True, timeout=60,
-                            results=tmp_path)
+    plan = api_economy.Plan("test", sizes=(1, 2), guard_sizes=(1, 2), own_runner=True, timeout=60, results=tmp_path)
     steps: list[str] = []
     result = api_economy.execute(plan, str(kubeconfig), steps.append)
 
     per_call = rows(result, "Apiserver requests per call")
     assert [(call, n) for call, n, *_ in per_call] == [(c, n) for c in api_economy.CALLS for n in (1, 2)]
-    for call, n, identity, adapter_client, helm, every_client in per_call:
+    for _call, _n, identity, adapter_client, _helm, every_client in per_call:
         # the adapter's own requests reach the apiserver under its identity, which other tests may share
         assert identity >= adapter_client and every_client >= 1
     for call in api_economy.CALLS:

@@ -1,6 +1,6 @@
-"""The benchmarks rpc_overhead, release_growth, controller_cost and detection of bench/ run end to end at their `tiny` profile
-on the session's cluster, so their code cannot rot between benchmark runs. The tables they fill are checked, never
-their timings.
+"""The benchmarks rpc_overhead, release_growth, controller_cost and detection of bench/ run end to end at their `tiny`
+profile on the session's cluster, so their code cannot rot between benchmark runs. The tables they fill are checked,
+never their timings.
 
 Each makes namespaces of its own (private, so the cluster's podrunner leaves them alone); rpc_overhead runs its
 stand-in guards with a podrunner of its own. controller_cost needs the cluster's KWOK to know the stage
@@ -13,14 +13,15 @@ import os
 
 import pytest
 
-import controller_cost  # noqa: E402
-import detection  # noqa: E402
-import harness  # noqa: E402
-import release_growth  # noqa: E402
-import rpc_overhead  # noqa: E402
+import controller_cost
+import detection
+import harness
+import release_growth
+import rpc_overhead
 
-pytestmark = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                                reason="worker processes and KWOK nodes of the local cluster only")
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="worker processes and KWOK nodes of the local cluster only"
+)
 
 
 def table(result: harness.Result, caption: str) -> harness.Table:
@@ -37,8 +38,10 @@ def test_rpc_overhead_compares_adapter_guard_client_and_plain_calls(kubeconfig, 
     result = rpc_overhead.run("tiny", str(kubeconfig), steps.append, results_dir=tmp_path)
 
     latency = table(result, "Latency")
-    assert [row[:2] for row in latency.rows] == [["stand-in guard x2", "call_engine"],
-                                                 ["stand-in guard x2", "async_call_engine"]]
+    assert [row[:2] for row in latency.rows] == [
+        ["stand-in guard x2", "call_engine"],
+        ["stand-in guard x2", "async_call_engine"],
+    ]
     assert len(latency.columns) == len(latency.rows[0]) == 13
     for row in latency.rows:
         p50s, throughputs = row[2:7], row[10:13]
@@ -57,8 +60,7 @@ def test_release_growth_records_upgrades_secret_sizes_and_history(kubeconfig, tm
     result = release_growth.run("tiny", str(kubeconfig), lambda _: None, results_dir=tmp_path)
 
     growth = table(result, "Growth in roles")
-    assert [(row[0], row[1]) for row in growth.rows] == [("roles", 1), ("roles", 2), ("replicas", 1),
-                                                         ("replicas", 2)]
+    assert [(row[0], row[1]) for row in growth.rows] == [("roles", 1), ("roles", 2), ("replicas", 1), ("replicas", 2)]
     for series, x, upgrade, operation, secret_kib, percent, kept, kept_kib in growth.rows:
         assert 0 < upgrade <= operation and secret_kib > 0 and 0 < percent < 100
         assert kept == x if series == "roles" else kept >= 1  # one revision per role so far
@@ -76,10 +78,14 @@ def test_controller_cost_reports_each_phase(kubeconfig, tmp_path):
 
     phases = table(result, "Per phase")
     names = [row[0] for row in phases.rows]
-    assert names == ["build the scheduler", f"create_workers x1 ({settings.workers} workers)",
-                     "get_workers, waiting for Ready",
-                     *[f"get_workers again ({n})" for n in range(1, settings.repeats + 1)], "delete_workers"]
-    for name, wall, cpu, helm_cpu, rss, growth, peak in phases.rows:
+    assert names == [
+        "build the scheduler",
+        f"create_workers x1 ({settings.workers} workers)",
+        "get_workers, waiting for Ready",
+        *[f"get_workers again ({n})" for n in range(1, settings.repeats + 1)],
+        "delete_workers",
+    ]
+    for _name, wall, cpu, helm_cpu, rss, _growth, peak in phases.rows:
         assert wall > 0 and cpu >= 0 and helm_cpu >= 0 and 0 < rss <= peak
     assert table(result, "Per phase").rows[1][3] > 0  # create_workers ran helm
     assert (tmp_path / "controller_cost.png").stat().st_size > 0

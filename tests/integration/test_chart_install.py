@@ -22,8 +22,9 @@ SELECTOR = "app.kubernetes.io/instance=demo,app.kubernetes.io/component=worker"
 
 
 def helm(kubeconfig: Path, helm_executable: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), *args],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [helm_executable, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=300
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -53,18 +54,35 @@ def wait_for_health(pod: client.V1Pod, timeout: float = 30.0) -> None:
 
 
 def install(kubeconfig, helm_executable, namespace, tmp_path, *extra: str) -> None:
-    helm(kubeconfig, helm_executable, "install", "demo", str(CHART), "-n", namespace, "-f", str(EXAMPLE),
-         "-f", write_values(tmp_path, RUN_PODS), *extra, "--wait", "--timeout", "120s")
+    helm(
+        kubeconfig,
+        helm_executable,
+        "install",
+        "demo",
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(EXAMPLE),
+        "-f",
+        write_values(tmp_path, RUN_PODS),
+        *extra,
+        "--wait",
+        "--timeout",
+        "120s",
+    )
 
 
 def test_helm_install_gives_ready_workers_with_real_guards_and_helm_test_passes(
-        kubeconfig, helm_executable, namespace, core, pod_runner, tmp_path):
+    kubeconfig, helm_executable, namespace, core, pod_runner, tmp_path
+):
     pod_runner(namespace)
     install(kubeconfig, helm_executable, namespace, tmp_path)
 
     pods = {p.metadata.name: p for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items}
-    assert sorted(pods) == [f"demo-areal-workers-actor-{i}" for i in range(2)] + \
-        [f"demo-areal-workers-rollout-{i}" for i in range(3)]
+    assert sorted(pods) == [f"demo-areal-workers-actor-{i}" for i in range(2)] + [
+        f"demo-areal-workers-rollout-{i}" for i in range(3)
+    ]
     for name, pod in pods.items():
         assert ipaddress.ip_address(pod.status.pod_ip).is_loopback
         role, index = pod.metadata.labels["areal.io/role"], int(name.rsplit("-", 1)[1])
@@ -75,15 +93,35 @@ def test_helm_install_gives_ready_workers_with_real_guards_and_helm_test_passes(
     result = helm(kubeconfig, helm_executable, "test", "demo", "-n", namespace, "--timeout", "60s")
     assert "Phase:          Succeeded" in result.stdout, result.stdout
 
-    logs = subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "logs",
-                           "-n", namespace, "demo-areal-workers-actor-1"], capture_output=True, text=True, check=True)
+    logs = subprocess.run(
+        [
+            str(REPO / ".tools" / "bin" / "kubectl"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "logs",
+            "-n",
+            namespace,
+            "demo-areal-workers-actor-1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert f"areal-guard listening on {pods['demo-areal-workers-actor-1'].status.pod_ip}:8000" in logs.stdout
 
 
 def test_helm_test_fails_when_a_worker_is_unhealthy(kubeconfig, helm_executable, namespace, core, pod_runner, tmp_path):
     runner = pod_runner(namespace)
-    install(kubeconfig, helm_executable, namespace, tmp_path, "--set", "roles.rollout.replicas=1",
-            "--set", "workerDefaults.probes.readiness.enabled=false")
+    install(
+        kubeconfig,
+        helm_executable,
+        namespace,
+        tmp_path,
+        "--set",
+        "roles.rollout.replicas=1",
+        "--set",
+        "workerDefaults.probes.readiness.enabled=false",
+    )
     for pod in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items:
         wait_for_health(pod)  # without a readiness probe, Ready does not mean the guard listens yet
     rollout = core.read_namespaced_pod("demo-areal-workers-rollout-0", namespace)
@@ -100,23 +138,47 @@ def test_helm_test_fails_when_a_worker_is_unhealthy(kubeconfig, helm_executable,
 
 
 def controller_revisions(apps: client.AppsV1Api, namespace: str, statefulset: str) -> set[str]:
-    return {r.metadata.name for r in apps.list_namespaced_controller_revision(namespace).items
-            if any(o.name == statefulset for o in r.metadata.owner_references or [])}
+    return {
+        r.metadata.name
+        for r in apps.list_namespaced_controller_revision(namespace).items
+        if any(o.name == statefulset for o in r.metadata.owner_references or [])
+    }
 
 
 def test_scaling_one_role_leaves_every_other_role_untouched(
-        kubeconfig, helm_executable, namespace, core, kube_client, pod_runner, tmp_path, ready_pods):
+    kubeconfig, helm_executable, namespace, core, kube_client, pod_runner, tmp_path, ready_pods
+):
     pod_runner(namespace)
     install(kubeconfig, helm_executable, namespace, tmp_path)
     apps = client.AppsV1Api(kube_client)
-    before = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items}
+    before = {
+        p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items
+    }
     actor_before = apps.read_namespaced_stateful_set("demo-areal-workers-actor", namespace)
     actor_revisions = controller_revisions(apps, namespace, "demo-areal-workers-actor")
 
-    helm(kubeconfig, helm_executable, "upgrade", "demo", str(CHART), "-n", namespace, "-f", str(EXAMPLE),
-         "-f", write_values(tmp_path, RUN_PODS), "--set", "roles.rollout.replicas=5", "--wait", "--timeout", "120s")
+    helm(
+        kubeconfig,
+        helm_executable,
+        "upgrade",
+        "demo",
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(EXAMPLE),
+        "-f",
+        write_values(tmp_path, RUN_PODS),
+        "--set",
+        "roles.rollout.replicas=5",
+        "--wait",
+        "--timeout",
+        "120s",
+    )
 
-    after = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items}
+    after = {
+        p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR).items
+    }
     assert len(after) == 7
     assert {name: uid for name, uid in after.items() if name in before} == before  # no pod was replaced
     actor_after = apps.read_namespaced_stateful_set("demo-areal-workers-actor", namespace)
@@ -126,7 +188,8 @@ def test_scaling_one_role_leaves_every_other_role_untouched(
 
 
 def test_restricted_pod_security_admits_the_default_cpu_roles(
-        kubeconfig, helm_executable, make_namespace, core, pod_runner, tmp_path):
+    kubeconfig, helm_executable, make_namespace, core, pod_runner, tmp_path
+):
     namespace = make_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
     pod_runner(namespace)
     install(kubeconfig, helm_executable, namespace, tmp_path)
@@ -134,20 +197,38 @@ def test_restricted_pod_security_admits_the_default_cpu_roles(
 
 
 def test_the_controller_role_in_rbac_drives_the_whole_release_lifecycle_and_nothing_else(
-        kubeconfig, helm_executable, make_namespace, tmp_path):
+    kubeconfig, helm_executable, make_namespace, tmp_path
+):
     home, elsewhere = make_namespace(), make_namespace()
-    subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
-                    "-n", home, "-f", str(REPO / "rbac")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(REPO / ".tools" / "bin" / "kubectl"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "-n",
+            home,
+            "-f",
+            str(REPO / "rbac"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     controller = service_account_kubeconfig(kubeconfig, home, "areal-controller", tmp_path / "controller.yaml")
 
     values = write_values(tmp_path, {})
-    for args in (["install", "demo", str(CHART), "-f", str(EXAMPLE)],
-                 ["upgrade", "demo", str(CHART), "-f", str(EXAMPLE), "--set", "roles.rollout.replicas=1"],
-                 ["rollback", "demo", "1"], ["history", "demo"], ["get", "values", "demo"],
-                 ["uninstall", "demo"]):
+    for args in (
+        ["install", "demo", str(CHART), "-f", str(EXAMPLE)],
+        ["upgrade", "demo", str(CHART), "-f", str(EXAMPLE), "--set", "roles.rollout.replicas=1"],
+        ["rollback", "demo", "1"],
+        ["history", "demo"],
+        ["get", "values", "demo"],
+        ["uninstall", "demo"],
+    ):
         helm(controller, helm_executable, *args, "-n", home, *(["-f", values] if args[0] == "install" else []))
 
-    denied = helm(controller, helm_executable, "install", "demo", str(CHART), "-n", elsewhere, "-f", str(EXAMPLE),
-                  check=False)
+    denied = helm(
+        controller, helm_executable, "install", "demo", str(CHART), "-n", elsewhere, "-f", str(EXAMPLE), check=False
+    )
     assert denied.returncode != 0
     assert "forbidden" in denied.stderr and f"system:serviceaccount:{home}:areal-controller" in denied.stderr

@@ -38,16 +38,22 @@ def cluster_runner_namespaces() -> set[str]:
         return {pod["pod"].split("/", 1)[0] for pod in json.load(reply)}
 
 
-@pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                    reason="the chart's default image runs on real kubelets only: run `ct install` there yourself "
-                           "(docs/en/testing.md)")
+@pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+    reason="the chart's default image runs on real kubelets only: run `ct install` there yourself (docs/en/testing.md)",
+)
 def test_ct_install_installs_tests_and_uninstalls_every_ci_values_file(kubeconfig, helm_executable, core, tmp_path):
     values_files = sorted(CHART.glob("ci/*-values.yaml"))
     assert values_files, "ct would install the chart's defaults only, which declare no workers"
     env = {**os.environ, "PATH": tool_path(tmp_path, helm_executable), "KUBECONFIG": str(kubeconfig)}
-    result = subprocess.run([str(CT), "install", "--config", str(REPO / "ct.yaml"),
-                             "--charts", str(CHART.relative_to(REPO))],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        [str(CT), "install", "--config", str(REPO / "ct.yaml"), "--charts", str(CHART.relative_to(REPO))],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     output = result.stdout + result.stderr
     (tmp_path / "ct.log").write_text(output)
     assert result.returncode == 0, f"ct install failed (full output: {tmp_path / 'ct.log'}):\n{output[-6000:]}"

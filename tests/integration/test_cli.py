@@ -16,11 +16,9 @@ import pytest
 import yaml
 
 from areal_workers.cli.main import main
-from areal_workers.cli.session import (EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE)
+from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from clusterlib import job, spec
 from repo_paths import REPO, TOOLS_BIN
-
-pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-m", "areal_workers.cli"]
 WITH_HELM = {**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}"}
@@ -40,6 +38,7 @@ def cli(kubeconfig, namespace, capsys, monkeypatch):
 
     def call(*argv: str) -> tuple[int, str, str]:
         return run(capsys, "--kubeconfig", str(kubeconfig), "-n", namespace, *argv)
+
     return call
 
 
@@ -53,8 +52,12 @@ def crashing_trial(make_scheduler):
     scheduler.create_workers(job("broken", 2, [spec(cmd=CRASH)]))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until a broken worker has crashed at least once
-        code = subprocess.run([*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace,
-                               "status", "-o", "json"], capture_output=True, text=True, env=WITH_HELM)
+        code = subprocess.run(
+            [*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace, "status", "-o", "json"],
+            capture_output=True,
+            text=True,
+            env=WITH_HELM,
+        )
         broken = [w for w in json.loads(code.stdout)["trials"][0]["workers"] if w["role"] == "broken"]
         if broken and all(w["fatal"] for w in broken):
             break
@@ -76,7 +79,9 @@ def test_status_shows_every_worker_with_the_reason_one_is_not_ready(cli, crashin
     broken = workers["broken/1"]
     assert not broken["ready"] and broken["fatal"] and broken["reason"]
     assert {(r["name"], r["kind"], r["ready"], r["replicas"]) for r in trial["roles"]} == {
-        ("actor", "role", 2, 2), ("broken", "role", 0, 2)}
+        ("actor", "role", 2, 2),
+        ("broken", "role", 0, 2),
+    }
 
     code, table, _ = cli("status", "--release", crashing_trial.release)
     assert code == EXIT_PROBLEM
@@ -119,9 +124,14 @@ def default_sigint() -> None:
 
 
 def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):
-    follow = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", crashing_trial.namespace, "logs",
-                               "actor/0", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=WITH_HELM, preexec_fn=default_sigint)
+    follow = subprocess.Popen(
+        [*CLI, "--kubeconfig", str(kubeconfig), "-n", crashing_trial.namespace, "logs", "actor/0", "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=WITH_HELM,
+        preexec_fn=default_sigint,
+    )
     first = follow.stdout.readline()  # the log so far arrives at once; -f keeps the stream open
     time.sleep(1)
     alive = follow.poll() is None
@@ -138,8 +148,10 @@ def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_tria
     code, out, _ = cli("history", "-o", "json")
     assert code == EXIT_OK
     history = json.loads(out)
-    assert [r["description"] for r in history["revisions"]] == ["create actor: 2 worker(s)",
-                                                               "create broken: 2 worker(s)"]
+    assert [r["description"] for r in history["revisions"]] == [
+        "create actor: 2 worker(s)",
+        "create broken: 2 worker(s)",
+    ]
     assert history["ready_revision"] == 1 and history["revisions"][0]["all_ready"]
 
     code, out, _ = cli("rollback", "-o", "json", "--timeout", "120")
@@ -147,8 +159,9 @@ def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_tria
     outcome = json.loads(out)
     assert (outcome["from_revision"], outcome["to_revision"], outcome["new_revision"]) == (2, 1, 3)
     assert outcome["ready"] is True
-    pods = core.list_namespaced_pod(crashing_trial.namespace,
-                                    label_selector=f"app.kubernetes.io/instance={crashing_trial.release}").items
+    pods = core.list_namespaced_pod(
+        crashing_trial.namespace, label_selector=f"app.kubernetes.io/instance={crashing_trial.release}"
+    ).items
     assert sorted(p.metadata.labels["areal.io/role"] for p in pods) == ["actor", "actor"]
     code, out, _ = cli("status", "-o", "json")
     assert code == EXIT_OK and json.loads(out)["trials"][0]["ready_revision"] == 3
@@ -166,8 +179,10 @@ def test_down_asks_first_then_removes_the_release_and_its_pods(cli, make_schedul
     code, out, _ = cli("down", "--yes", "-o", "json")
     [deleted] = json.loads(out)["deleted_pods"]
     assert code == EXIT_OK and deleted.startswith(scheduler.release) and deleted.endswith("-actor-0")
-    assert core.list_namespaced_pod(namespace,
-                                    label_selector=f"app.kubernetes.io/instance={scheduler.release}").items == []
+    assert (
+        core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={scheduler.release}").items
+        == []
+    )
     code, out, _ = cli("status", "-o", "json")
     assert code == EXIT_OK and json.loads(out)["trials"] == []
     assert cli("down", "--yes")[0] == EXIT_NOT_FOUND
@@ -191,9 +206,24 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     scheduler.get_workers("actor")
-    watch = subprocess.Popen([*CLI, "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "--watch",
-                              "--watch-seconds", "60", "-o", "json"], stdout=subprocess.PIPE, text=True,
-                             env=WITH_HELM)
+    watch = subprocess.Popen(
+        [
+            *CLI,
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "status",
+            "--watch",
+            "--watch-seconds",
+            "60",
+            "-o",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=WITH_HELM,
+    )
     snapshots: list[dict] = []
     reader = threading.Thread(target=lambda: snapshots.extend(json.loads(line) for line in watch.stdout))
     reader.start()
@@ -201,8 +231,11 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     while not snapshots and time.monotonic() < deadline:
         time.sleep(0.2)
     assert snapshots, "no first snapshot"
-    [pod] = [p for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
-             if p.metadata.labels["apps.kubernetes.io/pod-index"] == "1"]
+    [pod] = [
+        p
+        for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
+        if p.metadata.labels["apps.kubernetes.io/pod-index"] == "1"
+    ]
     core.delete_namespaced_pod(pod.metadata.name, namespace)
 
     def actor_1(snapshot: dict) -> dict:
@@ -211,7 +244,7 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     while time.monotonic() < deadline:
         seen = list(snapshots)
         dropped = [i for i, s in enumerate(seen) if not actor_1(s)["ready"]]
-        if dropped and any(actor_1(s)["ready"] for s in seen[dropped[0]:]):
+        if dropped and any(actor_1(s)["ready"] for s in seen[dropped[0] :]):
             break
         time.sleep(0.2)
     watch.terminate()
@@ -224,25 +257,59 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
 def test_render_a_job_file_without_a_cluster(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     unreachable = tmp_path / "kubeconfig"
-    unreachable.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [
-        {"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}], "contexts": [
-        {"name": "x", "context": {"cluster": "x", "user": "x"}}], "current-context": "x", "users": [
-        {"name": "x", "user": {}}]}))
+    unreachable.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+                "current-context": "x",
+                "users": [{"name": "x", "user": {}}],
+            }
+        )
+    )
     jobs = tmp_path / "job.yaml"
-    jobs.write_text(yaml.safe_dump({"experiment": "gsm8k", "trial": "t1", "jobs": [
-        {"role": "actor", "replicas": 4, "tasks": [{"cpu": 4, "gpu": 1, "mem": 16, "image": "reg.example/areal:1.0",
-                                                   "cmd": "python -m areal.infra.rpc.rpc_server"}]},
-        {"role": "ref", "replicas": 4, "scheduling_strategy": {"type": "colocation", "target": "actor",
-                                                               "fork": False}}]}))
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": "gsm8k",
+                "trial": "t1",
+                "jobs": [
+                    {
+                        "role": "actor",
+                        "replicas": 4,
+                        "tasks": [
+                            {
+                                "cpu": 4,
+                                "gpu": 1,
+                                "mem": 16,
+                                "image": "reg.example/areal:1.0",
+                                "cmd": "python -m areal.infra.rpc.rpc_server",
+                            }
+                        ],
+                    },
+                    {
+                        "role": "ref",
+                        "replicas": 4,
+                        "scheduling_strategy": {"type": "colocation", "target": "actor", "fork": False},
+                    },
+                ],
+            }
+        )
+    )
     code, out, _ = run(capsys, "--kubeconfig", str(unreachable), "-n", "rl", "render", "-f", str(jobs), "-o", "json")
     assert code == EXIT_OK
     rendered = json.loads(out)
     assert rendered["values"]["roles"]["actor"]["replicas"] == 4 and rendered["values"]["colocations"] == {
-        "ref": "actor"}
+        "ref": "actor"
+    }
     [statefulset] = [m for m in rendered["manifests"] if m["kind"] == "StatefulSet"]
     assert statefulset["spec"]["replicas"] == 4 and statefulset["metadata"]["namespace"] == "rl"
     container = statefulset["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "reg.example/areal:1.0" and str(container["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+    assert (
+        container["image"] == "reg.example/areal:1.0" and str(container["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+    )
 
     code, out, _ = run(capsys, "render", "-f", str(jobs), "--show", "values")
     assert code == EXIT_OK and "kind:" not in out and "gsm8k" in out
@@ -251,8 +318,9 @@ def test_render_a_job_file_without_a_cluster(tmp_path, capsys, monkeypatch):
     code, _, err = run(capsys, "render", "-f", str(jobs))
     assert code == EXIT_USAGE and "unknown field(s) gpus" in err and "gpu" in err
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"workerDefaults": {"terminationGracePeriodSeconds": -1},
-                                      "roles": {"actor": {"replicas": 1}}}))
+    values.write_text(
+        yaml.safe_dump({"workerDefaults": {"terminationGracePeriodSeconds": -1}, "roles": {"actor": {"replicas": 1}}})
+    )
     code, _, err = run(capsys, "render", "--values", str(values))
     assert code == EXIT_USAGE and "terminationGracePeriodSeconds" in err
 
@@ -266,28 +334,41 @@ def test_completion_scripts_are_valid_shell(capsys):
 
 def test_an_unreachable_cluster_is_exit_4_with_what_to_check(tmp_path, capsys):
     missing = tmp_path / "none.yaml"
-    missing.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [
-        {"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}], "contexts": [
-        {"name": "x", "context": {"cluster": "x", "user": "x"}}], "current-context": "x", "users": [
-        {"name": "x", "user": {}}]}))
+    missing.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+                "current-context": "x",
+                "users": [{"name": "x", "user": {}}],
+            }
+        )
+    )
     code, _, err = run(capsys, "--kubeconfig", str(missing), "-n", "x", "status")
     assert code == EXIT_CLUSTER and "cannot reach the cluster" in err
 
 
 def test_the_installed_entry_point_runs(kubeconfig, namespace):
     script = Path(sys.executable).with_name("areal-workers")
-    done = subprocess.run([str(script), "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(script), "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == EXIT_OK, done.stderr
     assert json.loads(done.stdout) == {"namespace": namespace, "trials": []}
 
 
-def test_doctor_names_the_one_permission_a_service_account_lacks(cli, kube_client, kubeconfig, namespace, tmp_path,
-                                                                 capsys):
+def test_doctor_names_the_one_permission_a_service_account_lacks(
+    cli, kube_client, kubeconfig, namespace, tmp_path, capsys
+):
     from kubernetes import client
-    from test_doctor_on_cluster import ROLE, ROLE_FILE, _wait_denied, _without
 
     from clusterlib import controller_kubeconfig
+    from test_doctor_on_cluster import ROLE, ROLE_FILE, _wait_denied, _without
 
     code, out, _ = cli("doctor", "--no-probe", "-o", "json")
     assert code == EXIT_OK
@@ -319,8 +400,9 @@ def test_the_job_file_of_the_cli_reference_renders(tmp_path, capsys, monkeypatch
     assert [m["spec"]["replicas"] for m in rendered["manifests"] if m["kind"] == "StatefulSet"] == [4]
 
 
-def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_back(cli, pod_runner, namespace,
-                                                                                   tmp_path, worker_lane, core):
+def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_back(
+    cli, pod_runner, namespace, tmp_path, worker_lane, core
+):
     from clusterlib import RUN_PODS, lane_values
 
     pod_runner(namespace)
@@ -328,8 +410,11 @@ def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_ba
     platform.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
     task = {"cpu": 1, "mem": 1, "cmd": "python -m areal.infra.rpc.rpc_server"}
     jobs = tmp_path / "job.yaml"
-    jobs.write_text(yaml.safe_dump({"experiment": "exp", "trial": "up", "jobs": [
-        {"role": "actor", "replicas": 2, "tasks": [task]}]}))
+    jobs.write_text(
+        yaml.safe_dump(
+            {"experiment": "exp", "trial": "up", "jobs": [{"role": "actor", "replicas": 2, "tasks": [task]}]}
+        )
+    )
     timeout = str(worker_lane.timeouts["ready_timeout"])
     code, out, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout, "-o", "json")
     assert code == EXIT_OK, err
@@ -337,9 +422,18 @@ def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_ba
     assert [w["id"] for w in made["workers"]] == ["actor/0", "actor/1"] and all(w["ip"] for w in made["workers"])
     assert cli("status", "-o", "json")[0] == EXIT_OK
 
-    jobs.write_text(yaml.safe_dump({"experiment": "exp", "trial": "up", "jobs": [
-        {"role": "actor", "replicas": 2, "tasks": [task]},
-        {"role": "broken", "replicas": 1, "tasks": [{**task, "cmd": CRASH}]}]}))
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": "exp",
+                "trial": "up",
+                "jobs": [
+                    {"role": "actor", "replicas": 2, "tasks": [task]},
+                    {"role": "broken", "replicas": 1, "tasks": [{**task, "cmd": CRASH}]},
+                ],
+            }
+        )
+    )
     code, _, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout)
     assert code == EXIT_PROBLEM and "exit code 3" in err and "rolled back release" in err
     history = json.loads(cli("history", "-o", "json")[1])

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localkube.cluster import LocalCluster
@@ -28,9 +27,10 @@ from repo_paths import AREAL_WORKER_PYTHON, REPO
 pytestmark = [
     pytest.mark.serial_cluster,  # in a namespace of a fixed name (tools/test_lanes.py)
     pytest.mark.real_node,  # its workers run on the real node when the cluster has one
-    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                       reason="the demo's workers need examples/ in their image on other clusters; here it runs on "
-                              "the local one"),
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the demo's workers need examples/ in their image on other clusters; here it runs on the local one",
+    ),
 ]
 
 DEMO = REPO / "examples" / "bandit_demo.py"
@@ -43,8 +43,16 @@ ITERATIONS = 6
 # AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
 # and a replaced pod start one role after the other.
 DEMO_TIMEOUT = 900
-STEPS = ["1. Create the workers", "2. Fork a role into the actor's pods", "3. Workers", "4. Engines",
-         "5. Train", "6. A bad update, diagnosed and rolled back", "7. helm history", "8. Clean up"]
+STEPS = [
+    "1. Create the workers",
+    "2. Fork a role into the actor's pods",
+    "3. Workers",
+    "4. Engines",
+    "5. Train",
+    "6. A bad update, diagnosed and rolled back",
+    "7. helm history",
+    "8. Clean up",
+]
 ITERATION_ROW = re.compile(r"^\s+(\d+)\s+(\d\.\d{3})\s+(\d+\.\d)%\s+(-?\d+\.\d{3})\s+v(\d+)$", re.MULTILINE)
 
 
@@ -107,8 +115,14 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
     """The README's main command, run as a newcomer runs it: `make demo` in a fresh clone (its virtualenv made, the
     cached tools linked), on a cluster where the demo's namespace does not exist yet."""
     started = time.monotonic()
-    result = subprocess.run(["make", "demo"], capture_output=True, text=True, timeout=CLONE_DEMO_TIMEOUT,
-                            cwd=fresh_clone, env=newcomer_environment(tmp_path))
+    result = subprocess.run(
+        ["make", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=CLONE_DEMO_TIMEOUT,
+        cwd=fresh_clone,
+        env=newcomer_environment(tmp_path),
+    )
     output = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\n{output[-20000:]}\n{result.stderr[-5000:]}"
     assert (fresh_clone / ".venv" / "bin" / "python").exists() and (fresh_clone / ".tools" / "bin" / "helm").exists()
@@ -121,10 +135,13 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
     assert [i for i, _ in rows] == list(range(1, DEMO_ITERATIONS + 2)), output
     assert rows[DEMO_ITERATIONS - 1][1] > rows[0][1] + 0.1, f"the mean reward did not rise: {rows}"
     # AReaL's TrainController made the actor's workers, engines and gloo group; the ranks all-reduced.
-    assert re.search(r"actor    actor/0 actor/1 ready, engines in a gloo group at [\d.]+:8001 \(actor/0's pod IP and "
-                     r"second port\)", output), output
+    assert re.search(
+        r"actor    actor/0 actor/1 ready, engines in a gloo group at [\d.]+:8001 \(actor/0's pod IP and "
+        r"second port\)",
+        output,
+    ), output
     assert "hold identical weights: the gradients were all-reduced between their pods" in output
-    failure = output[output.index(STEPS[5]):output.index(STEPS[6])]
+    failure = output[output.index(STEPS[5]) : output.index(STEPS[6])]
     assert "get_workers('rollout') raised WorkerFailedError" in failure
     if LocalCluster().real_node().is_running():  # `make demo` puts the workers on it: real containers
         assert "the local cluster's real node" in output and "container of the locally built image" in output
@@ -135,10 +152,14 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
         assert "simulated" in failure  # the output says what the local cluster simulates
     assert re.search(r"rolled back release \S+ to revision 3", failure), failure
     assert "(Rollback to 3)" in failure and "untouched, same pod UIDs: actor-0, actor-1, rollout-0" in failure
-    history = output[output.index(STEPS[6]):output.index(STEPS[7])]
+    history = output[output.index(STEPS[6]) : output.index(STEPS[7])]
     assert [line.split(None, 2)[2] for line in history.splitlines()[2:] if line.strip()] == [
-        "create actor: 2 worker(s)", "create rollout: 2 worker(s)", "fork ref from actor (2 processes)",
-        "update rollout: 2 worker(s)", "Rollback to 3"]
+        "create actor: 2 worker(s)",
+        "create rollout: 2 worker(s)",
+        "fork ref from actor (2 processes)",
+        "update rollout: 2 worker(s)",
+        "Rollback to 3",
+    ]
     assert "release uninstalled, no pods left, nothing answers on the 6 worker addresses" in output
 
     # Nothing left behind, as seen from outside the demo.
@@ -159,19 +180,63 @@ def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namesp
         namespace, runner = make_namespace(private=False), None
     else:  # the pods need AReaL's server: a runner of this test (the trainer pod gets podrunner's interpreter)
         namespace = make_namespace()
-        runner = PodRunner(str(kubeconfig), namespace, tmp_path / "pods", module_map={},
-                           python=str(AREAL_WORKER_PYTHON), pythonpath=(str(REPO / "examples"),)).start()
+        runner = PodRunner(
+            str(kubeconfig),
+            namespace,
+            tmp_path / "pods",
+            module_map={},
+            python=str(AREAL_WORKER_PYTHON),
+            pythonpath=(str(REPO / "examples"),),
+        ).start()
     try:
-        subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "apply",
-                        "-n", namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(REPO / ".tools" / "bin" / "kubectl"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "apply",
+                "-n",
+                namespace,
+                "-f",
+                str(REPO / "rbac"),
+            ],
+            check=True,
+            capture_output=True,
+        )
         trial = f"t{uuid.uuid4().hex[:6]}"
         result = subprocess.run(
-            [sys.executable, "-m", "areal_workers.cli", "--kubeconfig", str(kubeconfig), "-n", namespace, "submit",
-             "--image", "local/areal-trainer:dev", "--name", "demo-trainer", "--start-timeout", "300", "--",
-             "python", str(DEMO), "--namespace", namespace, "--trial", trial, "--iterations", str(ITERATIONS),
-             "--local-cluster-pod"],
-            capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=REPO,
-            env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+            [
+                sys.executable,
+                "-m",
+                "areal_workers.cli",
+                "--kubeconfig",
+                str(kubeconfig),
+                "-n",
+                namespace,
+                "submit",
+                "--image",
+                "local/areal-trainer:dev",
+                "--name",
+                "demo-trainer",
+                "--start-timeout",
+                "300",
+                "--",
+                "python",
+                str(DEMO),
+                "--namespace",
+                namespace,
+                "--trial",
+                trial,
+                "--iterations",
+                str(ITERATIONS),
+                "--local-cluster-pod",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=DEMO_TIMEOUT,
+            cwd=REPO,
+            env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+        )
     finally:
         if runner is not None:
             runner.stop()

@@ -26,12 +26,18 @@ from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-    reason="the commands name the local cluster's files (.tools/kubeconfig) and its namespaces")
+    reason="the commands name the local cluster's files (.tools/kubeconfig) and its namespaces",
+)
 
-ENGLISH_PAGES = ["README.md", "charts/areal-workers/README.md",
-                 *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs" / "en").glob("*.md"))]
-CHINESE_PAGES = {"README.md": "docs/zh/README.md",
-                 **{page: page.replace("docs/en/", "docs/zh/") for page in ENGLISH_PAGES if page.startswith("docs/")}}
+ENGLISH_PAGES = [
+    "README.md",
+    "charts/areal-workers/README.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs" / "en").glob("*.md")),
+]
+CHINESE_PAGES = {
+    "README.md": "docs/zh/README.md",
+    **{page: page.replace("docs/en/", "docs/zh/") for page in ENGLISH_PAGES if page.startswith("docs/")},
+}
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 FILE_HEADER = re.compile(r"^# values: (\S+?),")
 BLOCK_TIMEOUT = 900
@@ -45,53 +51,70 @@ NOT_RUN = {
     "make demo": CI_RUNS_IT,
     "make test": CI_RUNS_IT,
     "make demo DEMO_ARGS=--keep": "the demo with --keep: tests/integration/test_demo.py runs the demo",
-    "pip install ./": "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the "
-                      "wheel",
+    "pip install ./": (
+        "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel"
+    ),
     "pip install -e .": "installs into the reader's environment (`make venv` does it for this checkout)",
-    "pip install .": "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the "
-                     "wheel",
-    "python examples/bandit_demo.py --kubeconfig ~/.kube/config --namespace rl-demo "
-    "--image registry.example.com/areal-bandit:v1": f"{REAL_CLUSTER}: test_demo.py runs the same program here",
-    "python -m areal_workers.launch train.py --config gsm8k_grpo.yaml scheduler.type=kubernetes":
+    "pip install .": (
+        "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel"
+    ),
+    (
+        "python examples/bandit_demo.py --kubeconfig ~/.kube/config --namespace rl-demo "
+        "--image registry.example.com/areal-bandit:v1"
+    ): f"{REAL_CLUSTER}: test_demo.py runs the same program here",
+    "python -m areal_workers.launch train.py --config gsm8k_grpo.yaml scheduler.type=kubernetes": (
         f"{REAL_CLUSTER} and an AReaL trainer with models: test_launch_on_cluster.py runs an entry point through "
-        f"the launcher here",
-    "kubectl apply -n argocd -f examples/argocd-application.yaml": "needs Argo CD with access to the Git repository "
-                                                                   "the Application names: test_argocd.py syncs one "
-                                                                   "from a local repository",
+        f"the launcher here"
+    ),
+    "kubectl apply -n argocd -f examples/argocd-application.yaml": (
+        "needs Argo CD with access to the Git repository "
+        "the Application names: test_argocd.py syncs one "
+        "from a local repository"
+    ),
     "argocd app get areal-gsm8k": "Argo CD's own CLI, which the local cluster does not build",
     ".tools/bin/kubectl --kubeconfig .tools/kubeconfig -n bandit-demo get pods -o wide": KEPT_DEMO,
-    ".tools/bin/kubectl --kubeconfig .tools/kubeconfig -n bandit-demo logs "
-    "aw-bandit-demo-0dfcdcae-areal-workers-actor-0": KEPT_DEMO,
+    (
+        ".tools/bin/kubectl --kubeconfig .tools/kubeconfig -n bandit-demo logs "
+        "aw-bandit-demo-0dfcdcae-areal-workers-actor-0"
+    ): KEPT_DEMO,
     ".tools/bin/helm --kubeconfig .tools/kubeconfig -n bandit-demo history aw-bandit-demo-0dfcdcae": KEPT_DEMO,
     ".tools/bin/helm --kubeconfig .tools/kubeconfig -n bandit-demo uninstall aw-bandit-demo-0dfcdcae --wait": KEPT_DEMO,
     "make cluster-down": STOPS_THE_CLUSTER,
     "python tools/localcluster.py down": STOPS_THE_CLUSTER,
-    "kubectl apply -n rl -f trainer.yaml": f"{REAL_CLUSTER}: the trainer image; test_trainer_in_cluster.py runs a "
-                                           f"trainer pod here",
+    "kubectl apply -n rl -f trainer.yaml": (
+        f"{REAL_CLUSTER}: the trainer image; test_trainer_in_cluster.py runs a trainer pod here"
+    ),
     "kubectl logs -n rl -f gsm8k-trainer": "follows the trainer pod above",
     "areal-workers history -n rl --experiment gsm8k-grpo --trial trial0": "the trial of the trainer above",
     "areal-workers down -n rl --experiment gsm8k-grpo --trial trial0": "the trial of the trainer above; asks first",
-    "areal-workers -n rl submit -f examples/trainer.yaml -- python /opt/AReaL/examples/math/gsm8k_rl.py --config "
-    "/opt/AReaL/examples/math/gsm8k_grpo.yaml scheduler.type=kubernetes":
-        f"{REAL_CLUSTER}: AReaL's trainer image; test_trainer_in_cluster.py submits a trainer here",
-    "areal-workers diagnose actor -n rl --experiment gsm8k-grpo --trial trial0": "a trial with a failing role: "
-                                                                                "test_cli.py diagnoses one",
-    "kubectl -n rl get pods -l app.kubernetes.io/instance=<release> -L areal.io/role": "placeholders for the "
-                                                                                       "reader's release",
+    (
+        "areal-workers -n rl submit -f examples/trainer.yaml -- python /opt/AReaL/examples/math/gsm8k_rl.py --config "
+        "/opt/AReaL/examples/math/gsm8k_grpo.yaml scheduler.type=kubernetes"
+    ): f"{REAL_CLUSTER}: AReaL's trainer image; test_trainer_in_cluster.py submits a trainer here",
+    "areal-workers diagnose actor -n rl --experiment gsm8k-grpo --trial trial0": (
+        "a trial with a failing role: test_cli.py diagnoses one"
+    ),
+    "kubectl -n rl get pods -l app.kubernetes.io/instance=<release> -L areal.io/role": (
+        "placeholders for the reader's release"
+    ),
     "kubectl -n rl describe pod <pod>": "placeholders for the reader's pod",
     "kubectl -n rl get events --field-selector involvedObject.name=<pod>": "placeholders for the reader's pod",
     "kubectl -n rl logs <pod> -c worker --previous": "placeholders for the reader's pod",
     "kubectl label pod gsm8k-trainer -n rl areal.io/controller=true": "the reader's trainer pod",
-    "kubectl get pods -n areal -l app.kubernetes.io/name=areal-workers,app.kubernetes.io/instance=demo "
-    "-L areal.io/role -w": "watches until interrupted",
+    (
+        "kubectl get pods -n areal -l app.kubernetes.io/name=areal-workers,app.kubernetes.io/instance=demo "
+        "-L areal.io/role -w"
+    ): "watches until interrupted",
     "AREAL_WORKERS_HELM=.tools/bin/helm4 make test-integration": "a test lane: `make test` runs it",
     "make test-areal": "a test lane: `make test` runs it",
-    'AREAL_WORKERS_WORKER=areal .venv/bin/pytest tests/integration/test_scheduler.py '
-    'tests/integration/test_areal_worker.py -m "not reference_guard_only" -k "not rbac"': "a test lane: `make test` "
-                                                                                       "runs it",
+    (
+        "AREAL_WORKERS_WORKER=areal .venv/bin/pytest tests/integration/test_scheduler.py "
+        'tests/integration/test_areal_worker.py -m "not reference_guard_only" -k "not rbac"'
+    ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",
-    "kind create cluster && ct install --config ct.yaml --charts charts/areal-workers": "kind needs Docker, which "
-                                                                                       "these machines have not",
+    "kind create cluster && ct install --config ct.yaml --charts charts/areal-workers": (
+        "kind needs Docker, which these machines have not"
+    ),
 }
 # What a page assumes exists (made earlier in the docs: the quick start's namespace rl and its rbac/).
 GIVEN = {
@@ -168,7 +191,7 @@ def scripts(page: str) -> list[tuple[str, str | None]]:
         lines = [command for command in commands(block.text) if command not in NOT_RUN]
         stdin = None
         if ".venv/bin/python" in lines:
-            stdin = next(b.text for b in page_blocks[index + 1:] if b.language == "python")
+            stdin = next(b.text for b in page_blocks[index + 1 :] if b.language == "python")
         if lines:
             found.append(("\n".join(lines), stdin))
     return found
@@ -187,16 +210,35 @@ def test_the_pages_commands_run_on_the_local_cluster(page, kubeconfig, core, tmp
         for script, stdin in [("\n".join(GIVEN.get(page, [])), None), *scripts(page)]:
             if not script:
                 continue
-            result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], input=stdin, text=True,
-                                    capture_output=True, cwd=tmp_path, env=environment, timeout=BLOCK_TIMEOUT)
-            assert result.returncode == 0, (f"{page}: exit {result.returncode} of\n{script}\n--- stdout\n"
-                                            f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
+            result = subprocess.run(
+                ["bash", "-e", "-o", "pipefail", "-c", script],
+                input=stdin,
+                text=True,
+                capture_output=True,
+                cwd=tmp_path,
+                env=environment,
+                timeout=BLOCK_TIMEOUT,
+            )
+            assert result.returncode == 0, (
+                f"{page}: exit {result.returncode} of\n{script}\n--- stdout\n"
+                f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+            )
     finally:
         for command in CLEANUP.get(page, []):
             subprocess.run(["bash", "-c", command], cwd=tmp_path, env=environment, capture_output=True, timeout=300)
         # Only the namespaces the page's commands name: other lanes make namespaces meanwhile.
-        named = set(re.findall(r"[a-z0-9-]+", "\n".join([*GIVEN.get(page, []), *(text for text, _ in scripts(page)),
-                                                           *(block.text for block in blocks(page))])))
+        named = set(
+            re.findall(
+                r"[a-z0-9-]+",
+                "\n".join(
+                    [
+                        *GIVEN.get(page, []),
+                        *(text for text, _ in scripts(page)),
+                        *(block.text for block in blocks(page)),
+                    ]
+                ),
+            )
+        )
         made = (namespaces(core) - before) & named
         for name in made:
             core.delete_namespace(name)

@@ -32,13 +32,20 @@ GPU = "nvidia.com/gpu"
 def doctor_config(kubeconfig, helm_executable, tmp_path, worker_lane):
     """A KubernetesSchedulerConfig like the scheduler tests' (make_scheduler): their values files, the worker lane's
     interpreter and time-outs."""
+
     def make(namespace: str, credentials=kubeconfig) -> KubernetesSchedulerConfig:
         values = tmp_path / "run-pods.json"
         values.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
-        return KubernetesSchedulerConfig(namespace=namespace, kubeconfig=str(credentials),
-                                         helm_executable=helm_executable, values_files=(str(values),),
-                                         python_executable=worker_lane.python, fork_module=worker_lane.fork_module,
-                                         **worker_lane.timeouts)
+        return KubernetesSchedulerConfig(
+            namespace=namespace,
+            kubeconfig=str(credentials),
+            helm_executable=helm_executable,
+            values_files=(str(values),),
+            python_executable=worker_lane.python,
+            fork_module=worker_lane.fork_module,
+            **worker_lane.timeouts,
+        )
+
     return make
 
 
@@ -47,16 +54,24 @@ def by_status(checks: list[Check], status: str) -> list[Check]:
 
 
 def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothing(
-        kube_client, core, namespace, pod_runner, doctor_config, helm_client):
+    kube_client, core, namespace, pod_runner, doctor_config, helm_client
+):
     pod_runner(namespace)
     messages: list[str] = []
-    checks = run_doctor(kube_client, doctor_config(namespace), gpus_per_worker=1, workers=2, probe=True,
-                        progress=messages.append)
+    checks = run_doctor(
+        kube_client, doctor_config(namespace), gpus_per_worker=1, workers=2, probe=True, progress=messages.append
+    )
     assert [(c.name, c.detail) for c in checks if c.status != "pass"] == []
     names = [check.name for check in checks]
     _, accesses = role_accesses(ROLE_FILE.read_text())
-    assert names == ["cluster reachable", *(access.name for access in accesses), "permission list nodes",
-                     "chart renders", "GPU capacity", "worker reachable"]
+    assert names == [
+        "cluster reachable",
+        *(access.name for access in accesses),
+        "permission list nodes",
+        "chart renders",
+        "GPU capacity",
+        "worker reachable",
+    ]
     probe = checks[-1]
     assert "answered GET /health from this machine" in probe.detail and "deleted" in probe.detail
     assert any(message.startswith("probe: GET http://") for message in messages), messages
@@ -81,10 +96,15 @@ def _wait_denied(kube_client, namespace: str, verb: str, resource: str, timeout:
     """The RBAC authorizer reads Roles from a cache: until it denies the access for the ServiceAccount."""
     authorization = client.AuthorizationV1Api(kube_client)
     name, _, subresource = resource.partition("/")
-    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=f"system:serviceaccount:{namespace}:{ROLE}", groups=["system:serviceaccounts", "system:authenticated"],
-        resource_attributes=client.V1ResourceAttributes(namespace=namespace, verb=verb, resource=name,
-                                                        subresource=subresource or None)))
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{namespace}:{ROLE}",
+            groups=["system:serviceaccounts", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, resource=name, subresource=subresource or None
+            ),
+        )
+    )
     deadline = time.monotonic() + timeout
     while authorization.create_subject_access_review(review).status.allowed:
         assert time.monotonic() < deadline, f"the authorizer still grants {verb} {resource}"
@@ -93,7 +113,8 @@ def _wait_denied(kube_client, namespace: str, verb: str, resource: str, timeout:
 
 @pytest.mark.parametrize(("verb", "resource"), [("delete", "pods"), ("get", "pods/log")])
 def test_a_service_account_without_one_permission_of_the_role_fails_exactly_that_one(
-        kube_client, kubeconfig, namespace, doctor_config, tmp_path, verb, resource):
+    kube_client, kubeconfig, namespace, doctor_config, tmp_path, verb, resource
+):
     credentials = controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
     rbac = client.RbacAuthorizationV1Api(kube_client)
     role = rbac.read_namespaced_role(ROLE, namespace)
@@ -126,34 +147,35 @@ def _largest_gpus(core: client.CoreV1Api) -> tuple[int, int]:
     return len(nodes), int(largest)
 
 
-def test_more_gpus_per_worker_than_any_node_offers_fails_with_the_numbers(kube_client, core, namespace,
-                                                                          doctor_config):
+def test_more_gpus_per_worker_than_any_node_offers_fails_with_the_numbers(kube_client, core, namespace, doctor_config):
     nodes, largest = _largest_gpus(core)
     if largest == 0:
         pytest.skip(f"no node of this cluster offers {GPU}")
     checks = run_doctor(kube_client, doctor_config(namespace), gpus_per_worker=largest + 8, workers=1, probe=False)
     assert [check.name for check in by_status(checks, "fail")] == ["GPU capacity"]
     gpu = next(check for check in checks if check.name == "GPU capacity")
-    assert gpu.detail.startswith(f"0/{nodes} nodes have {GPU}: {largest + 8} free; 0 worker(s) of {largest + 8} "
-                                 f"GPUs fit, 1 wanted")
-    assert gpu.fix == (f"lower the GPUs per worker (SchedulingSpec.gpu) to <= {largest}, or add nodes with "
-                       f"{largest + 8} {GPU}")
+    assert gpu.detail.startswith(
+        f"0/{nodes} nodes have {GPU}: {largest + 8} free; 0 worker(s) of {largest + 8} GPUs fit, 1 wanted"
+    )
+    assert gpu.fix == (
+        f"lower the GPUs per worker (SchedulingSpec.gpu) to <= {largest}, or add nodes with {largest + 8} {GPU}"
+    )
 
 
 def test_more_workers_than_the_nodes_hold_fails_with_how_many_fit(kube_client, core, namespace, doctor_config):
     nodes, largest = _largest_gpus(core)
     if largest == 0:
         pytest.skip(f"no node of this cluster offers {GPU}")
-    checks = run_doctor(kube_client, doctor_config(namespace), gpus_per_worker=largest, workers=nodes + 1,
-                        probe=False)
+    checks = run_doctor(kube_client, doctor_config(namespace), gpus_per_worker=largest, workers=nodes + 1, probe=False)
     gpu = next(check for check in checks if check.name == "GPU capacity")
     assert gpu.status == "fail", gpu
     assert f"worker(s) of {largest} GPUs fit, {nodes + 1} wanted" in gpu.detail
     assert gpu.fix.startswith("lower the workers to <= ")
 
 
-def test_values_the_chart_schema_rejects_fail_the_render_with_helms_own_text(kube_client, namespace, doctor_config,
-                                                                           tmp_path):
+def test_values_the_chart_schema_rejects_fail_the_render_with_helms_own_text(
+    kube_client, namespace, doctor_config, tmp_path
+):
     bad = tmp_path / "platform.yaml"
     bad.write_text("workerDefaults:\n  terminationGracePeriodSeconds: soon\n")
     config = doctor_config(namespace)

@@ -24,8 +24,9 @@ from clusterlib import HOLD, job, spec
 # It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
 pytestmark = pytest.mark.serial_cluster
 
-LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                                reason="restarts a component of the local control plane")
+LOCAL_ONLY = pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="restarts a component of the local control plane"
+)
 
 
 def pod_uids(core, namespace: str, role: str) -> dict[str, str]:
@@ -42,12 +43,16 @@ def held(role: str) -> dict:
     return {"roles": {role: {"podAnnotations": HOLD}}}
 
 
-def wait_for_pods(core, namespace: str, role: str, count: int, scheduled: bool = True,
-                  without_uid: str | None = None) -> list[client.V1Pod]:
+def wait_for_pods(
+    core, namespace: str, role: str, count: int, scheduled: bool = True, without_uid: str | None = None
+) -> list[client.V1Pod]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        pods = [p for p in core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
-                if p.metadata.uid != without_uid and p.metadata.deletion_timestamp is None]
+        pods = [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+            if p.metadata.uid != without_uid and p.metadata.deletion_timestamp is None
+        ]
         if len(pods) == count and (not scheduled or all(p.spec.node_name for p in pods)):
             return sorted(pods, key=lambda p: p.metadata.name)
         time.sleep(0.1)
@@ -108,11 +113,28 @@ def test_image_pull_backoff_is_reported_with_the_kubelet_message_and_rolled_back
     pods = wait_for_pods(core, scheduler.namespace, "pulling", 2)
     join = in_background(scheduler.get_workers, "pulling", timeout=60)
     time.sleep(0.5)
-    inject(core, pods[1], {"phase": "Pending", "containerStatuses": [{
-        "name": "worker", "image": "registry.example/areal:missing", "imageID": "", "ready": False,
-        "restartCount": 0, "state": {"waiting": {
-            "reason": "ImagePullBackOff",
-            "message": 'Back-off pulling image "registry.example/areal:missing": not found'}}}]})
+    inject(
+        core,
+        pods[1],
+        {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "worker",
+                    "image": "registry.example/areal:missing",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "waiting": {
+                            "reason": "ImagePullBackOff",
+                            "message": 'Back-off pulling image "registry.example/areal:missing": not found',
+                        }
+                    },
+                }
+            ],
+        },
+    )
     _, error = join()
     assert isinstance(error, WorkerFailedError), error  # found in the pod's state, not a time-out
     assert error.worker_id == "pulling/1"
@@ -127,10 +149,26 @@ def test_oom_killed_worker_reports_exit_137_and_memory_advice(make_scheduler, co
     pod = wait_for_pods(core, scheduler.namespace, "trainer", 1)[0]
     join = in_background(scheduler.get_workers, "trainer", timeout=60)
     time.sleep(0.5)
-    inject(core, pod, {"phase": "Running", "containerStatuses": [{
-        "name": "worker", "image": "x", "imageID": "", "ready": False, "restartCount": 1,
-        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
-        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]})
+    inject(
+        core,
+        pod,
+        {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "worker",
+                    "image": "x",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 1,
+                    "state": {
+                        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}
+                    },
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                }
+            ],
+        },
+    )
     _, error = join()
     assert isinstance(error, WorkerFailedError), error
     assert error.exit_code == 137
@@ -144,8 +182,15 @@ def test_evicted_pod_fails_the_role(make_scheduler, core):
     pod = wait_for_pods(core, scheduler.namespace, "rollout", 2)[0]
     join = in_background(scheduler.get_workers, "rollout", timeout=60)
     time.sleep(0.5)
-    inject(core, pod, {"phase": "Failed", "reason": "Evicted",
-                       "message": "The node was low on resource: memory. Threshold quantity: 100Mi."})
+    inject(
+        core,
+        pod,
+        {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory. Threshold quantity: 100Mi.",
+        },
+    )
     _, error = join()
     assert isinstance(error, WorkerFailedError), error
     assert "Evicted" in error.stderr and "low on resource: memory" in error.stderr
@@ -211,8 +256,9 @@ def test_a_pod_deleted_during_get_workers_is_replaced_and_waited_for(make_schedu
     deleted = pods[1].metadata.uid
     replaced = wait_for_pods(core, scheduler.namespace, "rollout", 3, without_uid=deleted)
     for pod in replaced:  # release the hold: pods start
-        core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
-                                  {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
+        core.patch_namespaced_pod(
+            pod.metadata.name, scheduler.namespace, {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}}
+        )
     workers, error = join()
     assert error is None, error
     assert [w.id for w in workers] == ["rollout/0", "rollout/1", "rollout/2"]
@@ -231,8 +277,9 @@ def test_the_wait_survives_an_apiserver_restart(make_scheduler, core):
     time.sleep(0.5)
     LocalCluster().restart("kube-apiserver", down_seconds=2)
     for pod in pods:
-        core.patch_namespaced_pod(pod.metadata.name, scheduler.namespace,
-                                  {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}})
+        core.patch_namespaced_pod(
+            pod.metadata.name, scheduler.namespace, {"metadata": {"annotations": {"areal-workers.dev/kwok-hold": None}}}
+        )
     workers, error = join()
     assert error is None, getattr(error, "diagnosis", error)
     assert [w.id for w in workers] == ["rollout/0", "rollout/1"]
@@ -252,9 +299,14 @@ def fault_node(core, index: int, prefix: str) -> tuple[str, dict]:
     manifest["spec"]["taints"] = [{"key": "areal-workers.dev/fault", "value": name, "effect": "NoSchedule"}]
     core.create_node(manifest)
     wait_node_ready(core, name)
-    placement = {"roles": {"pinned": {
-        "nodeSelector": {"areal-workers.dev/fault": name},
-        "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}]}}}
+    placement = {
+        "roles": {
+            "pinned": {
+                "nodeSelector": {"areal-workers.dev/fault": name},
+                "tolerations": [{"key": "areal-workers.dev/fault", "operator": "Exists", "effect": "NoSchedule"}],
+            }
+        }
+    }
     return name, placement
 
 
@@ -264,7 +316,8 @@ def remove_fault_node(core, name: str) -> None:
     pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
     deletions = [lambda: core.delete_node(name)] + [
         lambda pod=pod: core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-        for pod in pods]
+        for pod in pods
+    ]
     for delete in deletions:
         try:
             delete()
@@ -286,9 +339,21 @@ def make_node_not_ready(core, node_name: str) -> None:
             unknown_reads += 1
         else:
             unknown_reads = 0
-            core.patch_node_status(node_name, {"status": {"conditions": [{
-                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                "message": "Kubelet stopped posting node status."}]}})
+            core.patch_node_status(
+                node_name,
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "Unknown",
+                                "reason": "NodeStatusUnknown",
+                                "message": "Kubelet stopped posting node status.",
+                            }
+                        ]
+                    }
+                },
+            )
         time.sleep(0.5)
 
 
@@ -316,8 +381,11 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
         scheduler.get_workers("actor")
         make_node_not_ready(core, node_name)
         [pinned] = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=pinned").items
-        core.patch_namespaced_pod(pinned.metadata.name, scheduler.namespace, {"metadata": {"annotations": {
-            **HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}})  # localkube/kwok-stages.yaml: never finalized
+        core.patch_namespaced_pod(
+            pinned.metadata.name,
+            scheduler.namespace,
+            {"metadata": {"annotations": {**HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}},
+        )  # localkube/kwok-stages.yaml: never finalized
         with caplog.at_level(logging.INFO, logger="areal_workers.orchestration.driver"):
             scheduler.delete_workers()
         assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text
@@ -340,8 +408,9 @@ def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
         scheduler.get_workers("pinned", timeout=60)
     assert failed.value.worker_id == "pinned/0"
     # Before Kubernetes' pod GC removes the pod, its node is gone; after, the worker's pod was recreated.
-    assert ("NodeGone" in failed.value.stderr and node_name in failed.value.stderr) or \
-        "deleted and recreated after the worker was ready" in failed.value.stderr, failed.value.stderr
+    assert (
+        "NodeGone" in failed.value.stderr and node_name in failed.value.stderr
+    ) or "deleted and recreated after the worker was ready" in failed.value.stderr, failed.value.stderr
     assert pod_uids(core, scheduler.namespace, "actor") == actor
     remove_fault_node(core, node_name)  # its pods, which the pod GC would take only after its quarantine
 
@@ -364,8 +433,9 @@ def test_a_failed_update_is_rolled_back_and_the_stuck_pod_replaced(make_schedule
     scheduler.get_workers("critic")
     critic = pod_uids(core, scheduler.namespace, "critic")
     apps = client.AppsV1Api(kube_client)
-    good_revision = apps.read_namespaced_stateful_set(f"{scheduler.release}-areal-workers-actor",
-                                                      scheduler.namespace).status.update_revision
+    good_revision = apps.read_namespaced_stateful_set(
+        f"{scheduler.release}-areal-workers-actor", scheduler.namespace
+    ).status.update_revision
 
     scheduler.update_workers(job("actor", 3, [spec(cmd="python -c 'import sys; sys.exit(4)'")]))
     with pytest.raises(WorkerFailedError) as failed:
@@ -408,8 +478,11 @@ def test_a_release_left_pending_by_a_killed_controller_is_recovered(make_schedul
     release = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(secret.data["release"]))))
     release["info"]["status"] = "pending-upgrade"
     encoded = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(release).encode()))).decode()
-    core.patch_namespaced_secret(secret.metadata.name, first.namespace,
-                                 {"data": {"release": encoded}, "metadata": {"labels": {"status": "pending-upgrade"}}})
+    core.patch_namespaced_secret(
+        secret.metadata.name,
+        first.namespace,
+        {"data": {"release": encoded}, "metadata": {"labels": {"status": "pending-upgrade"}}},
+    )
     first.close()
 
     adopted = make_scheduler()

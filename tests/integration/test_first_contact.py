@@ -20,8 +20,9 @@ from repo_paths import REPO
 
 
 def scheduler_for(namespace: str, kubeconfig: Path | str, helm_executable: str, **settings) -> KubernetesScheduler:
-    config = KubernetesSchedulerConfig(namespace=namespace, kubeconfig=str(kubeconfig),
-                                       helm_executable=helm_executable, **settings)
+    config = KubernetesSchedulerConfig(
+        namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=helm_executable, **settings
+    )
     return KubernetesScheduler(config=config, experiment_name="exp", trial_name="first")
 
 
@@ -38,20 +39,23 @@ def exists(core: client.CoreV1Api, namespace: str) -> bool:
     return True
 
 
-def test_an_administrator_is_told_the_namespace_does_not_exist_and_nothing_is_created(kubeconfig, helm_executable,
-                                                                                       core):
+def test_an_administrator_is_told_the_namespace_does_not_exist_and_nothing_is_created(
+    kubeconfig, helm_executable, core
+):
     namespace = missing_namespace()
     with pytest.raises(ClusterAccessError) as raised:
         scheduler_for(namespace, kubeconfig, helm_executable)
     assert raised.value.cause == "namespace-missing"
-    assert str(raised.value).startswith(f"namespace {namespace} does not exist: create it (kubectl create namespace "
-                                        f"{namespace})")
+    assert str(raised.value).startswith(
+        f"namespace {namespace} does not exist: create it (kubectl create namespace {namespace})"
+    )
     assert "rbac/ (leases" not in str(raised.value)
     assert not exists(core, namespace)
 
 
 def test_the_rbac_identity_is_told_both_causes_then_works_once_the_namespace_and_its_binding_exist(
-        namespace, kubeconfig, helm_executable, core, tmp_path):
+    namespace, kubeconfig, helm_executable, core, tmp_path
+):
     """The identity of rbac/ lives in one namespace; for another that does not exist the apiserver says
     'forbidden' (its RoleBinding cannot exist either), so the message names both causes and the user."""
     credentials = controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
@@ -60,8 +64,9 @@ def test_the_rbac_identity_is_told_both_causes_then_works_once_the_namespace_and
         scheduler_for(target, credentials, helm_executable)
     text = str(raised.value)
     assert raised.value.cause == "forbidden"
-    assert text.startswith(f"user system:serviceaccount:{namespace}:areal-controller may not list pods in "
-                           f"namespace {target}")
+    assert text.startswith(
+        f"user system:serviceaccount:{namespace}:areal-controller may not list pods in namespace {target}"
+    )
     assert "the namespace does not exist" in text and f"kubectl create namespace {target}" in text
     assert not exists(core, target)
 
@@ -70,10 +75,16 @@ def test_the_rbac_identity_is_told_both_causes_then_works_once_the_namespace_and
         rbac = client.RbacAuthorizationV1Api(core.api_client)
         role = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())
         rbac.create_namespaced_role(target, role)
-        rbac.create_namespaced_role_binding(target, client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="areal-controller"),
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=role["metadata"]["name"]),
-            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="areal-controller", namespace=namespace)]))
+        rbac.create_namespaced_role_binding(
+            target,
+            client.V1RoleBinding(
+                metadata=client.V1ObjectMeta(name="areal-controller"),
+                role_ref=client.V1RoleRef(
+                    api_group="rbac.authorization.k8s.io", kind="Role", name=role["metadata"]["name"]
+                ),
+                subjects=[client.RbacV1Subject(kind="ServiceAccount", name="areal-controller", namespace=namespace)],
+            ),
+        )
         scheduler = scheduler_for(target, credentials, helm_executable)
         scheduler.close()
         leases = client.CoordinationV1Api(core.api_client).list_namespaced_lease(target).items
@@ -88,7 +99,8 @@ def test_a_scheduler_holds_its_lease_only_while_there_is_a_release(make_schedule
     assert coordination.list_namespaced_lease(namespace).items == []
     scheduler.create_workers(job("actor", 1))
     assert [lease.metadata.name for lease in coordination.list_namespaced_lease(namespace).items] == [
-        lease_name(scheduler.release)]
+        lease_name(scheduler.release)
+    ]
     scheduler.delete_workers()
     assert coordination.list_namespaced_lease(namespace).items == []
 
@@ -114,15 +126,15 @@ def edited_kubeconfig(kubeconfig: Path, out: Path, server: str | None = None, to
 def test_an_api_server_that_does_not_answer_is_named_not_blamed_on_rbac(kubeconfig, helm_executable, tmp_path):
     server = f"https://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterAccessError) as raised:
-        scheduler_for("default", edited_kubeconfig(kubeconfig, tmp_path / "away.yaml", server=server),
-                      helm_executable)
+        scheduler_for("default", edited_kubeconfig(kubeconfig, tmp_path / "away.yaml", server=server), helm_executable)
     assert raised.value.cause == "unreachable"
     assert str(raised.value).startswith(f"cannot reach the Kubernetes API server at {server}: ")
 
 
 def test_rejected_credentials_are_named(kubeconfig, helm_executable, tmp_path):
     with pytest.raises(ClusterAccessError) as raised:
-        scheduler_for("default", edited_kubeconfig(kubeconfig, tmp_path / "bad.yaml", token="not-a-token"),
-                      helm_executable)
+        scheduler_for(
+            "default", edited_kubeconfig(kubeconfig, tmp_path / "bad.yaml", token="not-a-token"), helm_executable
+        )
     assert raised.value.cause == "unauthorized"
     assert "rejected the credentials (401 Unauthorized)" in str(raised.value)

@@ -57,8 +57,7 @@ def test_helm_release_install_upgrade_rollback(helm_client, namespace, core, rea
     assert len({pod.status.pod_ip for pod in pods.values()}) == 3
 
     async def upgrade_and_roll_back():
-        second = await helm_client.install_or_upgrade_release(
-            "smoke", chart, {"generation": "2"}, namespace=namespace)
+        second = await helm_client.install_or_upgrade_release("smoke", chart, {"generation": "2"}, namespace=namespace)
         assert second.revision == 2
         await second.release.rollback(1)
         return sorted(await second.release.history(), key=lambda revision: revision.revision)
@@ -76,13 +75,21 @@ def test_namespaced_role_is_denied_in_another_namespace(kubeconfig, make_namespa
     home, elsewhere = make_namespace(), make_namespace()
     core.create_namespaced_service_account(home, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader")))
     rbac = client.RbacAuthorizationV1Api(kube_client)
-    rbac.create_namespaced_role(home, client.V1Role(
-        metadata=client.V1ObjectMeta(name="pod-reader"),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"])]))
-    rbac.create_namespaced_role_binding(home, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="pod-reader"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=home)]))
+    rbac.create_namespaced_role(
+        home,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="pod-reader"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        home,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="pod-reader"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=home)],
+        ),
+    )
 
     from kubernetes import config
 
@@ -102,9 +109,14 @@ def test_pod_security_admission_enforces_restricted(make_namespace, core):
     restricted = make_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
     privileged_pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="root"),
-        spec=client.V1PodSpec(containers=[client.V1Container(
-            name="main", image="example.invalid/x:1",
-            security_context=client.V1SecurityContext(privileged=True))]))
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="main", image="example.invalid/x:1", security_context=client.V1SecurityContext(privileged=True)
+                )
+            ]
+        ),
+    )
     with pytest.raises(ApiException) as rejected:
         core.create_namespaced_pod(restricted, privileged_pod)
     assert rejected.value.status == 403

@@ -66,33 +66,67 @@ def quota(custom, namespace) -> Iterator[dict[str, str]]:
         ("resourceflavors", {"metadata": {"name": names["flavor"]}, "spec": {}}),
         ("workloadpriorityclasses", {"metadata": {"name": names["low"]}, "value": 100}),
         ("workloadpriorityclasses", {"metadata": {"name": names["high"]}, "value": 1000}),
-        ("clusterqueues", {"metadata": {"name": names["cq"]}, "spec": {
-            "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{"coveredResources": list(quotas), "flavors": [{
-                "name": names["flavor"],
-                "resources": [{"name": name, "nominalQuota": value} for name, value in quotas.items()]}]}]}}),
+        (
+            "clusterqueues",
+            {
+                "metadata": {"name": names["cq"]},
+                "spec": {
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": list(quotas),
+                            "flavors": [
+                                {
+                                    "name": names["flavor"],
+                                    "resources": [
+                                        {"name": name, "nominalQuota": value} for name, value in quotas.items()
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            },
+        ),
     ]
     for plural, body in cluster_objects:
-        custom.create_cluster_custom_object(GROUP, VERSION, plural, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": _kind(plural), **body})
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": QUEUE},
-        "spec": {"clusterQueue": names["cq"]}})
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, plural, {"apiVersion": f"{GROUP}/{VERSION}", "kind": _kind(plural), **body}
+        )
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "LocalQueue",
+            "metadata": {"name": QUEUE},
+            "spec": {"clusterQueue": names["cq"]},
+        },
+    )
     yield names
     for plural, body in reversed(cluster_objects):  # the ClusterQueue's finalizer waits for its workloads to go
         custom.delete_cluster_custom_object(GROUP, VERSION, plural, body["metadata"]["name"])
 
 
 def _kind(plural: str) -> str:
-    return {"resourceflavors": "ResourceFlavor", "workloadpriorityclasses": "WorkloadPriorityClass",
-            "clusterqueues": "ClusterQueue"}[plural]
+    return {
+        "resourceflavors": "ResourceFlavor",
+        "workloadpriorityclasses": "WorkloadPriorityClass",
+        "clusterqueues": "ClusterQueue",
+    }[plural]
 
 
 def role_pods(core: client.CoreV1Api, namespace: str, trial: str, role: str = "actor") -> list[client.V1Pod]:
-    return [pod for pod in core.list_namespaced_pod(namespace).items
-            if (pod.metadata.labels or {}).get("areal.io/role") == role
-            and f"-{trial}" in (pod.metadata.labels or {}).get("app.kubernetes.io/instance", "")]
+    return [
+        pod
+        for pod in core.list_namespaced_pod(namespace).items
+        if (pod.metadata.labels or {}).get("areal.io/role") == role
+        and f"-{trial}" in (pod.metadata.labels or {}).get("app.kubernetes.io/instance", "")
+    ]
 
 
 def gpu_holders(core: client.CoreV1Api, namespace: str, trial: str) -> list[str]:
@@ -145,8 +179,9 @@ def test_an_unknown_local_queue_is_refused_before_anything_is_installed(make_sch
     assert not scheduler.driver.model.installed and not role_pods(core, namespace, "lost")
 
 
-def test_a_higher_priority_trial_preempts_a_lower_one_and_the_adapter_says_preempted(make_scheduler, quota, core,
-                                                                                      namespace, custom):
+def test_a_higher_priority_trial_preempts_a_lower_one_and_the_adapter_says_preempted(
+    make_scheduler, quota, core, namespace, custom
+):
     low = make_scheduler("low", kueue_queue=QUEUE, kueue_priority_class=quota["low"])
     low.create_workers(gpu_job(2, 4))
     low_workers = low.get_workers("actor", timeout=120)
@@ -201,8 +236,9 @@ def test_workload_of_a_queued_role_is_one_group(make_scheduler, quota, custom, c
     assert [p["count"] for p in workload["spec"]["podSets"]] == [3]
 
 
-def test_without_the_workloads_rule_a_queued_role_waits_without_its_position(make_scheduler, quota, kube_client,
-                                                                              namespace):
+def test_without_the_workloads_rule_a_queued_role_waits_without_its_position(
+    make_scheduler, quota, kube_client, namespace
+):
     """The `workloads` rule of rbac/role.yaml (test_rbac_rules.py's TESTED_IN_TEST_KUEUE): without it the wait still
     works and times out, but no longer says where the role stands in its queue."""
     import yaml
@@ -215,16 +251,26 @@ def test_without_the_workloads_rule_a_queued_role_waits_without_its_position(mak
     rules = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())["rules"]
     rbac = client.RbacAuthorizationV1Api(kube_client)
     role = rbac.read_namespaced_role("areal-controller", namespace)
-    role.rules = [client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
-                  for r in rules if "workloads" not in r["resources"]]
+    role.rules = [
+        client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
+        for r in rules
+        if "workloads" not in r["resources"]
+    ]
     rbac.replace_namespaced_role("areal-controller", namespace, role)
-    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=f"system:serviceaccount:{namespace}:areal-controller",
-        groups=["system:serviceaccounts", "system:authenticated"],
-        resource_attributes=client.V1ResourceAttributes(namespace=namespace, group=GROUP, resource="workloads",
-                                                        verb="get")))
-    wait_for(lambda: not client.AuthorizationV1Api(kube_client).create_subject_access_review(review).status.allowed,
-             10, "the authorizer denying workloads")
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{namespace}:areal-controller",
+            groups=["system:serviceaccounts", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, group=GROUP, resource="workloads", verb="get"
+            ),
+        )
+    )
+    wait_for(
+        lambda: not client.AuthorizationV1Api(kube_client).create_subject_access_review(review).status.allowed,
+        10,
+        "the authorizer denying workloads",
+    )
 
     waiting = make_scheduler("waiting", kueue_queue=QUEUE)
     waiting.create_workers(gpu_job(2, 4))
@@ -269,22 +315,28 @@ def test_the_documented_queue_example_admits_a_role(make_scheduler, custom, name
 def test_stopping_kueue_takes_its_fail_closed_webhooks_away_first(namespace, core, kube_client):
     """With Kueue's webhook configurations left behind, a stopped Kueue would block every pod of a labelled
     namespace; `down` (stop_kueue) deletes them before it stops the process."""
-    from localkube.cluster import LocalCluster
     from localkube.addons.kueue import WEBHOOK_CONFIGURATIONS
+    from localkube.cluster import LocalCluster
 
     cluster = LocalCluster()
     admission = client.AdmissionregistrationV1Api(kube_client)
     assert {c.metadata.name for c in admission.list_mutating_webhook_configuration().items} >= {
-        name for kind, name in WEBHOOK_CONFIGURATIONS if kind.startswith("Mutating")}
+        name for kind, name in WEBHOOK_CONFIGURATIONS if kind.startswith("Mutating")
+    }
     cluster.stop_kueue()
     try:
         assert cluster.kueue().pid() is None
         names = {c.metadata.name for c in admission.list_mutating_webhook_configuration().items} | {
-            c.metadata.name for c in admission.list_validating_webhook_configuration().items}
+            c.metadata.name for c in admission.list_validating_webhook_configuration().items
+        }
         assert not names & {name for _, name in WEBHOOK_CONFIGURATIONS}
-        pod = core.create_namespaced_pod(namespace, client.V1Pod(
-            metadata=client.V1ObjectMeta(name="plain", labels={"kueue.x-k8s.io/queue-name": QUEUE}),
-            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")])))
+        pod = core.create_namespaced_pod(
+            namespace,
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name="plain", labels={"kueue.x-k8s.io/queue-name": QUEUE}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
+            ),
+        )
         assert not pod.spec.scheduling_gates  # created, and not held by a Kueue that is gone
     finally:
         cluster.up(kueue=True)

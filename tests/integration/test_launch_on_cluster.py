@@ -24,7 +24,8 @@ from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-    reason="the workers need tests/support in their image on other clusters; here they run on the local one")
+    reason="the workers need tests/support in their image on other clusters; here they run on the local one",
+)
 
 SUPPORT = REPO / "tests" / "support"
 ENTRY = SUPPORT / "areal_style_entry.py"
@@ -37,17 +38,25 @@ PYTHON = AREAL_WORKER_PYTHON.parent.parent.resolve() / "bin" / "python"
 def config_file(directory: Path) -> Path:
     """An SFT experiment config as AReaL's example configs are written: what load_expr_config requires."""
     root = directory / "fileroot"
-    sections = {section: {"experiment_name": "${experiment_name}", "trial_name": "${trial_name}",
-                          "fileroot": str(root)} for section in ("saver", "evaluator", "recover", "stats_logger")}
+    sections = {
+        section: {"experiment_name": "${experiment_name}", "trial_name": "${trial_name}", "fileroot": str(root)}
+        for section in ("saver", "evaluator", "recover", "stats_logger")
+    }
     config = {
-        "experiment_name": "launch", "trial_name": directory.name[-8:].lower().replace("_", "-"),
+        "experiment_name": "launch",
+        "trial_name": directory.name[-8:].lower().replace("_", "-"),
         "cluster": {"fileroot": str(root), "name_resolve": {"type": "nfs", "nfs_record_root": str(root / "nr")}},
-        "tokenizer_path": "/models/never-loaded", "train_dataset": {"path": "/data/never-read", "type": "sft",
-                                                                    "batch_size": 1},
-        "actor": {"experiment_name": "${experiment_name}", "trial_name": "${trial_name}",
-                  "path": "/models/never-loaded", "backend": "fsdp:d2",
-                  "scheduling_spec": [{"cpu": 1, "gpu": 0, "mem": 2, "cmd": "python -m areal.infra.rpc.rpc_server"}]},
-        **sections, "scheduler": {"type": "local"},
+        "tokenizer_path": "/models/never-loaded",
+        "train_dataset": {"path": "/data/never-read", "type": "sft", "batch_size": 1},
+        "actor": {
+            "experiment_name": "${experiment_name}",
+            "trial_name": "${trial_name}",
+            "path": "/models/never-loaded",
+            "backend": "fsdp:d2",
+            "scheduling_spec": [{"cpu": 1, "gpu": 0, "mem": 2, "cmd": "python -m areal.infra.rpc.rpc_server"}],
+        },
+        **sections,
+        "scheduler": {"type": "local"},
     }
     path = directory / "sft.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -62,22 +71,33 @@ def platform_environment(make_namespace, kubeconfig, tmp_path) -> dict[str, str]
     namespace = make_namespace(private=False)
     platform = tmp_path / "platform.yaml"
     platform.write_text(yaml.safe_dump({"workerDefaults": {"env": {"PLATFORM_MARK": "from-the-values-file"}}}))
-    return {"AREAL_K8S_NAMESPACE": namespace, "AREAL_K8S_KUBECONFIG": str(kubeconfig),
-            "AREAL_K8S_HELM_EXECUTABLE": str(REPO / ".tools" / "bin" / "helm"),
-            "AREAL_K8S_VALUES_FILES": str(platform), "AREAL_K8S_TERMINATION_GRACE_SECONDS": "5",
-            "AREAL_K8S_READY_TIMEOUT": "300"}
+    return {
+        "AREAL_K8S_NAMESPACE": namespace,
+        "AREAL_K8S_KUBECONFIG": str(kubeconfig),
+        "AREAL_K8S_HELM_EXECUTABLE": str(REPO / ".tools" / "bin" / "helm"),
+        "AREAL_K8S_VALUES_FILES": str(platform),
+        "AREAL_K8S_TERMINATION_GRACE_SECONDS": "5",
+        "AREAL_K8S_READY_TIMEOUT": "300",
+    }
 
 
 def run(argv: list[str], settings: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     path = os.pathsep.join(map(str, (SUPPORT / "areal_trainer_stand_ins", SUPPORT, REPO / "adapter")))
     environment = {key: value for key, value in os.environ.items() if not key.startswith("AREAL_K8S_")}
-    return subprocess.run([str(PYTHON), *argv], capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd,
-                          env={**environment, **settings, "PYTHONPATH": path})
+    return subprocess.run(
+        [str(PYTHON), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=cwd,
+        env={**environment, **settings, "PYTHONPATH": path},
+    )
 
 
 @pytest.mark.timeout(3 * TIMEOUT)
-def test_an_unmodified_entry_script_gets_the_kubernetes_scheduler_through_the_launcher(platform_environment, core,
-                                                                                         tmp_path):
+def test_an_unmodified_entry_script_gets_the_kubernetes_scheduler_through_the_launcher(
+    platform_environment, core, tmp_path
+):
     config = config_file(tmp_path)
     arguments = ["--config", str(config), "scheduler.type=kubernetes"]
 

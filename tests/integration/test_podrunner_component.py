@@ -31,8 +31,10 @@ from localkube.settings import Ports
 from podrunner.processes import proc_stat
 from repo_paths import REPO
 
-LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                                reason="the local cluster's podrunner runs processes on this machine")
+LOCAL_ONLY = pytest.mark.skipif(
+    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+    reason="the local cluster's podrunner runs processes on this machine",
+)
 PORT = 8000
 LABELS = {"app": "web"}
 
@@ -43,14 +45,27 @@ def web_pod(name: str, grace: int = 2) -> client.V1Pod:
         metadata=client.V1ObjectMeta(name=name, labels=LABELS),
         spec=client.V1PodSpec(
             termination_grace_period_seconds=grace,
-            containers=[client.V1Container(
-                name="web", image="example.invalid/web:1",
-                command=["python3", "-u", "-m", "http.server", "--bind", "$(POD_IP)", str(PORT)],
-                env=[client.V1EnvVar(name="POD_IP", value_from=client.V1EnvVarSource(
-                    field_ref=client.V1ObjectFieldSelector(field_path="status.podIP")))],
-                ports=[client.V1ContainerPort(name="http", container_port=PORT)],
-                readiness_probe=client.V1Probe(http_get=client.V1HTTPGetAction(path="/", port="http"),
-                                               period_seconds=2))]))
+            containers=[
+                client.V1Container(
+                    name="web",
+                    image="example.invalid/web:1",
+                    command=["python3", "-u", "-m", "http.server", "--bind", "$(POD_IP)", str(PORT)],
+                    env=[
+                        client.V1EnvVar(
+                            name="POD_IP",
+                            value_from=client.V1EnvVarSource(
+                                field_ref=client.V1ObjectFieldSelector(field_path="status.podIP")
+                            ),
+                        )
+                    ],
+                    ports=[client.V1ContainerPort(name="http", container_port=PORT)],
+                    readiness_probe=client.V1Probe(
+                        http_get=client.V1HTTPGetAction(path="/", port="http"), period_seconds=2
+                    ),
+                )
+            ],
+        ),
+    )
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
@@ -80,6 +95,7 @@ def alive(pid: int) -> bool:
 
 def running_pod(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod:
     """The pod once KWOK has started it (Running, with an IP)."""
+
     def started() -> client.V1Pod | None:
         pod = core.read_namespaced_pod(name, namespace)
         return pod if pod.status.phase == "Running" and pod.status.pod_ip else None
@@ -98,8 +114,13 @@ def cluster_runner_pods(cluster: LocalCluster) -> list[dict]:
 
 
 def kubectl(kubeconfig: Path, *args: str) -> str:
-    return subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    return subprocess.run(
+        [str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
 
 
 # --- the cluster's runner -------------------------------------------------------------------------------------
@@ -107,7 +128,8 @@ def kubectl(kubeconfig: Path, *args: str) -> str:
 
 @LOCAL_ONLY
 def test_the_cluster_runner_runs_pods_of_shared_namespaces_and_stops_them_with_the_pod(
-        make_namespace, core, kubeconfig, ready_pods):
+    make_namespace, core, kubeconfig, ready_pods
+):
     cluster = LocalCluster()
     namespace = make_namespace(private=False)
     core.create_namespaced_pod(namespace, web_pod("web"))
@@ -118,8 +140,10 @@ def test_the_cluster_runner_runs_pods_of_shared_namespaces_and_stops_them_with_t
     assert len(runs) == 1 and alive(runs[0]["pid"]), runs
     assert Path(runs[0]["log"]).is_relative_to(cluster.pod_logs)
     # kubectl logs reads the process's output through the apiserver and KWOK's kubelet API.
-    assert wait_until(lambda: "GET / HTTP/1.1" in kubectl(kubeconfig, "logs", "-n", namespace, "web"),
-                      what="the readiness probes' requests in `kubectl logs`")
+    assert wait_until(
+        lambda: "GET / HTTP/1.1" in kubectl(kubeconfig, "logs", "-n", namespace, "web"),
+        what="the readiness probes' requests in `kubectl logs`",
+    )
 
     core.delete_namespaced_pod("web", namespace)
     wait_until(lambda: not alive(runs[0]["pid"]), what="the deleted pod's process gone")
@@ -128,15 +152,16 @@ def test_the_cluster_runner_runs_pods_of_shared_namespaces_and_stops_them_with_t
 
 
 @LOCAL_ONLY
-def test_a_successor_that_never_starts_shows_none_of_its_predecessors_log(make_namespace, core, kubeconfig,
-                                                                          ready_pods):
+def test_a_successor_that_never_starts_shows_none_of_its_predecessors_log(make_namespace, core, kubeconfig, ready_pods):
     """A StatefulSet replacing a pod with one whose image never pulls: `kubectl logs` (and so the adapter's
     diagnosis) must not present the old process's output as the new pod's."""
     namespace = make_namespace(private=False)
     core.create_namespaced_pod(namespace, web_pod("web"))
     ready_pods(namespace, "app=web", 1, timeout=60.0)
-    assert wait_until(lambda: "GET / HTTP/1.1" in kubectl(kubeconfig, "logs", "-n", namespace, "web"),
-                      what="the first pod's log in `kubectl logs`")
+    assert wait_until(
+        lambda: "GET / HTTP/1.1" in kubectl(kubeconfig, "logs", "-n", namespace, "web"),
+        what="the first pod's log in `kubectl logs`",
+    )
     core.delete_namespaced_pod("web", namespace, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, what="the first pod deleted")
 
@@ -146,12 +171,15 @@ def test_a_successor_that_never_starts_shows_none_of_its_predecessors_log(make_n
 
     def pull_failed() -> bool:
         statuses = core.read_namespaced_pod("web", namespace).status.container_statuses or []
-        return any(s.state.waiting and s.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
-                   for s in statuses)
+        return any(s.state.waiting and s.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff") for s in statuses)
 
     wait_until(pull_failed, what="the successor's image pull failing")
-    result = subprocess.run([str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig),
-                             "logs", "-n", namespace, "web"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(REPO / ".tools" / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "logs", "-n", namespace, "web"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "GET / HTTP/1.1" not in result.stdout, result.stdout
 
 
@@ -181,7 +209,8 @@ def test_a_private_namespace_is_left_to_its_own_runner(make_namespace, core, pod
 
 @LOCAL_ONLY
 def test_a_dropped_watch_stops_the_processes_of_pods_deleted_or_replaced_meanwhile(
-        make_namespace, core, pod_runner, ready_pods):
+    make_namespace, core, pod_runner, ready_pods
+):
     namespace = make_namespace()
     runner = pod_runner(namespace)
     names = [f"web-{i}" for i in range(12)]
@@ -204,8 +233,11 @@ def test_a_dropped_watch_stops_the_processes_of_pods_deleted_or_replaced_meanwhi
     assert all(alive(pid) for pid in pids.values())
 
     runner.reconnect()  # relists
-    wait_until(lambda: not any(alive(pid) for pid in pids.values()), timeout=60.0,
-               what="every process of a deleted or replaced pod stopped")
+    wait_until(
+        lambda: not any(alive(pid) for pid in pids.values()),
+        timeout=60.0,
+        what="every process of a deleted or replaced pod stopped",
+    )
     after = ready_pods(namespace, "app=web", len(replaced), timeout=60.0)
     current_ips = {pod.status.pod_ip for pod in after.values()}
     for name, pod in before.items():
@@ -237,8 +269,10 @@ def test_down_stops_podrunner_and_every_process_it_started_even_after_a_crash(se
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="shared")))
     wait_until(lambda: api.list_namespaced_service_account("shared").items, what="the namespace's default account")
     api.create_namespaced_pod("shared", web_pod("web"))
-    pod = wait_until(lambda: (p := api.read_namespaced_pod("web", "shared")) and is_ready(p) and p,
-                     what="the pod Ready on the second cluster")
+    pod = wait_until(
+        lambda: (p := api.read_namespaced_pod("web", "shared")) and is_ready(p) and p,
+        what="the pod Ready on the second cluster",
+    )
     ip = pod.status.pod_ip
     assert ip.startswith("127.37.")
     first_pid = next(p["pid"] for p in cluster_runner_pods(cluster) if p["pod"] == "shared/web")
@@ -252,8 +286,10 @@ def test_down_stops_podrunner_and_every_process_it_started_even_after_a_crash(se
     assert alive(first_pid) and serves(ip)
     cluster.up(nodes=1, timeout=180.0)
     assert not alive(first_pid)
-    second_pid = wait_until(lambda: next((p["pid"] for p in cluster_runner_pods(cluster)
-                                          if p["pod"] == "shared/web"), None), what="the pod run again")
+    second_pid = wait_until(
+        lambda: next((p["pid"] for p in cluster_runner_pods(cluster) if p["pod"] == "shared/web"), None),
+        what="the pod run again",
+    )
     wait_until(lambda: serves(ip), what="the pod's new process serving")
 
     cluster.down()

@@ -61,16 +61,23 @@ time.sleep(3600)
 """
 
 
-def program_pod(name: str, program: str, service_account: str | None = None,
-                automount: bool | None = None) -> client.V1Pod:
+def program_pod(
+    name: str, program: str, service_account: str | None = None, automount: bool | None = None
+) -> client.V1Pod:
     """A plain pod (not a worker of the chart) whose command is a python program; it stays up once done."""
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels={"app": "program"}),
         spec=client.V1PodSpec(
-            service_account_name=service_account, automount_service_account_token=automount,
+            service_account_name=service_account,
+            automount_service_account_token=automount,
             termination_grace_period_seconds=2,
-            containers=[client.V1Container(name="main", image="example.invalid/trainer:1",
-                                           command=["python3", "-u", "-c", program])]))
+            containers=[
+                client.V1Container(
+                    name="main", image="example.invalid/trainer:1", command=["python3", "-u", "-c", program]
+                )
+            ],
+        ),
+    )
 
 
 def pod_output(core: client.CoreV1Api, namespace: str, name: str, timeout: float = 90.0) -> str:
@@ -107,16 +114,21 @@ def program_runner(kubeconfig, tmp_path, monkeypatch) -> Iterator:
     environment that has cluster access of its own and no .tools/bin on PATH: neither must reach the pods."""
     if os.environ.get("AREAL_WORKERS_KUBECONFIG"):
         pytest.skip("runs pods as processes of this machine: local cluster only")
-    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                                               if p and Path(p).resolve() != TOOLS_BIN.resolve()))
+    monkeypatch.setenv(
+        "PATH",
+        os.pathsep.join(
+            p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != TOOLS_BIN.resolve()
+        ),
+    )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))  # the host's (admin) access
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "192.0.2.1")  # as if the host were a pod of another cluster
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     runners: list[PodRunner] = []
 
     def start(namespace: str) -> PodRunner:
-        runner = PodRunner(kubeconfig, namespace, tmp_path / f"pods-{namespace}", module_map={},
-                           python=sys.executable).start()
+        runner = PodRunner(
+            kubeconfig, namespace, tmp_path / f"pods-{namespace}", module_map={}, python=sys.executable
+        ).start()
         runners.append(runner)
         return runner
 
@@ -130,15 +142,24 @@ def program_runner(kubeconfig, tmp_path, monkeypatch) -> Iterator:
 def grant_configmap_listing(kube_client: client.ApiClient, namespace: str, account: str) -> None:
     """A ServiceAccount bound to a Role that allows `list configmaps` in its namespace, and nothing else."""
     client.CoreV1Api(kube_client).create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account)))
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
+    )
     rbac = client.RbacAuthorizationV1Api(kube_client)
-    rbac.create_namespaced_role(namespace, client.V1Role(
-        metadata=client.V1ObjectMeta(name="list-configmaps"),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["list"])]))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="list-configmaps"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="list-configmaps"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)]))
+    rbac.create_namespaced_role(
+        namespace,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="list-configmaps"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["list"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="list-configmaps"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="list-configmaps"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+        ),
+    )
 
 
 def token_refused(kubeconfig: dict, namespace: str) -> bool:
@@ -154,7 +175,8 @@ def token_refused(kubeconfig: dict, namespace: str) -> bool:
 
 @LOCAL_ONLY
 def test_a_pod_talks_to_the_apiserver_as_its_service_account_and_finds_helm(
-        make_namespace, core, kube_client, program_runner, kubeconfig):
+    make_namespace, core, kube_client, program_runner, kubeconfig
+):
     namespace = make_namespace()
     grant_configmap_listing(kube_client, namespace, "reader")
     runner = program_runner(namespace)
@@ -187,8 +209,10 @@ def test_a_pod_talks_to_the_apiserver_as_its_service_account_and_finds_helm(
 @LOCAL_ONLY
 def test_a_pod_that_mounts_no_token_gets_no_cluster_access(make_namespace, core, program_runner):
     namespace = make_namespace()
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="quiet"), automount_service_account_token=False))
+    core.create_namespaced_service_account(
+        namespace,
+        client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="quiet"), automount_service_account_token=False),
+    )
     runner = program_runner(namespace)
     core.create_namespaced_pod(namespace, program_pod("sealed", ENVIRONMENT, automount=False))
     core.create_namespaced_pod(namespace, program_pod("quiet", ENVIRONMENT, service_account="quiet"))

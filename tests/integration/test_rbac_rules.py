@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from areal_workers import ClusterAccessError, KubernetesScheduler, SchedulerError, WorkerFailedError
+from areal_workers import ClusterAccessError, KubernetesScheduler, WorkerFailedError
 from clusterlib import job, spec
 from repo_paths import REPO
 
@@ -55,8 +55,9 @@ def create_a_crashing_role(scheduler: KubernetesScheduler) -> object:
 
 def create_queued(scheduler: KubernetesScheduler) -> object:
     """A role queued in a Kueue LocalQueue: its queue is read before the revision that queues it."""
-    queued = type(scheduler)(config=replace(scheduler.config, kueue_queue="lq"), experiment_name="exp",
-                             trial_name="queued")
+    queued = type(scheduler)(
+        config=replace(scheduler.config, kueue_queue="lq"), experiment_name="exp", trial_name="queued"
+    )
     try:
         return queued.create_workers(job("actor", 1))
     finally:
@@ -66,11 +67,13 @@ def create_queued(scheduler: KubernetesScheduler) -> object:
 def diagnosis_without(missing: str, present: str) -> Callable[[Exception], None]:
     """The crash is still reported, without the section the rule provides; the other section shows the
     diagnosis did run."""
+
     def check(error: Exception) -> None:
         assert isinstance(error, WorkerFailedError), repr(error)
         assert "exit code 3" in error.stderr, error.stderr
         assert missing not in error.stderr, error.stderr
         assert present in error.stderr, error.stderr
+
     return check
 
 
@@ -84,19 +87,32 @@ CASES = {
     # get_workers: PodWatch lists and watches the role's pods.
     "pods": Case("pods", create(), lambda scheduler: scheduler.get_workers("actor", timeout=30)),
     # ReleaseInspector.log_tail: the worker's own last lines leave the error; the events stay.
-    "pods-log": Case("pods/log", nothing, create_a_crashing_role,
-                     diagnosis_without(missing=CRASH_LINE, present="events (last")),
+    "pods-log": Case(
+        "pods/log", nothing, create_a_crashing_role, diagnosis_without(missing=CRASH_LINE, present="events (last")
+    ),
     # ReleaseInspector.events: the events leave the error; the log tail stays.
-    "events": Case("events", nothing, create_a_crashing_role,
-                   diagnosis_without(missing="events (last", present=CRASH_LINE)),
+    "events": Case(
+        "events", nothing, create_a_crashing_role, diagnosis_without(missing="events (last", present=CRASH_LINE)
+    ),
     # delete_workers(reverse_order=True) scales the role to rank 0 before the helm upgrade that removes it.
-    "statefulsets-scale": Case("statefulsets/scale", create(2),
-                               lambda scheduler: scheduler.delete_workers("actor", reverse_order=True)),
+    "statefulsets-scale": Case(
+        "statefulsets/scale", create(2), lambda scheduler: scheduler.delete_workers("actor", reverse_order=True)
+    ),
     # ReleaseLease: a scheduler takes the release's Lease right before its first install (and renews it while it
     # lives); without the rule the install does not happen.
-    "leases": Case("leases", nothing, create(),
-                   lambda error: (isinstance(error, ClusterAccessError) and error.cause == "forbidden"
-                                  and "leases in coordination.k8s.io" in str(error)) or pytest.fail(repr(error))),
+    "leases": Case(
+        "leases",
+        nothing,
+        create(),
+        lambda error: (
+            (
+                isinstance(error, ClusterAccessError)
+                and error.cause == "forbidden"
+                and "leases in coordination.k8s.io" in str(error)
+            )
+            or pytest.fail(repr(error))
+        ),
+    ),
     # A queued role's LocalQueue is read before the revision that queues it (ReleaseDriver._check_queues).
     "localqueues": Case("localqueues", nothing, create_queued),
 }
@@ -107,7 +123,8 @@ TESTED_IN_TEST_KUEUE = {"workloads"}
 def test_every_rule_of_the_role_has_a_case():
     covered = {case.resource for case in CASES.values()} | TESTED_IN_TEST_KUEUE
     assert all(covered & set(rule["resources"]) for rule in FULL_RULES), [
-        rule["resources"] for rule in FULL_RULES if not covered & set(rule["resources"])]
+        rule["resources"] for rule in FULL_RULES if not covered & set(rule["resources"])
+    ]
 
 
 @pytest.fixture
@@ -121,15 +138,26 @@ def drop_rule(make_scheduler, kube_client, namespace) -> Iterator[Callable[[str]
     def drop(resource: str) -> None:
         rule = next(rule for rule in FULL_RULES if resource in rule["resources"])
         role = rbac.read_namespaced_role(ROLE, namespace)
-        role.rules = [client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
-                      for r in FULL_RULES if r is not rule]
+        role.rules = [
+            client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
+            for r in FULL_RULES
+            if r is not rule
+        ]
         rbac.replace_namespaced_role(ROLE, namespace, role)
         name, _, subresource = resource.partition("/")
-        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-            user=user, groups=["system:serviceaccounts", "system:authenticated"],
-            resource_attributes=client.V1ResourceAttributes(
-                namespace=namespace, group=rule["apiGroups"][0], resource=name, subresource=subresource or None,
-                verb=rule["verbs"][0])))
+        review = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=user,
+                groups=["system:serviceaccounts", "system:authenticated"],
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=namespace,
+                    group=rule["apiGroups"][0],
+                    resource=name,
+                    subresource=subresource or None,
+                    verb=rule["verbs"][0],
+                ),
+            )
+        )
         deadline = time.monotonic() + 10
         while authorization.create_subject_access_review(review).status.allowed:
             assert time.monotonic() < deadline, f"the authorizer still grants {resource}"
@@ -137,8 +165,9 @@ def drop_rule(make_scheduler, kube_client, namespace) -> Iterator[Callable[[str]
 
     yield drop
     role = rbac.read_namespaced_role(ROLE, namespace)
-    role.rules = [client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
-                  for r in FULL_RULES]
+    role.rules = [
+        client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"]) for r in FULL_RULES
+    ]
     rbac.replace_namespaced_role(ROLE, namespace, role)
 
 

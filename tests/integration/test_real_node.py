@@ -18,8 +18,8 @@ import pytest
 from kubernetes import client
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
-from areal_workers.naming import LABEL_ROLE
 from areal_workers.errors import WorkerFailedError, WorkerTimeoutError
+from areal_workers.naming import LABEL_ROLE
 from clusterlib import job, spec, wait_for
 from localkube.cluster import LocalCluster
 from realnode.config import NETWORK, NODE_NAME
@@ -27,7 +27,6 @@ from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.serial_cluster,  # the real node's few cores (tools/test_lanes.py)
     pytest.mark.real_node,
     # The node joins this checkout's local cluster; against another cluster ($AREAL_WORKERS_KUBECONFIG) there is none.
@@ -63,14 +62,28 @@ def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, di
 
     def make(trial: str = "trial0", **overrides) -> KubernetesScheduler:
         values = directory / f"values-{len(made)}.json"
-        values.write_text(json.dumps({
-            **worker_values(AREAL_WORKER_ENV, shared),
-            "cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}))
-        settings = dict(namespace=namespace, kubeconfig=str(kubeconfig), helm_executable=helm_executable,
-                        values_files=(str(values),), **TIMEOUTS)
+        values.write_text(
+            json.dumps(
+                {
+                    **worker_values(AREAL_WORKER_ENV, shared),
+                    "cluster": {
+                        "fileroot": str(shared),
+                        "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")},
+                    },
+                }
+            )
+        )
+        settings = dict(
+            namespace=namespace,
+            kubeconfig=str(kubeconfig),
+            helm_executable=helm_executable,
+            values_files=(str(values),),
+            **TIMEOUTS,
+        )
         settings.update(overrides)
-        scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(**settings), experiment_name="exp",
-                                        trial_name=trial)
+        scheduler = KubernetesScheduler(
+            config=KubernetesSchedulerConfig(**settings), experiment_name="exp", trial_name=trial
+        )
         made.append(scheduler)
         return scheduler
 
@@ -108,8 +121,9 @@ def actors(real_node, kube_client, kubeconfig, helm_executable, tmp_path_factory
 
 
 def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(KUBECTL), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(KUBECTL), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.V1Pod]:
@@ -146,11 +160,26 @@ def test_workers_run_as_containers_with_engines_and_forks(actors, core):
 
 def test_helm_test_resolves_workers_through_coredns(actors, core, kubeconfig, helm_executable):
     actors.get_workers("actor")
-    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "-n", actors.namespace, "test",
-                             actors.release, "--timeout", "3m"], capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            helm_executable,
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            actors.namespace,
+            "test",
+            actors.release,
+            "--timeout",
+            "3m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    test_pod = next(p for p in core.list_namespaced_pod(actors.namespace).items
-                    if p.metadata.name.endswith("-test-health"))
+    test_pod = next(
+        p for p in core.list_namespaced_pod(actors.namespace).items if p.metadata.name.endswith("-test-health")
+    )
     assert test_pod.spec.node_name == NODE_NAME and test_pod.status.phase == "Succeeded"
     assert "2/2 workers healthy" in core.read_namespaced_pod_log(test_pod.metadata.name, actors.namespace)
 
@@ -163,8 +192,17 @@ def test_kubectl_logs_and_exec_reach_the_container(actors, core, kubeconfig):
     assert logs.stdout.strip(), "the worker's log is empty"
     peer = pods[1]
     name = f"{peer.spec.hostname}.{peer.spec.subdomain}.{actors.namespace}.svc.cluster.local"
-    exec_ = kubectl(kubeconfig, "-n", actors.namespace, "exec", pods[0].metadata.name, "--", "python", "-c",
-                    f"import os, socket; print(os.getuid(), socket.gethostname(), socket.gethostbyname({name!r}))")
+    exec_ = kubectl(
+        kubeconfig,
+        "-n",
+        actors.namespace,
+        "exec",
+        pods[0].metadata.name,
+        "--",
+        "python",
+        "-c",
+        f"import os, socket; print(os.getuid(), socket.gethostname(), socket.gethostbyname({name!r}))",
+    )
     assert exec_.returncode == 0, exec_.stderr
     assert exec_.stdout.split() == ["1000", pods[0].metadata.name, peer.status.pod_ip]  # CoreDNS answered
 
@@ -174,20 +212,37 @@ def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
     actors.create_workers(job("crash", 1, [task(cmd=crash)]))
     # The kubelet's own back-off first (the scheduler rolls the role back at the first exit it sees, which may come
     # before the kubelet has backed off once): the container waits in CrashLoopBackOff and the kubelet says why.
-    backing_off = wait_for(lambda: [p for p in role_pods(core, actors.namespace, "crash") if any(
-        s.state.waiting and s.state.waiting.reason == "CrashLoopBackOff" for s in p.status.container_statuses or [])],
-        180, "the kubelet backing off the crashing container")
+    backing_off = wait_for(
+        lambda: [
+            p
+            for p in role_pods(core, actors.namespace, "crash")
+            if any(
+                s.state.waiting and s.state.waiting.reason == "CrashLoopBackOff"
+                for s in p.status.container_statuses or []
+            )
+        ],
+        180,
+        "the kubelet backing off the crashing container",
+    )
     assert backing_off[0].spec.node_name == NODE_NAME
     assert backing_off[0].status.container_statuses[0].restart_count >= 1
-    wait_for(lambda: [e for e in core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
-                      if "Back-off restarting failed container" in (e.message or "")], 60, "the kubelet's BackOff event")
+    wait_for(
+        lambda: [
+            e
+            for e in core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
+            if "Back-off restarting failed container" in (e.message or "")
+        ],
+        60,
+        "the kubelet's BackOff event",
+    )
     with pytest.raises(WorkerFailedError) as failed:
         actors.get_workers("crash", timeout=180)
     assert failed.value.exit_code == 3
     assert "no checkpoint at /ckpt/step-7" in failed.value.stderr  # the container's log, read through the kubelet
     assert "rolled back release" in "\n".join(failed.value.__notes__)
     assert not role_pods(core, actors.namespace, "crash") or wait_for(
-        lambda: not role_pods(core, actors.namespace, "crash"), 180, "crash pods gone after the rollback")
+        lambda: not role_pods(core, actors.namespace, "crash"), 180, "crash pods gone after the rollback"
+    )
     assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
 
 
@@ -196,9 +251,15 @@ def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(actors, co
     asyncio.run(actors.create_engine(old.id, ENGINE, "lost", 1))
     pod = role_pods(core, actors.namespace, "actor")[1]
     core.delete_namespaced_pod(pod.metadata.name, actors.namespace)
-    replaced = wait_for(lambda: [p for p in role_pods(core, actors.namespace, "actor")
-                                   if p.metadata.uid != pod.metadata.uid and p.metadata.name == pod.metadata.name
-                                   and p.status.pod_ip], 180, "pod recreated by the StatefulSet")
+    replaced = wait_for(
+        lambda: [
+            p
+            for p in role_pods(core, actors.namespace, "actor")
+            if p.metadata.uid != pod.metadata.uid and p.metadata.name == pod.metadata.name and p.status.pod_ip
+        ],
+        180,
+        "pod recreated by the StatefulSet",
+    )
     assert replaced[0].spec.node_name == NODE_NAME
     with pytest.raises(WorkerFailedError) as failed:
         actors.call_engine(old.id, "increment", "lost", 1, max_retries=2, retry_delay=0.5)

@@ -19,7 +19,6 @@ from areal_workers import naming
 from repo_paths import REPO, TOOLS_BIN
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
-pytestmark = pytest.mark.integration
 CHART = REPO / "charts" / "areal-workers"
 KUBECTL = TOOLS_BIN / "kubectl"
 REAPER = "reaper"
@@ -28,8 +27,9 @@ DEADLINE_SECONDS = 240
 
 
 def helm(helm_executable: str, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                            timeout=180)
+    result = subprocess.run(
+        [helm_executable, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=180
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
     return result
@@ -46,21 +46,41 @@ def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worke
     """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
     trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
     assert worker_lane.name == "reference", "the reaper pod's python is the lane's: run this module in the main lane"
-    subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
+        check=True,
+        capture_output=True,
+    )
     values = tmp_path / "reaper.json"
-    values.write_text(json.dumps({"roles": {}, "reaper": {
-        "enabled": True, "schedule": "* * * * *", "serviceAccountName": "areal-controller",
-        "command": ["python", "-m", "areal_workers.cli", "reap"],
-        "image": {"repository": "local/areal-workers-reaper", "tag": "dev"}}}))
+    values.write_text(
+        json.dumps(
+            {
+                "roles": {},
+                "reaper": {
+                    "enabled": True,
+                    "schedule": "* * * * *",
+                    "serviceAccountName": "areal-controller",
+                    "command": ["python", "-m", "areal_workers.cli", "reap"],
+                    "image": {"repository": "local/areal-workers-reaper", "tag": "dev"},
+                },
+            }
+        )
+    )
     helm(helm_executable, kubeconfig, "install", REAPER, str(CHART), "-n", namespace, "-f", str(values))
     yield
     helm(helm_executable, kubeconfig, "uninstall", REAPER, "-n", namespace, "--wait", check=False)
 
 
-def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(reaper_release, trainer_config, kubeconfig,  # noqa: F811
-                                                                  helm_executable, namespace, core, kube_client,
-                                                                  tmp_path):
+def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
+    reaper_release,
+    trainer_config,  # noqa: F811 (the fixture imported above)
+    kubeconfig,
+    helm_executable,
+    namespace,
+    core,
+    kube_client,
+    tmp_path,
+):
     batch = client.BatchV1Api(kube_client)
     [cronjob] = batch.list_namespaced_cron_job(namespace).items
     assert cronjob.metadata.name == f"{REAPER}-areal-workers-reaper"
@@ -82,30 +102,50 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(reaper_release,
             break
         time.sleep(1)
     else:
-        jobs = [(job.metadata.name, job.status.succeeded, job.status.failed)
-                for job in batch.list_namespaced_job(namespace).items]
-        pytest.fail(f"release {release} or its pods still there {DEADLINE_SECONDS}s after its trainer was killed; "
-                    f"the reaper's Jobs (name, succeeded, failed): {jobs}")
+        jobs = [
+            (job.metadata.name, job.status.succeeded, job.status.failed)
+            for job in batch.list_namespaced_job(namespace).items
+        ]
+        pytest.fail(
+            f"release {release} or its pods still there {DEADLINE_SECONDS}s after its trainer was killed; "
+            f"the reaper's Jobs (name, succeeded, failed): {jobs}"
+        )
     elapsed = time.monotonic() - killed
-    print(f"trainer killed -> last worker gone: {elapsed:.1f}s (lease grace 3s, reaper CronJob every minute)",
-          file=sys.stderr)
+    print(
+        f"trainer killed -> last worker gone: {elapsed:.1f}s (lease grace 3s, reaper CronJob every minute)",
+        file=sys.stderr,
+    )
 
     assert installed(helm_executable, kubeconfig, namespace) == {REAPER: "deployed"}
-    assert client.CoordinationV1Api(kube_client).list_namespaced_lease(
-        namespace, label_selector="areal-workers.dev/lease-of").items == []
+    assert (
+        client.CoordinationV1Api(kube_client)
+        .list_namespaced_lease(namespace, label_selector="areal-workers.dev/lease-of")
+        .items
+        == []
+    )
     # The Job that reaped ends once the release's pods are gone (what the loop above waited for too).
     deadline = time.monotonic() + 60
     while True:
-        owned = [job for job in batch.list_namespaced_job(namespace).items
-                 if any(owner.kind == "CronJob" and owner.name == cronjob.metadata.name
-                        for owner in job.metadata.owner_references or [])]
-        logs = {job.metadata.name: reaper_log(core, namespace, job.metadata.name) for job in owned
-                if (job.status.succeeded or 0) >= 1}
+        owned = [
+            job
+            for job in batch.list_namespaced_job(namespace).items
+            if any(
+                owner.kind == "CronJob" and owner.name == cronjob.metadata.name
+                for owner in job.metadata.owner_references or []
+            )
+        ]
+        logs = {
+            job.metadata.name: reaper_log(core, namespace, job.metadata.name)
+            for job in owned
+            if (job.status.succeeded or 0) >= 1
+        }
         if any(release in log and "reaped" in log for log in logs.values()) or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert any(release in log and "reaped" in log for log in logs.values()), (
-        [(job.metadata.name, job.status.to_dict()) for job in owned], logs)
+        [(job.metadata.name, job.status.to_dict()) for job in owned],
+        logs,
+    )
 
 
 def reaper_log(core, namespace: str, job: str) -> str:

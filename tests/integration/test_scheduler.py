@@ -1,7 +1,8 @@
 """KubernetesScheduler against the real control plane, real helm releases and real guard servers.
 
 Worker pods are run by podrunner (tools/podrunner/): each pod's container command (the chart's, with AReaL's flags)
-runs as a local reference guard bound to the pod's own loopback IP, and the pod turns Ready when its guard answers /health.
+runs as a local reference guard bound to the pod's own loopback IP, and the pod turns Ready when its guard answers
+/health.
 Every engine call goes over HTTP to exactly the address the scheduler discovered from the cluster.
 """
 
@@ -39,8 +40,12 @@ def identity(request) -> str:
 
 
 def helm_values(kubeconfig, helm_executable, namespace, release) -> dict:
-    result = subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "get", "values", release, "-n", namespace,
-                             "-o", "json"], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [helm_executable, "--kubeconfig", str(kubeconfig), "get", "values", release, "-n", namespace, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout)
 
 
@@ -106,16 +111,20 @@ def test_duplicate_role_is_rejected_without_a_new_revision(make_scheduler):
     assert revisions(scheduler) == [1]
 
 
-@pytest.mark.parametrize("bad_job, message", [
-    (Job(role="actor", replicas=0), "replicas must be greater than 0"),
-    (Job(role="actor", replicas=-2), "replicas must be greater than 0"),
-    (Job(role="Actor!", replicas=1), "must be lowercase"),
-    (Job(role="actor", replicas=1, tasks=[spec(nodelist="node[1-4]")]), "node_selector"),
-    (Job(role="actor", replicas=1, tasks=[spec(image="/storage/areal.sif")]), "Apptainer images are Slurm-only"),
-    (Job(role="actor", replicas=1, tasks=[spec(cmd="python -m x --port 9")]), "should not include --port"),
-    (Job(role="actor", replicas=3, tasks=[spec(), spec()]), "must be 1 or equal to replicas"),
-    (Job(role="actor", replicas=2, tasks=[spec(), spec(cpu=2)]), "one pod template"),
-], ids=["zero", "negative", "name", "nodelist", "sif", "port", "spec-count", "spec-differs"])
+@pytest.mark.parametrize(
+    "bad_job, message",
+    [
+        (Job(role="actor", replicas=0), "replicas must be greater than 0"),
+        (Job(role="actor", replicas=-2), "replicas must be greater than 0"),
+        (Job(role="Actor!", replicas=1), "must be lowercase"),
+        (Job(role="actor", replicas=1, tasks=[spec(nodelist="node[1-4]")]), "node_selector"),
+        (Job(role="actor", replicas=1, tasks=[spec(image="/storage/areal.sif")]), "Apptainer images are Slurm-only"),
+        (Job(role="actor", replicas=1, tasks=[spec(cmd="python -m x --port 9")]), "should not include --port"),
+        (Job(role="actor", replicas=3, tasks=[spec(), spec()]), "must be 1 or equal to replicas"),
+        (Job(role="actor", replicas=2, tasks=[spec(), spec(cpu=2)]), "one pod template"),
+    ],
+    ids=["zero", "negative", "name", "nodelist", "sif", "port", "spec-count", "spec-differs"],
+)
 def test_bad_jobs_fail_before_anything_is_written(make_scheduler, bad_job, message):
     scheduler = make_scheduler()
     with pytest.raises(WorkerCreationError) as rejected:
@@ -149,16 +158,21 @@ def test_scaling_a_role_is_one_revision_and_keeps_existing_workers(make_schedule
     assert scheduler.scale_workers("actor", 3) == ["actor/0", "actor/1", "actor/2"]
     after = scheduler.get_workers("actor")
     assert {w.id: w.ip for w in after[:2]} == before
-    assert {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items
-            if p.metadata.name in uids} == uids
+    assert {
+        p.metadata.name: p.metadata.uid
+        for p in core.list_namespaced_pod(scheduler.namespace).items
+        if p.metadata.name in uids
+    } == uids
     assert revisions(scheduler) == [1, 2]
 
 
 def test_colocation_without_fork_maps_the_role_onto_its_target(make_scheduler, core):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
-    assert scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False)) == \
-        ["actor/0", "actor/1"]
+    assert scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False)) == [
+        "actor/0",
+        "actor/1",
+    ]
     assert [w.id for w in scheduler.get_workers("ref")] == ["actor/0", "actor/1"]
     pods = {p.metadata.uid for p in core.list_namespaced_pod(scheduler.namespace).items}
     scheduler.delete_workers("ref")
@@ -184,7 +198,8 @@ def test_colocation_errors_match_arealss_schedulers(make_scheduler):
 
 @pytest.mark.reference_guard_only  # the fork's role from /health (test_areal_worker.py: the real server's)
 def test_fork_processes_run_beside_their_targets_and_are_recorded_in_the_release(
-        make_scheduler, kubeconfig, helm_executable):
+    make_scheduler, kubeconfig, helm_executable
+):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     targets = scheduler.get_workers("actor")
@@ -229,8 +244,12 @@ def test_delete_with_reverse_order_stops_rank_zero_last(make_scheduler, core):
     listing = core.list_namespaced_pod(scheduler.namespace)
 
     def record():
-        for event in watch.Watch().stream(core.list_namespaced_pod, scheduler.namespace,
-                                          resource_version=listing.metadata.resource_version, timeout_seconds=30):
+        for event in watch.Watch().stream(
+            core.list_namespaced_pod,
+            scheduler.namespace,
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=30,
+        ):
             if event["type"] == "DELETED":
                 deleted.append(event["object"].metadata.name.rsplit("-", 1)[1])
                 if len(deleted) == 3:
@@ -244,8 +263,9 @@ def test_delete_with_reverse_order_stops_rank_zero_last(make_scheduler, core):
     assert core.list_namespaced_pod(scheduler.namespace).items == []
 
 
-def test_delete_all_removes_the_release_and_everything_it_made(make_scheduler, core, kube_client, kubeconfig,
-                                                              helm_executable):
+def test_delete_all_removes_the_release_and_everything_it_made(
+    make_scheduler, core, kube_client, kubeconfig, helm_executable
+):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     scheduler.create_workers(job("rollout", 1))
@@ -253,10 +273,27 @@ def test_delete_all_removes_the_release_and_everything_it_made(make_scheduler, c
     scheduler.get_workers("actor")
     scheduler.get_workers("rollout")
     # The platform engineer's `helm test`: its hook Pod is kept after the run, and helm uninstall leaves it.
-    subprocess.run([helm_executable, "--kubeconfig", str(kubeconfig), "-n", scheduler.namespace, "test",
-                    scheduler.release, "--timeout", "2m"], check=True, capture_output=True, timeout=180)
-    assert [p.metadata.name for p in core.list_namespaced_pod(scheduler.namespace).items
-            if p.metadata.name.endswith("-test-health")]
+    subprocess.run(
+        [
+            helm_executable,
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            scheduler.namespace,
+            "test",
+            scheduler.release,
+            "--timeout",
+            "2m",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    assert [
+        p.metadata.name
+        for p in core.list_namespaced_pod(scheduler.namespace).items
+        if p.metadata.name.endswith("-test-health")
+    ]
     scheduler.delete_workers()
     namespace = scheduler.namespace
     assert core.list_namespaced_pod(namespace).items == []
@@ -302,7 +339,9 @@ def test_dry_run_returns_the_manifests_without_writing(make_scheduler):
     assert scheduler.history() == []
 
 
-def test_external_release_is_discovered_but_not_changed(make_scheduler, kubeconfig, helm_executable, namespace, tmp_path):
+def test_external_release_is_discovered_but_not_changed(
+    make_scheduler, kubeconfig, helm_executable, namespace, tmp_path
+):
     owner = make_scheduler("trial0")
     owner.create_workers(job("actor", 2))
     owner.get_workers("actor")

@@ -24,8 +24,10 @@ from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
     pytest.mark.areal_worker,
-    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-                       reason="the demo's engines and the real node are the local cluster's"),
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the demo's engines and the real node are the local cluster's",
+    ),
 ]
 RUN = REPO / "tests" / "support" / "train_controller_run.py"
 TIMEOUT = 600
@@ -34,18 +36,24 @@ TIMEOUT = 600
 def run_controller(settings: dict, directory) -> dict:
     path = directory / "settings.json"
     path.write_text(json.dumps(settings))
-    python_path = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" /
-                                            "support")))
-    result = subprocess.run([str(AREAL_WORKER_PYTHON), str(RUN), str(path)], capture_output=True, text=True,
-                            timeout=TIMEOUT, cwd=directory, env={**os.environ, "PYTHONPATH": python_path})
+    python_path = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
+    result = subprocess.run(
+        [str(AREAL_WORKER_PYTHON), str(RUN), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=directory,
+        env={**os.environ, "PYTHONPATH": python_path},
+    )
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.timeout(2 * TIMEOUT)
 @pytest.mark.parametrize("node", ["kwok", "real"])
-def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(node, make_namespace, kubeconfig,
-                                                                         helm_executable, tmp_path, core):
+def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(
+    node, make_namespace, kubeconfig, helm_executable, tmp_path, core
+):
     assert AREAL_WORKER_PYTHON.exists(), "the controller and workers run AReaL: run `make areal-worker`"
     cluster = LocalCluster()
     shared = tmp_path / "areal"
@@ -61,10 +69,20 @@ def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(node, m
         assert cluster.podrunner_workers() == "areal", "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
         namespace = make_namespace(private=False)
     (tmp_path / "values.json").write_text(json.dumps(values))
-    seen = run_controller({"namespace": namespace, "kubeconfig": str(kubeconfig), "helm_executable": helm_executable,
-                           "values_files": [str(tmp_path / "values.json")], "termination_grace_seconds": 5,
-                           "ready_timeout": 300.0, "helm_timeout": 300.0, "trial": f"t{uuid.uuid4().hex[:6]}",
-                           "cpu": 0.25 if node == "real" else 1}, tmp_path)
+    seen = run_controller(
+        {
+            "namespace": namespace,
+            "kubeconfig": str(kubeconfig),
+            "helm_executable": helm_executable,
+            "values_files": [str(tmp_path / "values.json")],
+            "termination_grace_seconds": 5,
+            "ready_timeout": 300.0,
+            "helm_timeout": 300.0,
+            "trial": f"t{uuid.uuid4().hex[:6]}",
+            "cpu": 0.25 if node == "real" else 1,
+        },
+        tmp_path,
+    )
 
     [rank0, rank1] = seen["workers"]
     assert seen["master"] == f"{rank0[1]}:{rank0[2][1]}"  # MASTER_ADDR:MASTER_PORT = rank 0's IP, second port

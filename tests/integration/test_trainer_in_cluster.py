@@ -18,8 +18,6 @@ from areal_workers.cli.main import main
 from clusterlib import RUN_PODS, lane_values
 from repo_paths import REPO, TOOLS_BIN
 
-pytestmark = pytest.mark.integration
-
 TRAINER = textwrap.dedent("""
     import asyncio, os, sys, time
     from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
@@ -44,8 +42,20 @@ TRAINER = textwrap.dedent("""
 def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, monkeypatch):
     """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test
     (a trainer pod's python is podrunner's own interpreter, which has the kubernetes client and this package)."""
-    subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "apply", "-n",
-                    namespace, "-f", str(REPO / "rbac")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(TOOLS_BIN / "kubectl"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            str(REPO / "rbac"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     pod_runner(namespace)
     monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     values = tmp_path / "run-pods.json"
@@ -56,26 +66,57 @@ def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, 
 
 
 def submit(capsys, kubeconfig, namespace: str, *argv: str) -> tuple[int, str, str]:
-    code = main(["--kubeconfig", str(kubeconfig), "-n", namespace, "submit", "--image", "local/areal-trainer:dev",
-                 "--start-timeout", "120", *argv])
+    code = main(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "submit",
+            "--image",
+            "local/areal-trainer:dev",
+            "--start-timeout",
+            "120",
+            *argv,
+        ]
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
 def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_reaches_the_command(
-        trainer_namespace, kubeconfig, capsys, core):
+    trainer_namespace, kubeconfig, capsys, core
+):
     namespace, script, values = trainer_namespace
-    code, out, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-ok", "--", "python", str(script),
-                            str(values), "0")
+    code, out, err = submit(
+        capsys, kubeconfig, namespace, "--name", "trainer-ok", "--", "python", str(script), str(values), "0"
+    )
     assert code == 0, err
     assert "trainer: 2 workers at ['127." in out and "counters sum to 82" in out  # 41 + 41, at loopback pod IPs
     assert "succeeded with exit code 0" in err
-    code, out, err = submit(capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script),
-                            str(values), "7")
+    code, out, err = submit(
+        capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script), str(values), "7"
+    )
     assert code == 7 and "counters sum to 82" in out and "failed with exit code 7" in err
-    job = yaml.safe_load(subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig),
-                                         "-n", namespace, "get", "job", "trainer-fails", "-o", "yaml"],
-                                        check=True, capture_output=True, text=True).stdout)
+    job = yaml.safe_load(
+        subprocess.run(
+            [
+                str(TOOLS_BIN / "kubectl"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "-n",
+                namespace,
+                "get",
+                "job",
+                "trainer-fails",
+                "-o",
+                "yaml",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"]["conditions"])
 
 
@@ -83,20 +124,37 @@ def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespac
     namespace, script, values = trainer_namespace
     settings = script.parent / "trainer.yaml"
     settings.write_text(yaml.safe_dump({"image": "local/areal-trainer:dev", "lease_grace_seconds": 2}))
-    code, _, err = submit(capsys, kubeconfig, namespace, "-f", str(settings), "--name", "trainer-held", "--detach",
-                          "--", "python", str(script), str(values), "hold")
+    code, _, err = submit(
+        capsys,
+        kubeconfig,
+        namespace,
+        "-f",
+        str(settings),
+        "--name",
+        "trainer-held",
+        "--detach",
+        "--",
+        "python",
+        str(script),
+        str(values),
+        "hold",
+    )
     assert code == 0, err
     deadline = time.monotonic() + 180
     workers: list = []
     while time.monotonic() < deadline and len(workers) < 2:
-        workers = [p for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
-                   if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        workers = [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items
+            if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ]
         time.sleep(0.5)
     assert len(workers) == 2, "the trainer's workers never became ready"
     [trainer] = core.list_namespaced_pod(namespace, label_selector="job-name=trainer-held").items
     statefulset = client_apps(kubeconfig).list_namespaced_stateful_set(namespace).items[0]
     assert [(o.kind, o.name, o.uid) for o in statefulset.metadata.owner_references] == [
-        ("Pod", trainer.metadata.name, trainer.metadata.uid)]
+        ("Pod", trainer.metadata.name, trainer.metadata.uid)
+    ]
     deleted = time.monotonic()
     core.delete_namespaced_pod(trainer.metadata.name, namespace, grace_period_seconds=0)
     while time.monotonic() < deadline:

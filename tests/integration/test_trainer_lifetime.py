@@ -20,10 +20,7 @@ import pytest
 
 from areal_workers import KubernetesSchedulerConfig, naming
 from areal_workers.cli.main import main
-from clusterlib import job
 from repo_paths import TOOLS_BIN
-
-pytestmark = pytest.mark.integration
 
 GRACE = 3
 TRAINER = textwrap.dedent("""
@@ -45,8 +42,7 @@ def start_trainer(config: KubernetesSchedulerConfig, tmp_path: Path) -> tuple[su
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     settings = {**dataclasses.asdict(config), "lease_grace_seconds": GRACE}
-    trainer = subprocess.Popen([sys.executable, str(script), json.dumps(settings)], stdout=subprocess.PIPE,
-                               text=True)
+    trainer = subprocess.Popen([sys.executable, str(script), json.dumps(settings)], stdout=subprocess.PIPE, text=True)
     line = trainer.stdout.readline()
     assert line, f"the trainer ended before its workers were ready (exit {trainer.wait(60)})"
     return trainer, json.loads(line)
@@ -74,8 +70,9 @@ def trainer_config(make_scheduler, monkeypatch):
     return probe.config
 
 
-def test_a_killed_trainers_release_is_reaped_after_the_grace_period(trainer_config, kubeconfig, namespace, core,
-                                                                     tmp_path, capsys):
+def test_a_killed_trainers_release_is_reaped_after_the_grace_period(
+    trainer_config, kubeconfig, namespace, core, tmp_path, capsys
+):
     trainer, addresses = start_trainer(trainer_config, tmp_path)
     release = naming.release_name("exp", "trainer")
     assert all(answers(address) for address in addresses)
@@ -94,15 +91,15 @@ def test_a_killed_trainers_release_is_reaped_after_the_grace_period(trainer_conf
     assert "silent: lease expired" in trial["trainer"] and "areal-workers reap" in trial["trainer"]
     assert reap(capsys, kubeconfig, namespace) == {release: "reaped"}
     gone = time.monotonic() - killed
-    print(f"trainer killed -> last worker gone: {gone:.1f}s (grace {GRACE}s, reaped once it expired)",
-          file=sys.stderr)
+    print(f"trainer killed -> last worker gone: {gone:.1f}s (grace {GRACE}s, reaped once it expired)", file=sys.stderr)
     assert core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items == []
     assert not any(answers(address) for address in addresses)  # no worker process remains
     assert reap(capsys, kubeconfig, namespace) == {}  # the lease went with the release
 
 
-def test_a_trainer_restarted_within_the_grace_period_keeps_its_workers(trainer_config, kubeconfig, namespace,
-                                                                       tmp_path, capsys, make_scheduler):
+def test_a_trainer_restarted_within_the_grace_period_keeps_its_workers(
+    trainer_config, kubeconfig, namespace, tmp_path, capsys, make_scheduler
+):
     trainer, addresses = start_trainer(trainer_config, tmp_path)
     trainer.send_signal(signal.SIGKILL)
     trainer.wait(30)

@@ -26,8 +26,10 @@ ENGINE = "areal_engines.Counter"
 async def engines(scheduler, workers) -> tuple[list[int], list[str]]:
     for worker in workers:
         await scheduler.create_engine(worker.id, ENGINE, worker.id)
-    counts = [await scheduler.async_call_engine(worker.id, "increment", worker.id, 1 + rank)
-              for rank, worker in enumerate(workers)]
+    counts = [
+        await scheduler.async_call_engine(worker.id, "increment", worker.id, 1 + rank)
+        for rank, worker in enumerate(workers)
+    ]
     marks = [await scheduler.async_call_engine(worker.id, "env", worker.id, "PLATFORM_MARK") for worker in workers]
     return counts, marks
 
@@ -43,10 +45,20 @@ def main(argv: list[str]) -> None:
     counts, marks = asyncio.run(engines(scheduler, workers))
     release = scheduler.release
     scheduler.delete_workers(reverse_order=True)
-    print(json.dumps({"scheduler": type(scheduler).__name__, "namespace": scheduler.namespace, "release": release,
-                      "values_files": list(scheduler.config.values_files), "ids": ids,
-                      "workers": [[w.id, w.ip, w.worker_ports] for w in workers], "counts": counts,
-                      "platform_mark": marks}))
+    print(
+        json.dumps(
+            {
+                "scheduler": type(scheduler).__name__,
+                "namespace": scheduler.namespace,
+                "release": release,
+                "values_files": list(scheduler.config.values_files),
+                "ids": ids,
+                "workers": [[w.id, w.ip, w.worker_ports] for w in workers],
+                "counts": counts,
+                "platform_mark": marks,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Offline `kubeconform -strict` for the tests: the strict JSON schemas that kubernetes-validate ships for the
 Kubernetes minor pinned in tools/install/versions.env, laid out as kubeconform reads them. Used by the chart's
-kubeconform tests (tests/chart/test_chart_tools.py) and the documentation's examples (tests/unit/test_docs_examples.py)."""
+kubeconform tests (tests/chart/test_chart_tools.py) and the documentation's examples
+(tests/unit/docs/test_docs_examples.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ def pinned_kubernetes_minor() -> str:
 
 
 def schema_directory() -> Path:
-    source = (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-              / f"v{pinned_kubernetes_minor()}.0-local-strict")
+    source = (
+        Path(kubernetes_validate.__file__).parent
+        / "kubernetes-json-schema"
+        / f"v{pinned_kubernetes_minor()}.0-local-strict"
+    )
     assert source.is_dir(), f"kubernetes-validate {kubernetes_validate.__version__} has no schemas for {source.name}"
     return source
 
@@ -34,8 +38,7 @@ def schema_directory() -> Path:
 def schema_name(document: dict) -> str:
     """kubeconform's file name for a document's schema: <kind>[-<group>]-<version>.json."""
     group_version = document["apiVersion"].split("/")
-    suffix = "-".join([group_version[0].split(".")[0], group_version[1]] if len(group_version) == 2
-                      else group_version)
+    suffix = "-".join([group_version[0].split(".")[0], group_version[1]] if len(group_version) == 2 else group_version)
     return f"{document['kind'].lower()}-{suffix}.json"
 
 
@@ -63,6 +66,17 @@ def kubeconform(manifests: str, workdir: Path, *extra: str) -> subprocess.Comple
     """`kubeconform -strict -summary` of `manifests` (YAML documents) against the pinned Kubernetes' schemas."""
     schemas = standalone_strict_schemas(manifests, workdir)
     return subprocess.run(
-        [str(KUBECONFORM), "-strict", "-summary", *extra,
-         "-schema-location", f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json", "-"],
-        input=manifests, capture_output=True, text=True, timeout=120)
+        [
+            str(KUBECONFORM),
+            "-strict",
+            "-summary",
+            *extra,
+            "-schema-location",
+            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
+            "-",
+        ],
+        input=manifests,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -15,39 +15,52 @@ import numpy as np
 import torch
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
-
 from bandit_config import BanditExperimentConfig
 from bandit_engines import PolicyActor
 from bandit_training import PolicyController, train_engine_config
 
 
 def batch_item(actions: list[int], rewards: list[float]) -> dict[str, torch.Tensor]:
-    return {"actions": torch.tensor(actions), "rewards": torch.tensor(rewards, dtype=torch.float64),
-            "ref_logp": torch.full((len(actions),), float(np.log(0.25)), dtype=torch.float64),
-            "attention_mask": torch.ones(len(actions), dtype=torch.int32)}
+    return {
+        "actions": torch.tensor(actions),
+        "rewards": torch.tensor(rewards, dtype=torch.float64),
+        "ref_logp": torch.full((len(actions),), float(np.log(0.25)), dtype=torch.float64),
+        "attention_mask": torch.ones(len(actions), dtype=torch.int32),
+    }
 
 
 def main(settings_file: str) -> None:
     settings = json.loads(open(settings_file).read())
     trial, cpu = settings.pop("trial"), settings.pop("cpu")
     exp = BanditExperimentConfig(experiment_name="tc", trial_name=trial, n_arms=4)
-    scheduler = KubernetesScheduler(experiment_name="tc", trial_name=trial,
-                                    config=KubernetesSchedulerConfig(**settings))
+    scheduler = KubernetesScheduler(
+        experiment_name="tc", trial_name=trial, config=KubernetesSchedulerConfig(**settings)
+    )
     spec = SchedulingSpec(cpu=cpu, gpu=0, mem=2, port_count=2, cmd="python -m areal.infra.rpc.rpc_server")
     actor = PolicyController(PolicyActor, train_engine_config(exp, spec), scheduler)
     actor.initialize(role="actor", ft_spec=None, n_arms=4, learning_rate=1.0, kl_coef=0.0, seed=7)
     workers = list(actor.workers)
     # Two different shards: arm 0 pays on one rank, arm 3 on the other; only an all-reduce makes them agree.
-    updates = actor.reinforce_update([batch_item([0, 0, 1, 2], [1.0, 1.0, 0.0, 0.0]),
-                                      batch_item([3, 3, 1, 2], [1.0, 1.0, 0.0, 0.0])])
+    updates = actor.reinforce_update(
+        [batch_item([0, 0, 1, 2], [1.0, 1.0, 0.0, 0.0]), batch_item([3, 3, 1, 2], [1.0, 1.0, 0.0, 0.0])]
+    )
     weights = [scheduler.call_engine(w.id, "get_weights", f"actor/{rank}") for rank, w in enumerate(workers)]
     master = f"{actor._master_addr}:{actor._master_port}"
     actor.destroy()
     gone = scheduler.history()[-1]["description"] if scheduler.history() else None
     scheduler.delete_workers()
     scheduler.close()
-    print(json.dumps({"workers": [[w.id, w.ip, w.worker_ports] for w in workers], "master": master,
-                      "updates": updates, "weights": [w.tolist() for w in weights], "last_revision": gone}))
+    print(
+        json.dumps(
+            {
+                "workers": [[w.id, w.ip, w.worker_ports] for w in workers],
+                "master": master,
+                "updates": updates,
+                "weights": [w.tolist() for w in weights],
+                "last_revision": gone,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
-from areal_workers.runtime.backend import Backend
 from areal_workers.errors import WorkerFailedError
-from areal_workers.release.client import HelmError
 from areal_workers.pods.watch import WaitTimedOut, pod_index
+from areal_workers.release.client import HelmError
+from areal_workers.runtime.backend import Backend
 
 GUARD_PORT = 8000
 
@@ -72,19 +72,33 @@ class MemoryCluster:
         if current is None:
             return {}
         values = current.values
-        roles = {name: {"replicas": int(entry["replicas"]), "guard_port": GUARD_PORT,
-                        "extra_ports": [GUARD_PORT + 1 + i for i in range(int(entry.get("extraPorts", 0)))]}
-                 for name, entry in (values.get("roles") or {}).items()}
+        roles = {
+            name: {
+                "replicas": int(entry["replicas"]),
+                "guard_port": GUARD_PORT,
+                "extra_ports": [GUARD_PORT + 1 + i for i in range(int(entry.get("extraPorts", 0)))],
+            }
+            for name, entry in (values.get("roles") or {}).items()
+        }
         forks = {}
         for name, fork in (values.get("forks") or {}).items():
-            entry = {"target": fork["target"], "mode": fork.get("mode", "process"),
-                     "replicas": roles[fork["target"]]["replicas"], "ports": fork.get("ports", [])}
+            entry = {
+                "target": fork["target"],
+                "mode": fork.get("mode", "process"),
+                "replicas": roles[fork["target"]]["replicas"],
+                "ports": fork.get("ports", []),
+            }
             if entry["mode"] == "pod":
                 entry.update(guard_port=GUARD_PORT, extra_ports=[])
             forks[name] = entry
-        return {"roles": roles, "forks": forks, "colocations": dict(values.get("colocations") or {}),
-                "worker_flags": ["--name_resolve.type", "nfs"], "experiment": values.get("experiment"),
-                "trial": values.get("trial")}
+        return {
+            "roles": roles,
+            "forks": forks,
+            "colocations": dict(values.get("colocations") or {}),
+            "worker_flags": ["--name_resolve.type", "nfs"],
+            "experiment": values.get("experiment"),
+            "trial": values.get("trial"),
+        }
 
     # --- the pods -------------------------------------------------------------------------------
 
@@ -102,8 +116,11 @@ class MemoryCluster:
 
     def _reconcile(self) -> None:
         """What the StatefulSet controllers do: pods for every index, replaced when their spec changed."""
-        wanted = {f"{self.release}-{name}-{i}": (name, i, spec)
-                  for name, (replicas, spec) in self._workloads().items() for i in range(replicas)}
+        wanted = {
+            f"{self.release}-{name}-{i}": (name, i, spec)
+            for name, (replicas, spec) in self._workloads().items()
+            for i in range(replicas)
+        }
         for pod_name in list(self.pods):
             pod = self.pods[pod_name]
             if pod_name not in wanted or pod.metadata.annotations["spec"] != wanted[pod_name][2]:
@@ -117,17 +134,29 @@ class MemoryCluster:
         ready = "slow" not in spec and "broken" not in spec
         return client.V1Pod(
             metadata=client.V1ObjectMeta(
-                name=name, uid=f"uid-{uid}", annotations={"spec": spec},
-                labels={naming.LABEL_INSTANCE: self.release, naming.LABEL_ROLE: workload,
-                        naming.LABEL_POD_INDEX: str(index)}),
+                name=name,
+                uid=f"uid-{uid}",
+                annotations={"spec": spec},
+                labels={
+                    naming.LABEL_INSTANCE: self.release,
+                    naming.LABEL_ROLE: workload,
+                    naming.LABEL_POD_INDEX: str(index),
+                },
+            ),
             status=client.V1PodStatus(
-                phase="Running", pod_ip=f"10.0.{uid // 250}.{uid % 250}",
-                conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")]))
+                phase="Running",
+                pod_ip=f"10.0.{uid // 250}.{uid % 250}",
+                conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
+            ),
+        )
 
     def select(self, selector: str) -> list[client.V1Pod]:
         wanted = dict(term.split("=", 1) for term in selector.split(","))
-        return [pod for pod in self.pods.values()
-                if all(pod.metadata.labels.get(key) == value for key, value in wanted.items())]
+        return [
+            pod
+            for pod in self.pods.values()
+            if all(pod.metadata.labels.get(key) == value for key, value in wanted.items())
+        ]
 
 
 class MemoryReleases:
@@ -184,8 +213,9 @@ class MemoryPods:
     def delete(self, name: str) -> None:
         self.cluster.pods.pop(name, None)
 
-    def wait(self, selector: str, done: Any, timeout: float, on_pod: Any = None,
-             on_idle: Any = None) -> dict[str, client.V1Pod]:
+    def wait(
+        self, selector: str, done: Any, timeout: float, on_pod: Any = None, on_idle: Any = None
+    ) -> dict[str, client.V1Pod]:
         self.cluster.waits.append(selector)
         pods = {pod.metadata.name: pod for pod in self.cluster.select(selector)}
         for pod in pods.values():
@@ -206,8 +236,9 @@ class MemoryInspector:
     def nodes(self) -> list[client.V1Node]:
         return []
 
-    def failure(self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None,
-                nodes: list[client.V1Node]) -> WorkerFailedError | None:
+    def failure(
+        self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None, nodes: list[client.V1Node]
+    ) -> WorkerFailedError | None:
         if "broken" in pod.metadata.annotations["spec"]:
             return WorkerFailedError(naming.worker_id(role, pod_index(pod)), 1, f"{pod.metadata.name} crashed")
         if ready_pod is not None and ready_pod.metadata.uid != pod.metadata.uid:
@@ -261,8 +292,15 @@ class MemoryGuard:
     async def alloc_ports(self, worker: Any, count: int, **kwargs: Any) -> tuple[str, list[int]]:
         return worker.ip, [next(self._ports) for _ in range(count)]
 
-    async def fork(self, worker: Any, role: str, worker_index: int, raw_cmd: list[str],
-                   env: dict[str, str] | None = None, **kwargs: Any) -> None:
+    async def fork(
+        self,
+        worker: Any,
+        role: str,
+        worker_index: int,
+        raw_cmd: list[str],
+        env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.forked[(role, worker_index)] = list(raw_cmd)
 
     async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
@@ -320,8 +358,13 @@ class MemoryLeases:
         return self._stored(body)
 
     def list_namespaced_lease(self, namespace: str, label_selector: str) -> client.V1LeaseList:
-        return client.V1LeaseList(items=[copy.deepcopy(lease) for lease in self.leases.values()
-                                         if label_selector in (lease.metadata.labels or {})])
+        return client.V1LeaseList(
+            items=[
+                copy.deepcopy(lease)
+                for lease in self.leases.values()
+                if label_selector in (lease.metadata.labels or {})
+            ]
+        )
 
     def delete_namespaced_lease(self, name: str, namespace: str, body: client.V1DeleteOptions | None = None) -> None:
         self.before_delete(name)
@@ -333,16 +376,28 @@ class MemoryLeases:
         del self.leases[name]
 
 
-def memory_connect(cluster: MemoryCluster, guard: MemoryGuard | None = None, lease: Any = None,
-                   access_error: BaseException | None = None) -> Any:
+def memory_connect(
+    cluster: MemoryCluster,
+    guard: MemoryGuard | None = None,
+    lease: Any = None,
+    access_error: BaseException | None = None,
+) -> Any:
     """A `connect` for KubernetesScheduler that wires it to `cluster` (`lease`: a ReleaseLease to hold;
     `access_error`: what the namespace check raises)."""
+
     def check_access() -> None:
         if access_error is not None:
             raise access_error
 
     def connect(config: Any, release: str, liveness: Any) -> Backend:
-        return Backend(releases=MemoryReleases(cluster), pods=MemoryPods(cluster),  # type: ignore[arg-type]
-                       inspector=MemoryInspector(cluster), statefulsets=MemoryStatefulSets(),  # type: ignore[arg-type]
-                       guard=guard or MemoryGuard(), lease=lease, check_access=check_access)  # type: ignore[arg-type]
+        return Backend(
+            releases=MemoryReleases(cluster),
+            pods=MemoryPods(cluster),  # type: ignore[arg-type]
+            inspector=MemoryInspector(cluster),
+            statefulsets=MemoryStatefulSets(),  # type: ignore[arg-type]
+            guard=guard or MemoryGuard(),
+            lease=lease,
+            check_access=check_access,
+        )  # type: ignore[arg-type]
+
     return connect

@@ -16,34 +16,50 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from areal_workers import ClusterAccessError
 from areal_workers.cluster_access import api_failure, check_namespace
 
-pytestmark = pytest.mark.unit
 SERVER = "https://127.0.0.1:6443"
-FORBIDDEN_LEASE = ('leases.coordination.k8s.io "aw-x-trainer" is forbidden: User '
-                   '"system:serviceaccount:trainers:areal-controller" cannot get resource "leases" in API group '
-                   '"coordination.k8s.io" in the namespace "bandit-demo"')
+FORBIDDEN_LEASE = (
+    'leases.coordination.k8s.io "aw-x-trainer" is forbidden: User '
+    '"system:serviceaccount:trainers:areal-controller" cannot get resource "leases" in API group '
+    '"coordination.k8s.io" in the namespace "bandit-demo"'
+)
 
 
 def api_error(status: int, message: str = "", details: dict | None = None) -> ApiException:
-    error = ApiException(status=status, reason={401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-                                                409: "Conflict"}.get(status, "Error"))
-    error.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": status,
-                             **({"details": details} if details else {})})
+    error = ApiException(
+        status=status,
+        reason={401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict"}.get(status, "Error"),
+    )
+    error.body = json.dumps(
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "message": message,
+            "code": status,
+            **({"details": details} if details else {}),
+        }
+    )
     return error
 
 
 def refused() -> MaxRetryError:
-    return MaxRetryError(None, "/api/v1/namespaces/x",  # type: ignore[arg-type]
-                         NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection "
-                                                  "refused"))  # type: ignore[arg-type]
+    return MaxRetryError(
+        None,
+        "/api/v1/namespaces/x",  # type: ignore[arg-type]
+        NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused"),
+    )  # type: ignore[arg-type]
 
 
 def test_a_namespace_that_is_not_found_is_named_with_the_commands_that_create_it():
-    error = api_failure(api_error(404, 'namespaces "bandit-demo" not found', {"name": "bandit-demo",
-                                                                              "kind": "namespaces"}),
-                        "bandit-demo", SERVER, "create a Lease")
+    error = api_failure(
+        api_error(404, 'namespaces "bandit-demo" not found', {"name": "bandit-demo", "kind": "namespaces"}),
+        "bandit-demo",
+        SERVER,
+        "create a Lease",
+    )
     assert error is not None and error.cause == "namespace-missing"
-    assert str(error).startswith("namespace bandit-demo does not exist: create it (kubectl create namespace "
-                                 "bandit-demo)")
+    assert str(error).startswith(
+        "namespace bandit-demo does not exist: create it (kubectl create namespace bandit-demo)"
+    )
     assert "kubectl apply -n bandit-demo -f rbac/" in str(error)
     assert "rbac/ (leases" not in str(error)
 
@@ -52,8 +68,9 @@ def test_forbidden_names_the_user_and_both_possible_causes():
     error = api_failure(api_error(403, FORBIDDEN_LEASE), "bandit-demo", SERVER, "keep the trainer's Lease")
     assert error is not None and error.cause == "forbidden"
     text = str(error)
-    assert text.startswith("user system:serviceaccount:trainers:areal-controller may not keep the trainer's Lease "
-                           "in namespace bandit-demo")
+    assert text.startswith(
+        "user system:serviceaccount:trainers:areal-controller may not keep the trainer's Lease in namespace bandit-demo"
+    )
     assert "the namespace does not exist" in text and "no RoleBinding there grants the Role of rbac/" in text
     assert "kubectl create namespace bandit-demo" in text and "areal-workers doctor -n bandit-demo" in text
 
@@ -71,13 +88,18 @@ def test_an_unreachable_api_server_is_named_with_its_address():
     assert "Connection refused" in str(error) and "kubectl cluster-info" in str(error)
 
 
-@pytest.mark.parametrize("error", [
-    api_error(404, 'leases.coordination.k8s.io "aw-x-trainer" not found', {"name": "aw-x-trainer",
-                                                                             "group": "coordination.k8s.io",
-                                                                             "kind": "leases"}),
-    api_error(409, "conflict"),
-    api_error(422, "invalid"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        api_error(
+            404,
+            'leases.coordination.k8s.io "aw-x-trainer" not found',
+            {"name": "aw-x-trainer", "group": "coordination.k8s.io", "kind": "leases"},
+        ),
+        api_error(409, "conflict"),
+        api_error(422, "invalid"),
+    ],
+)
 def test_answers_that_are_not_about_access_are_left_to_the_caller(error):
     assert api_failure(error, "rl", SERVER, "renew") is None
 
@@ -129,17 +151,27 @@ def test_a_namespace_being_deleted_is_refused():
 
 def test_a_namespaced_identity_that_may_list_pods_there_passes():
     """rbac/'s Role cannot read Namespace objects (cluster-scoped): a namespaced read decides."""
-    core = Core(api_error(403, 'namespaces "rl" is forbidden: User "system:serviceaccount:rl:areal-controller" '
-                               'cannot get resource "namespaces" in API group "" in the namespace "rl"'),
-                client.V1PodList(items=[]))
+    core = Core(
+        api_error(
+            403,
+            'namespaces "rl" is forbidden: User "system:serviceaccount:rl:areal-controller" '
+            'cannot get resource "namespaces" in API group "" in the namespace "rl"',
+        ),
+        client.V1PodList(items=[]),
+    )
     check_namespace(core, "rl")  # type: ignore[arg-type]
     assert core.calls == ["read namespace rl", "list pods in rl"]
 
 
 def test_a_namespaced_identity_without_a_role_there_gets_both_causes():
-    core = Core(api_error(403, "namespaces forbidden"),
-                api_error(403, 'pods is forbidden: User "system:serviceaccount:a:areal-controller" cannot list '
-                               'resource "pods" in API group "" in the namespace "rl"'))
+    core = Core(
+        api_error(403, "namespaces forbidden"),
+        api_error(
+            403,
+            'pods is forbidden: User "system:serviceaccount:a:areal-controller" cannot list '
+            'resource "pods" in API group "" in the namespace "rl"',
+        ),
+    )
     with pytest.raises(ClusterAccessError) as raised:
         check_namespace(core, "rl")  # type: ignore[arg-type]
     assert raised.value.cause == "forbidden"

@@ -1,11 +1,9 @@
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import dataclasses  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from areal_workers.config import (  # noqa: E402
+from areal_workers.config import (
     BUNDLED_CHART,
     ENVIRONMENT,
     ConfigError,
@@ -74,23 +72,26 @@ def test_default_node_selector_is_not_shared():
 # --- validation ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields,field_name", [
-    ({"image_pull_policy": "always"}, "image_pull_policy"),
-    ({"image_pull_policy": ""}, "image_pull_policy"),
-    ({"fork_mode": "thread"}, "fork_mode"),
-    ({"ownership": "shared"}, "ownership"),
-    ({"guard_port": 0}, "guard_port"),
-    ({"guard_port": 65536}, "guard_port"),
-    ({"guard_port": -1}, "guard_port"),
-    ({"termination_grace_seconds": -1}, "termination_grace_seconds"),
-    ({"helm_timeout": 0}, "helm_timeout"),
-    ({"helm_timeout": -5.0}, "helm_timeout"),
-    ({"ready_timeout": 0}, "ready_timeout"),
-    ({"fork_ready_timeout": -1}, "fork_ready_timeout"),
-    ({"destroy_timeout": 0}, "destroy_timeout"),
-    ({"history_max": 1}, "history_max"),
-    ({"history_max": 0}, "history_max"),
-])
+@pytest.mark.parametrize(
+    "fields,field_name",
+    [
+        ({"image_pull_policy": "always"}, "image_pull_policy"),
+        ({"image_pull_policy": ""}, "image_pull_policy"),
+        ({"fork_mode": "thread"}, "fork_mode"),
+        ({"ownership": "shared"}, "ownership"),
+        ({"guard_port": 0}, "guard_port"),
+        ({"guard_port": 65536}, "guard_port"),
+        ({"guard_port": -1}, "guard_port"),
+        ({"termination_grace_seconds": -1}, "termination_grace_seconds"),
+        ({"helm_timeout": 0}, "helm_timeout"),
+        ({"helm_timeout": -5.0}, "helm_timeout"),
+        ({"ready_timeout": 0}, "ready_timeout"),
+        ({"fork_ready_timeout": -1}, "fork_ready_timeout"),
+        ({"destroy_timeout": 0}, "destroy_timeout"),
+        ({"history_max": 1}, "history_max"),
+        ({"history_max": 0}, "history_max"),
+    ],
+)
 def test_invalid_values_rejected_naming_the_field(fields, field_name):
     with pytest.raises(ConfigError) as info:
         KubernetesSchedulerConfig(**fields)
@@ -98,11 +99,20 @@ def test_invalid_values_rejected_naming_the_field(fields, field_name):
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize("fields", [
-    {"image_pull_policy": "Always"}, {"image_pull_policy": "IfNotPresent"}, {"image_pull_policy": "Never"},
-    {"fork_mode": "pod"}, {"guard_port": 1}, {"guard_port": 65535}, {"termination_grace_seconds": 0},
-    {"history_max": 2}, {"helm_timeout": 0.5},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"image_pull_policy": "Always"},
+        {"image_pull_policy": "IfNotPresent"},
+        {"image_pull_policy": "Never"},
+        {"fork_mode": "pod"},
+        {"guard_port": 1},
+        {"guard_port": 65535},
+        {"termination_grace_seconds": 0},
+        {"history_max": 2},
+        {"helm_timeout": 0.5},
+    ],
+)
 def test_boundary_values_accepted(fields):
     config = KubernetesSchedulerConfig(**fields)
     for key, value in fields.items():
@@ -136,17 +146,26 @@ def test_image_pull_policy_message_lists_the_choices():
 
 
 def test_every_setting_has_its_variable_and_pr_1316s_names_are_among_them():
-    assert ENVIRONMENT == {f"AREAL_K8S_{field.name.upper()}": field.name
-                           for field in dataclasses.fields(KubernetesSchedulerConfig)}
+    assert ENVIRONMENT == {
+        f"AREAL_K8S_{field.name.upper()}": field.name for field in dataclasses.fields(KubernetesSchedulerConfig)
+    }
     assert set(ALL_VARIABLES) <= set(ENVIRONMENT)
 
 
 def test_settings_a_platform_sets_for_an_unmodified_trainer():
-    config = KubernetesSchedulerConfig.from_env({
-        "AREAL_K8S_VALUES_FILES": "/etc/areal/platform.yaml,/etc/areal/gpu.yaml", "AREAL_K8S_IMAGE": "r.io/areal:1",
-        "AREAL_K8S_CAPACITY_CHECK": "warn", "AREAL_K8S_FORK_MODE": "pod", "AREAL_K8S_READY_TIMEOUT": "1200",
-        "AREAL_K8S_IMAGE_PULL_SECRETS": '["registry-a", "registry-b"]', "AREAL_K8S_GUARD_PORT": "9000",
-        "AREAL_K8S_CHART": "oci://r.io/charts/areal-workers", "AREAL_K8S_CHART_VERSION": "0.2.0"})
+    config = KubernetesSchedulerConfig.from_env(
+        {
+            "AREAL_K8S_VALUES_FILES": "/etc/areal/platform.yaml,/etc/areal/gpu.yaml",
+            "AREAL_K8S_IMAGE": "r.io/areal:1",
+            "AREAL_K8S_CAPACITY_CHECK": "warn",
+            "AREAL_K8S_FORK_MODE": "pod",
+            "AREAL_K8S_READY_TIMEOUT": "1200",
+            "AREAL_K8S_IMAGE_PULL_SECRETS": '["registry-a", "registry-b"]',
+            "AREAL_K8S_GUARD_PORT": "9000",
+            "AREAL_K8S_CHART": "oci://r.io/charts/areal-workers",
+            "AREAL_K8S_CHART_VERSION": "0.2.0",
+        }
+    )
     assert config.values_files == ("/etc/areal/platform.yaml", "/etc/areal/gpu.yaml")
     assert (config.image, config.capacity_check, config.fork_mode) == ("r.io/areal:1", "warn", "pod")
     assert config.ready_timeout == 1200.0 and config.guard_port == 9000
@@ -154,14 +173,19 @@ def test_settings_a_platform_sets_for_an_unmodified_trainer():
     assert (config.chart, config.chart_version) == ("oci://r.io/charts/areal-workers", "0.2.0")
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({"AREAL_K8S_VALUE_FILES": "a.yaml"}, "unknown setting(s) AREAL_K8S_VALUE_FILES (did you mean "
-                                          "AREAL_K8S_VALUES_FILES?)"),
-    ({"AREAL_K8S_GUARD_PORT": "eight"}, "AREAL_K8S_GUARD_PORT must be an integer, got 'eight'"),
-    ({"AREAL_K8S_READY_TIMEOUT": "soon"}, "AREAL_K8S_READY_TIMEOUT must be a number of seconds, got 'soon'"),
-    ({"AREAL_K8S_FORK_MODE": "thread"}, "fork_mode must be 'process' or 'pod'"),
-    ({"AREAL_K8S_IMAGE_PULL_SECRETS": "[1]"}, "AREAL_K8S_IMAGE_PULL_SECRETS must be a JSON list of strings"),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        (
+            {"AREAL_K8S_VALUE_FILES": "a.yaml"},
+            "unknown setting(s) AREAL_K8S_VALUE_FILES (did you mean AREAL_K8S_VALUES_FILES?)",
+        ),
+        ({"AREAL_K8S_GUARD_PORT": "eight"}, "AREAL_K8S_GUARD_PORT must be an integer, got 'eight'"),
+        ({"AREAL_K8S_READY_TIMEOUT": "soon"}, "AREAL_K8S_READY_TIMEOUT must be a number of seconds, got 'soon'"),
+        ({"AREAL_K8S_FORK_MODE": "thread"}, "fork_mode must be 'process' or 'pod'"),
+        ({"AREAL_K8S_IMAGE_PULL_SECRETS": "[1]"}, "AREAL_K8S_IMAGE_PULL_SECRETS must be a JSON list of strings"),
+    ],
+)
 def test_a_bad_variable_is_refused_with_its_name(environ, message):
     with pytest.raises(ConfigError) as raised:
         KubernetesSchedulerConfig.from_env(environ)
@@ -239,8 +263,9 @@ def test_node_selector_json_from_env():
     assert dict(config.node_selector) == {"nvidia.com/gpu.product": "H100"}
 
 
-@pytest.mark.parametrize("raw", ["pool", "=gpu", "pool=gpu,zone", '{"pool": 1}', '{"pool": "gpu"', '["pool"]',
-                                 '{"pool": null}'])
+@pytest.mark.parametrize(
+    "raw", ["pool", "=gpu", "pool=gpu,zone", '{"pool": 1}', '{"pool": "gpu"', '["pool"]', '{"pool": null}']
+)
 def test_bad_node_selector_from_env_names_the_variable(raw):
     with pytest.raises(ConfigError) as info:
         KubernetesSchedulerConfig.from_env({"AREAL_K8S_NODE_SELECTOR": raw})
@@ -258,8 +283,12 @@ def test_unknown_override_rejected_listing_known_fields():
 
 def test_explicit_overrides_win_over_env():
     config = KubernetesSchedulerConfig.from_env(
-        dict(ALL_VARIABLES), namespace="explicit", termination_grace_seconds=5, node_selector={"k": "v"},
-        image="repo:tag")
+        dict(ALL_VARIABLES),
+        namespace="explicit",
+        termination_grace_seconds=5,
+        node_selector={"k": "v"},
+        image="repo:tag",
+    )
     assert config.namespace == "explicit"
     assert config.termination_grace_seconds == 5
     assert dict(config.node_selector) == {"k": "v"}
@@ -281,16 +310,19 @@ def test_override_fixes_external_ownership():
 # --- parse_node_selector ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("k=v,k2=v2", {"k": "v", "k2": "v2"}),
-    (" k = v , k2=v2 ,", {"k": "v", "k2": "v2"}),
-    ("node.kubernetes.io/instance-type=p5.48xlarge", {"node.kubernetes.io/instance-type": "p5.48xlarge"}),
-    ("empty=", {"empty": ""}),
-    ("", {}),
-    ('{"k": "v", "k2": "v2"}', {"k": "v", "k2": "v2"}),
-    ('  {"k": "v"}  ', {"k": "v"}),
-    ("{}", {}),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("k=v,k2=v2", {"k": "v", "k2": "v2"}),
+        (" k = v , k2=v2 ,", {"k": "v", "k2": "v2"}),
+        ("node.kubernetes.io/instance-type=p5.48xlarge", {"node.kubernetes.io/instance-type": "p5.48xlarge"}),
+        ("empty=", {"empty": ""}),
+        ("", {}),
+        ('{"k": "v", "k2": "v2"}', {"k": "v", "k2": "v2"}),
+        ('  {"k": "v"}  ', {"k": "v"}),
+        ("{}", {}),
+    ],
+)
 def test_parse_node_selector(raw, expected):
     assert parse_node_selector(raw) == expected
 

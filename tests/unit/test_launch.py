@@ -15,27 +15,33 @@ import pytest
 from areal_workers import launch
 from areal_workers.cli.trainer_job import TrainerSpec, launched, trainer_job
 
-pytestmark = pytest.mark.unit
 
-
-@pytest.mark.parametrize("argv, expected", [
-    (["train.py", "--config", "x.yaml"], (None, "train.py", ["--config", "x.yaml"])),
-    (["-m", "areal.examples.gsm8k", "scheduler.type=kubernetes"], ("areal.examples.gsm8k", None,
-                                                                   ["scheduler.type=kubernetes"])),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train.py", "--config", "x.yaml"], (None, "train.py", ["--config", "x.yaml"])),
+        (
+            ["-m", "areal.examples.gsm8k", "scheduler.type=kubernetes"],
+            ("areal.examples.gsm8k", None, ["scheduler.type=kubernetes"]),
+        ),
+    ],
+)
 def test_a_script_or_a_module_with_its_own_arguments(argv, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("")
     assert launch.parse(argv) == expected
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "usage: python -m areal_workers.launch SCRIPT.py"),
-    (["-m"], "-m needs a module name"),
-    (["-m", "--config"], "-m needs a module name"),
-    (["-u", "train.py"], "unknown option -u"),
-    (["missing.py"], "no such script: missing.py"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "usage: python -m areal_workers.launch SCRIPT.py"),
+        (["-m"], "-m needs a module name"),
+        (["-m", "--config"], "-m needs a module name"),
+        (["-u", "train.py"], "unknown option -u"),
+        (["missing.py"], "no such script: missing.py"),
+    ],
+)
 def test_bad_invocations_say_what_to_change(argv, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(launch.LaunchError, match=message):
@@ -43,8 +49,14 @@ def test_bad_invocations_say_what_to_change(argv, message, tmp_path, monkeypatch
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "areal_workers.launch", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "areal_workers.launch", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def test_invalid_settings_stop_it_before_the_script_runs(tmp_path):
@@ -53,8 +65,10 @@ def test_invalid_settings_stop_it_before_the_script_runs(tmp_path):
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
     result = run([str(script)], env={"PATH": "/usr/bin:/bin", "AREAL_K8S_FORK_MODE": "thread"})
     assert result.returncode == 2, result
-    assert "areal_workers.launch: the AREAL_K8S_* settings are invalid: fork_mode must be 'process' or 'pod'" \
+    assert (
+        "areal_workers.launch: the AREAL_K8S_* settings are invalid: fork_mode must be 'process' or 'pod'"
         in result.stderr
+    )
     assert not marker.exists()
 
 
@@ -75,23 +89,28 @@ def test_the_script_runs_as_main_with_its_own_argv_and_directory_first(tmp_path)
     fake.mkdir(parents=True)
     for init in (tmp_path / "site" / "areal" / "__init__.py", fake / "__init__.py"):
         init.write_text("")
-    (fake / "sft_trainer.py").write_text("class SFTTrainer:\n    def _init_scheduler(self):\n        raise "
-                                         "NotImplementedError('Unknown scheduler type')\n")
+    (fake / "sft_trainer.py").write_text(
+        "class SFTTrainer:\n    def _init_scheduler(self):\n        raise "
+        "NotImplementedError('Unknown scheduler type')\n"
+    )
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     (scripts / "helper_module.py").write_text("VALUE = 'found beside the script'\n")
     (scripts / "train.py").write_text(
         "import json, sys\nimport helper_module\nfrom areal.trainer.sft_trainer import SFTTrainer\n"
         "print(json.dumps({'name': __name__, 'argv': sys.argv, 'helper': helper_module.VALUE,\n"
-        "                  'wrapped': getattr(SFTTrainer._init_scheduler, '__areal_workers_wrapped__', False)}))\n")
+        "                  'wrapped': getattr(SFTTrainer._init_scheduler, '__areal_workers_wrapped__', False)}))\n"
+    )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}
-    result = run([str(scripts / "train.py"), "--config", "x.yaml", "scheduler.type=kubernetes"], env=env,
-                 cwd=tmp_path)
+    result = run([str(scripts / "train.py"), "--config", "x.yaml", "scheduler.type=kubernetes"], env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    assert seen == {"name": "__main__", "argv": [str(scripts / "train.py"), "--config", "x.yaml",
-                                                 "scheduler.type=kubernetes"],
-                    "helper": "found beside the script", "wrapped": True}
+    assert seen == {
+        "name": "__main__",
+        "argv": [str(scripts / "train.py"), "--config", "x.yaml", "scheduler.type=kubernetes"],
+        "helper": "found beside the script",
+        "wrapped": True,
+    }
 
 
 def test_a_module_runs_as_python_m_runs_it(tmp_path):
@@ -100,23 +119,32 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path):
     (site / "areal" / "__init__.py").write_text("")
     (site / "areal" / "trainer" / "__init__.py").write_text("")
     (site / "areal" / "trainer" / "rl_trainer.py").write_text(
-        "class PPOTrainer:\n    def _init_scheduler(self):\n        pass\n")
-    (site / "my_trainer.py").write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n"
-                                        "    raise SystemExit(3)\n")
+        "class PPOTrainer:\n    def _init_scheduler(self):\n        pass\n"
+    )
+    (site / "my_trainer.py").write_text(
+        "import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n    raise SystemExit(3)\n"
+    )
     result = run(["-m", "my_trainer", "a", "b"], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
     assert result.returncode == 3 and result.stdout.strip() == "['a', 'b']", result
 
 
-@pytest.mark.parametrize("command, expected", [
-    (["python", "train.py", "--config", "x.yaml"], ["python", "-m", "areal_workers.launch", "train.py", "--config",
-                                                    "x.yaml"]),
-    (["python3", "-u", "-m", "my.trainer", "a"], ["python3", "-u", "-m", "areal_workers.launch", "-m", "my.trainer",
-                                                  "a"]),
-    (["/usr/bin/python3.11", "t.py"], ["/usr/bin/python3.11", "-m", "areal_workers.launch", "t.py"]),
-    (["python", "-m", "areal_workers.launch", "t.py"], ["python", "-m", "areal_workers.launch", "t.py"]),
-    (["python", "-c", "print(1)"], ["python", "-c", "print(1)"]),
-    (["bash", "-c", "python train.py"], ["bash", "-c", "python train.py"]),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (
+            ["python", "train.py", "--config", "x.yaml"],
+            ["python", "-m", "areal_workers.launch", "train.py", "--config", "x.yaml"],
+        ),
+        (
+            ["python3", "-u", "-m", "my.trainer", "a"],
+            ["python3", "-u", "-m", "areal_workers.launch", "-m", "my.trainer", "a"],
+        ),
+        (["/usr/bin/python3.11", "t.py"], ["/usr/bin/python3.11", "-m", "areal_workers.launch", "t.py"]),
+        (["python", "-m", "areal_workers.launch", "t.py"], ["python", "-m", "areal_workers.launch", "t.py"]),
+        (["python", "-c", "print(1)"], ["python", "-c", "print(1)"]),
+        (["bash", "-c", "python train.py"], ["bash", "-c", "python train.py"]),
+    ],
+)
 def test_submit_runs_python_entry_points_through_the_launcher(command, expected):
     assert launched(command) == expected
 

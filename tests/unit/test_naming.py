@@ -1,16 +1,13 @@
 import hashlib
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import os  # noqa: E402
-import re  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from areal_workers import naming  # noqa: E402
-from areal_workers.naming import (  # noqa: E402
+from areal_workers import naming
+from areal_workers.naming import (
     parse_worker_id,
     release_name,
     release_selector,
@@ -18,7 +15,7 @@ from areal_workers.naming import (  # noqa: E402
     role_selector,
     worker_id,
 )
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 HASHED = re.compile(r"^(?P<prefix>.*)-(?P<digest>[0-9a-f]{8})$")
@@ -33,11 +30,14 @@ def valid_release(name: str) -> bool:
 # --- release_name -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("experiment,trial,prefix", [
-    ("exp", "trial0", "aw-exp-trial0-"),
-    ("gsm8k-grpo", "run1", "aw-gsm8k-grpo-run1-"),
-    ("a", "b", "aw-a-b-"),
-])
+@pytest.mark.parametrize(
+    "experiment,trial,prefix",
+    [
+        ("exp", "trial0", "aw-exp-trial0-"),
+        ("gsm8k-grpo", "run1", "aw-gsm8k-grpo-run1-"),
+        ("a", "b", "aw-a-b-"),
+    ],
+)
 def test_simple_names_are_readable_and_end_in_a_hash_of_the_pair(experiment, trial, prefix):
     name = release_name(experiment, trial)
     digest = hashlib.sha256(f"{experiment}/{trial}".encode()).hexdigest()[:8]
@@ -53,18 +53,21 @@ def test_long_names_are_cut_to_53_characters_keeping_the_hash():
     assert release_name(exp + "e", "t") != name
 
 
-@pytest.mark.parametrize("experiment,trial", [
-    ("my_exp", "trial0"),
-    ("exp", "trial_0"),
-    ("Exp", "trial0"),
-    ("EXP", "TRIAL"),
-    ("exp.v2", "t"),
-    ("exp", "t-"),
-    ("-exp", "t"),
-    ("exp--x", "t"),
-    ("", ""),
-    ("ünïcode", "trial"),
-])
+@pytest.mark.parametrize(
+    "experiment,trial",
+    [
+        ("my_exp", "trial0"),
+        ("exp", "trial_0"),
+        ("Exp", "trial0"),
+        ("EXP", "TRIAL"),
+        ("exp.v2", "t"),
+        ("exp", "t-"),
+        ("-exp", "t"),
+        ("exp--x", "t"),
+        ("", ""),
+        ("ünïcode", "trial"),
+    ],
+)
 def test_sanitized_names_get_a_hash_and_are_valid(experiment, trial):
     name = release_name(experiment, trial)
     assert valid_release(name), name
@@ -84,12 +87,15 @@ def test_uppercase_is_distinct_from_lowercase():
     assert release_name("Exp", "trial0").startswith("aw-exp-trial0-")
 
 
-@pytest.mark.parametrize("experiment,trial", [
-    ("x" * 100, "y" * 100),
-    ("a" * 60, "t"),
-    ("e", "t" * 300),
-    ("Long_Experiment_Name_" * 5, "Trial_" * 5),
-])
+@pytest.mark.parametrize(
+    "experiment,trial",
+    [
+        ("x" * 100, "y" * 100),
+        ("a" * 60, "t"),
+        ("e", "t" * 300),
+        ("Long_Experiment_Name_" * 5, "Trial_" * 5),
+    ],
+)
 def test_long_names_fit(experiment, trial):
     name = release_name(experiment, trial)
     assert valid_release(name), name
@@ -109,10 +115,14 @@ def test_long_names_are_stable_across_processes():
     code = "from areal_workers.naming import release_name; print(release_name('x' * 80, 'My_Trial'))"
     here = release_name("x" * 80, "My_Trial")
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ADAPTER), os.environ.get("PYTHONPATH")]))}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                             timeout=60, check=True)
+        env = {
+            **os.environ,
+            "PYTHONHASHSEED": seed,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ADAPTER), os.environ.get("PYTHONPATH")])),
+        }
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True
+        )
         assert out.stdout.strip() == here
 
 
@@ -143,8 +153,10 @@ def test_valid_roles(role):
     assert role_problem(role) is None
 
 
-@pytest.mark.parametrize("role", ["Actor", "1actor", "actor-", "actor_", "-actor", "a b", "a.b", "a/b", "9",
-                                  "ACTOR_2", "r" * 41, "", None, 3])
+@pytest.mark.parametrize(
+    "role",
+    ["Actor", "1actor", "actor-", "actor_", "-actor", "a b", "a.b", "a/b", "9", "ACTOR_2", "r" * 41, "", None, 3],
+)
 def test_invalid_roles(role):
     problem = role_problem(role)
     assert isinstance(problem, str) and problem
@@ -163,8 +175,25 @@ def test_too_long_role_message():
 SUGGESTION = re.compile(r"\(e\.g\. '(?P<suggestion>[^']*)'\)")
 
 
-@pytest.mark.parametrize("role", ["Actor", "actor-", "actor_", "-actor", "_x", "a b", "a.b", "a/b", "---",
-                                  "ACTOR_2", "Rollout.Worker", "1actor", "9", "2-rollout"])
+@pytest.mark.parametrize(
+    "role",
+    [
+        "Actor",
+        "actor-",
+        "actor_",
+        "-actor",
+        "_x",
+        "a b",
+        "a.b",
+        "a/b",
+        "---",
+        "ACTOR_2",
+        "Rollout.Worker",
+        "1actor",
+        "9",
+        "2-rollout",
+    ],
+)
 def test_suggestion_in_the_message_is_a_valid_role(role):
     problem = role_problem(role)
     match = SUGGESTION.search(problem)
@@ -196,19 +225,24 @@ def test_selector_labels_are_the_charts():
     assert f"{naming.LABEL_ROLE}: {{{{ .workload.name | quote }}}}" in helpers
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("actor/0", ("actor", 0)),
-    ("rollout/12", ("rollout", 12)),
-    ("a/b/3", ("a/b", 3)),
-    ("proxy_rollout/7", ("proxy_rollout", 7)),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("actor/0", ("actor", 0)),
+        ("rollout/12", ("rollout", 12)),
+        ("a/b/3", ("a/b", 3)),
+        ("proxy_rollout/7", ("proxy_rollout", 7)),
+    ],
+)
 def test_parse_worker_id(value, expected):
     assert parse_worker_id(value) == expected
     assert parse_worker_id(worker_id(*expected)) == expected
 
 
-@pytest.mark.parametrize("value", ["actor", "actor/", "/0", "actor/x", "actor/-1", "actor/1.5", "", "actor/ 1",
-                                   "actor/\u00b2", "actor/\u2460"])
+@pytest.mark.parametrize(
+    "value",
+    ["actor", "actor/", "/0", "actor/x", "actor/-1", "actor/1.5", "", "actor/ 1", "actor/\u00b2", "actor/\u2460"],
+)
 def test_parse_worker_id_rejects(value):
     assert parse_worker_id(value) is None
 

@@ -1,18 +1,16 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path, PurePosixPath
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import sysconfig  # noqa: E402
-import tomllib  # noqa: E402
-import zipfile  # noqa: E402
-from pathlib import Path, PurePosixPath  # noqa: E402
-
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 # The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
 # modules of areal_workers before they moved there).
@@ -88,11 +86,17 @@ def test_wheel_contains_every_chart_file_with_the_same_content(wheel):
     chart = REPO / "charts" / "areal-workers"
     # ci/ holds chart-testing's install values and tests/ the helm-unittest suites: listed in .helmignore, not part
     # of the chart a user installs.
-    expected = {path.relative_to(chart).as_posix() for path in chart.rglob("*")
-                if path.is_file() and path.relative_to(chart).parts[0] not in ("ci", "tests")}
+    expected = {
+        path.relative_to(chart).as_posix()
+        for path in chart.rglob("*")
+        if path.is_file() and path.relative_to(chart).parts[0] not in ("ci", "tests")
+    }
     with zipfile.ZipFile(wheel) as archive:
-        packaged = {name.removeprefix("areal_workers/chart/") for name in archive.namelist()
-                    if name.startswith("areal_workers/chart/")}
+        packaged = {
+            name.removeprefix("areal_workers/chart/")
+            for name in archive.namelist()
+            if name.startswith("areal_workers/chart/")
+        }
         assert packaged == expected
         for name in CHART_FILES:
             assert archive.read(f"areal_workers/chart/{name}") == (chart / name).read_bytes(), name
@@ -102,8 +106,11 @@ def test_wheel_contains_the_controller_rbac_manifests(wheel):
     """rbac/*.yaml as areal_workers/rbac/ (the doctor's permission check reads the Role there), nothing else of
     rbac/."""
     with zipfile.ZipFile(wheel) as archive:
-        packaged = {name.removeprefix("areal_workers/rbac/"): archive.read(name) for name in archive.namelist()
-                    if name.startswith("areal_workers/rbac/")}
+        packaged = {
+            name.removeprefix("areal_workers/rbac/"): archive.read(name)
+            for name in archive.namelist()
+            if name.startswith("areal_workers/rbac/")
+        }
     expected = {path.name: path.read_bytes() for path in (REPO / "rbac").glob("*.yaml")}
     assert "role.yaml" in expected
     assert packaged == expected
@@ -127,11 +134,17 @@ def test_wheel_ships_no_test_infrastructure(wheel):
         contents = {name: archive.read(name) for name in archive.namelist() if not name.endswith("/")}
     top_level = {PurePosixPath(name).parts[0] for name in contents}
     assert {part for part in top_level if not part.endswith(".dist-info")} == {"areal_workers"}, sorted(top_level)
-    named = [name for name in contents if TEST_ONLY_MODULES & {PurePosixPath(part).stem
-                                                             for part in PurePosixPath(name).parts}]
+    named = [
+        name
+        for name in contents
+        if TEST_ONLY_MODULES & {PurePosixPath(part).stem for part in PurePosixPath(name).parts}
+    ]
     assert not named, named
-    test_files = {path.read_bytes(): path.relative_to(REPO) for path in (REPO / "tests").rglob("*")
-                  if path.is_file() and "__pycache__" not in path.parts}
+    test_files = {
+        path.read_bytes(): path.relative_to(REPO)
+        for path in (REPO / "tests").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
     copied = [f"{name}: {test_files[data]}" for name, data in contents.items() if data.strip() and data in test_files]
     assert not copied, copied
 
@@ -143,21 +156,43 @@ def test_installed_wheel_uses_its_bundled_chart_and_role(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120, env=_env())
     python = venv / "bin" / "python"
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                              "--no-index", "-q", str(wheel)], env=_env(), capture_output=True, text=True,
-                             timeout=300)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True, env=_env()).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=_env(),
+        ).stdout.strip()
+    )
     # This venv's dependencies (kubernetes, pyhelm3, ...) go after the fresh site-packages. A .pth line only
     # appends a path: the editable install's own .pth in that directory is not processed.
     (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = subprocess.run([str(python), "-c", (
-        "import json, areal_workers, areal_workers.config as c, areal_workers.cli.doctor as d\n"
-        "print(json.dumps({'package': areal_workers.__file__, 'chart': str(c.BUNDLED_CHART),"
-        " 'default': c.KubernetesSchedulerConfig().chart, 'role': str(d.ROLE_FILE),"
-        " 'accesses': len(d.role_accesses(d.ROLE_FILE.read_text())[1])}))")],
-        env=_env(), capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            (
+                "import json, areal_workers, areal_workers.config as c, areal_workers.cli.doctor as d\n"
+                "print(json.dumps({'package': areal_workers.__file__, 'chart': str(c.BUNDLED_CHART),"
+                " 'default': c.KubernetesSchedulerConfig().chart, 'role': str(d.ROLE_FILE),"
+                " 'accesses': len(d.role_accesses(d.ROLE_FILE.read_text())[1])}))"
+            ),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert probe.returncode == 0, probe.stderr
     result = json.loads(probe.stdout.strip().splitlines()[-1])
     site = site.resolve()

@@ -15,8 +15,6 @@ import pytest
 
 import areal_workers
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 
 PUBLIC_NAMES = [
@@ -45,21 +43,66 @@ PUBLIC_NAMES = [
     "register_with_areal",
 ]
 ERROR_CLASSES = [
-    "ClusterAccessError", "EngineCallError", "EngineCreationError", "EngineImportError", "GPUAllocationError",
-    "InvalidRequestError", "InvalidSchedulerSetupError", "PortAllocationError", "RPCConnectionError", "SchedulerError",
-    "WorkerConfigurationError", "WorkerCreationError", "WorkerFailedError", "WorkerNotFoundError", "WorkerTimeoutError",
+    "ClusterAccessError",
+    "EngineCallError",
+    "EngineCreationError",
+    "EngineImportError",
+    "GPUAllocationError",
+    "InvalidRequestError",
+    "InvalidSchedulerSetupError",
+    "PortAllocationError",
+    "RPCConnectionError",
+    "SchedulerError",
+    "WorkerConfigurationError",
+    "WorkerCreationError",
+    "WorkerFailedError",
+    "WorkerNotFoundError",
+    "WorkerTimeoutError",
 ]
 CONFIG_FIELDS = [
-    "namespace", "kubeconfig", "context", "chart", "chart_version", "chart_repo", "values_files", "image",
-    "image_pull_policy", "image_pull_secrets", "service_account", "termination_grace_seconds", "node_selector",
-    "guard_port", "n_gpus_per_node", "python_executable", "fork_module", "helm_executable", "helm_timeout",
-    "history_max", "ready_timeout", "fork_mode", "fork_ready_timeout", "destroy_timeout", "capacity_check",
-    "ownership", "release_name", "lease_grace_seconds", "owner_pod", "owner_pod_uid", "kueue_queue",
+    "namespace",
+    "kubeconfig",
+    "context",
+    "chart",
+    "chart_version",
+    "chart_repo",
+    "values_files",
+    "image",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "service_account",
+    "termination_grace_seconds",
+    "node_selector",
+    "guard_port",
+    "n_gpus_per_node",
+    "python_executable",
+    "fork_module",
+    "helm_executable",
+    "helm_timeout",
+    "history_max",
+    "ready_timeout",
+    "fork_mode",
+    "fork_ready_timeout",
+    "destroy_timeout",
+    "capacity_check",
+    "ownership",
+    "release_name",
+    "lease_grace_seconds",
+    "owner_pod",
+    "owner_pod_uid",
+    "kueue_queue",
     "kueue_priority_class",
 ]
 # Modules the docs, the examples or the chart tell users to import or run.
-PUBLIC_MODULES = ["areal_workers.config", "areal_workers.errors", "areal_workers.launch", "areal_workers.naming",
-                  "areal_workers.scheduler", "areal_workers.cli", "areal_workers.cli.main"]
+PUBLIC_MODULES = [
+    "areal_workers.config",
+    "areal_workers.errors",
+    "areal_workers.launch",
+    "areal_workers.naming",
+    "areal_workers.scheduler",
+    "areal_workers.cli",
+    "areal_workers.cli.main",
+]
 CONSOLE_SCRIPT = ("areal-workers", "areal_workers.cli.main:main")
 
 
@@ -90,8 +133,11 @@ def test_the_configuration_keeps_its_fields():
     fields = [field.name for field in dataclasses.fields(areal_workers.KubernetesSchedulerConfig)]
     assert fields == CONFIG_FIELDS
     from areal_workers.config import ConfigError, KubernetesSchedulerConfig
-    assert (KubernetesSchedulerConfig, ConfigError) == (areal_workers.KubernetesSchedulerConfig,
-                                                        areal_workers.ConfigError)
+
+    assert (KubernetesSchedulerConfig, ConfigError) == (
+        areal_workers.KubernetesSchedulerConfig,
+        areal_workers.ConfigError,
+    )
 
 
 @pytest.mark.parametrize("name", ERROR_CLASSES)
@@ -110,6 +156,9 @@ def test_the_console_script_points_at_the_cli_main():
 
 
 def test_the_installed_console_script_is_the_same():
-    installed = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")
-                 if entry.dist is not None and entry.dist.name == "areal-workers"}
+    installed = {
+        entry.name: entry.value
+        for entry in importlib.metadata.entry_points(group="console_scripts")
+        if entry.dist is not None and entry.dist.name == "areal-workers"
+    }
     assert installed == dict([CONSOLE_SCRIPT])

@@ -14,13 +14,15 @@ from areal_workers.errors import WorkerCreationError
 from areal_workers.runtime.lease import ReleaseLease, lease_name
 from memory_backend import MemoryCluster, MemoryLeases, memory_connect
 
-pytestmark = pytest.mark.unit
 RELEASE = "trial-release"
 
 
 def job(role: str, image: str = "example.com/areal:1") -> Job:
-    return Job(role=role, replicas=2, tasks=[SchedulingSpec(cpu=1, mem=1, gpu=0, image=image,
-                                                            cmd="python -m areal.infra.rpc.rpc_server")])
+    return Job(
+        role=role,
+        replicas=2,
+        tasks=[SchedulingSpec(cpu=1, mem=1, gpu=0, image=image, cmd="python -m areal.infra.rpc.rpc_server")],
+    )
 
 
 @pytest.fixture
@@ -34,9 +36,12 @@ def make_scheduler(leases):
 
     def make(cluster: MemoryCluster, access_error: BaseException | None = None) -> KubernetesScheduler:
         lease = ReleaseLease(leases, "ns", RELEASE, grace_seconds=60)  # type: ignore[arg-type]
-        scheduler = KubernetesScheduler(config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
-                                        experiment_name="exp", trial_name="trial",
-                                        connect=memory_connect(cluster, lease=lease, access_error=access_error))
+        scheduler = KubernetesScheduler(
+            config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
+            experiment_name="exp",
+            trial_name="trial",
+            connect=memory_connect(cluster, lease=lease, access_error=access_error),
+        )
         made.append(scheduler)
         return scheduler
 

@@ -18,16 +18,19 @@ from areal_workers.errors import (
 )
 from memory_backend import GUARD_PORT, MemoryCluster, MemoryGuard, memory_connect
 
-pytestmark = pytest.mark.unit
-
 RELEASE = "trial-release"
 
 
 def job(role: str, replicas: int, image: str = "example.com/areal:1", port_count: int = 2, **strategy) -> Job:
-    task = SchedulingSpec(cpu=1, mem=1, gpu=0, port_count=port_count, image=image,
-                          cmd="python -m areal.infra.rpc.rpc_server")
-    return Job(role=role, replicas=replicas, tasks=[task],
-               scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy())
+    task = SchedulingSpec(
+        cpu=1, mem=1, gpu=0, port_count=port_count, image=image, cmd="python -m areal.infra.rpc.rpc_server"
+    )
+    return Job(
+        role=role,
+        replicas=replicas,
+        tasks=[task],
+        scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy(),
+    )
 
 
 @pytest.fixture
@@ -41,8 +44,9 @@ def make_scheduler(cluster):
 
     def make(guard: MemoryGuard | None = None, **settings) -> KubernetesScheduler:
         config = KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE, **settings)
-        scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="trial",
-                                        connect=memory_connect(cluster, guard))
+        scheduler = KubernetesScheduler(
+            config=config, experiment_name="exp", trial_name="trial", connect=memory_connect(cluster, guard)
+        )
         made.append(scheduler)
         return scheduler
 
@@ -116,7 +120,8 @@ def test_a_time_out_changes_nothing(make_scheduler, cluster):
 
 
 def test_a_failed_update_is_rolled_back_and_the_rolled_back_pods_are_not_mistaken_for_the_held_ones(
-        make_scheduler, cluster):
+    make_scheduler, cluster
+):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
     before = scheduler.get_workers("actor")
@@ -222,9 +227,11 @@ def test_an_external_release_is_only_discovered(make_scheduler, cluster):
     make_scheduler().create_workers(job("actor", 1))
     external = make_scheduler(ownership="external")
     assert [w.id for w in external.get_workers("actor")] == ["actor/0"]
-    for change in (lambda: external.create_workers(job("critic", 1)),
-                   lambda: external.scale_workers("actor", 2),
-                   lambda: external.delete_workers("actor")):
+    for change in (
+        lambda: external.create_workers(job("critic", 1)),
+        lambda: external.scale_workers("actor", 2),
+        lambda: external.delete_workers("actor"),
+    ):
         with pytest.raises(WorkerCreationError, match="not allowed on an external release"):
             change()
     assert descriptions(cluster) == ["create actor: 1 worker(s)"]
@@ -318,8 +325,9 @@ def test_process_forks_are_recorded_only_when_every_fork_answers(make_scheduler,
     assert cluster.revisions[-1].description == "fork ref from actor (2 processes)"
     forks = scheduler.get_workers("ref")
     assert [w.ip for w in forks] == [w.ip for w in actor]  # in the actor's pods, at the ports allocated there
-    assert [w.worker_ports for w in forks] == [[str(p) for p in ports] for ports in
-                                               cluster.current().values["forks"]["ref"]["ports"]]
+    assert [w.worker_ports for w in forks] == [
+        [str(p) for p in ports] for ports in cluster.current().values["forks"]["ref"]["ports"]
+    ]
     adopted = make_scheduler(guard=MemoryGuard())
     assert adopted.get_workers("ref") == forks  # the ports come from the release, not the creator's memory
     scheduler.delete_workers("actor", reverse_order=False)

@@ -1,17 +1,15 @@
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from areal_workers import areal_types, errors, trainer_hook  # noqa: E402
-from areal_workers.errors import (  # noqa: E402
+from areal_workers import areal_types, errors, trainer_hook
+from areal_workers.errors import (
     EngineCallError,
     EngineCreationError,
     EngineImportError,
@@ -26,11 +24,11 @@ from areal_workers.errors import (  # noqa: E402
     WorkerTimeoutError,
     attach_diagnosis,
 )
-from repo_paths import REPO  # noqa: E402
+from repo_paths import REPO
 
 ADAPTER = REPO / "adapter"
 
-TRAINER_MODULE = '''
+TRAINER_MODULE = """
 class {name}:
     def __init__(self, config):
         self.config = config
@@ -40,12 +38,16 @@ class {name}:
         if cfg.type == "local":
             return "local"
         raise NotImplementedError(f"Unknown scheduler type: {{cfg.type}}")
-'''
+"""
 
 
 # AReaL 1.0.4's trainers: areal/trainer/<module>.py defines <class>.
-AREAL_TRAINERS = {"rl_trainer": "PPOTrainer", "sft_trainer": "SFTTrainer", "rw_trainer": "RWTrainer",
-                  "dpo_trainer": "DPOTrainer"}
+AREAL_TRAINERS = {
+    "rl_trainer": "PPOTrainer",
+    "sft_trainer": "SFTTrainer",
+    "rw_trainer": "RWTrainer",
+    "dpo_trainer": "DPOTrainer",
+}
 
 
 def make_fake_areal(root: Path, modules: tuple[str, ...] = ("rl_trainer", "sft_trainer")) -> Path:
@@ -68,8 +70,14 @@ def fake_areal(tmp_path: Path) -> Path:
 def run_python(script: str, pythonpath: list[Path]) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=str(pythonpath[0]))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(pythonpath[0]),
+    )
 
 
 def json_result(process: subprocess.CompletedProcess) -> dict:
@@ -84,7 +92,8 @@ def test_package_imports_and_falls_back_when_areal_lacks_the_scheduler_modules(f
     """An importable `areal` without areal.api.scheduler_api / areal.infra.scheduler.exceptions (an older or
     partial AReaL, or an unrelated package of that name) must not break `import areal_workers`: areal_types.py and
     errors.py fall back to their own classes."""
-    process = run_python("""
+    process = run_python(
+        """
         import json
         import areal  # the fake one is importable
         import areal_workers
@@ -96,7 +105,9 @@ def test_package_imports_and_falls_back_when_areal_lacks_the_scheduler_modules(f
             "cpu": areal_types.SchedulingSpec().cpu,
             "message": str(errors.WorkerCreationError("actor", "boom")),
         }))
-    """, [fake_areal, ADAPTER])
+    """,
+        [fake_areal, ADAPTER],
+    )
     result = json_result(process)
     assert result["areal"].startswith(str(fake_areal))
     assert result["types"] is False
@@ -106,7 +117,8 @@ def test_package_imports_and_falls_back_when_areal_lacks_the_scheduler_modules(f
 
 
 def test_errors_module_alone_falls_back_when_areal_lacks_exceptions(fake_areal):
-    process = run_python(f"""
+    process = run_python(
+        f"""
         import importlib.util, json
         spec = importlib.util.spec_from_file_location("aw_errors", {str(ADAPTER / "areal_workers" / "errors.py")!r})
         module = importlib.util.module_from_spec(spec)
@@ -114,7 +126,9 @@ def test_errors_module_alone_falls_back_when_areal_lacks_exceptions(fake_areal):
         error = module.WorkerNotFoundError("actor/0")
         print(json.dumps({{"using": module.USING_AREAL_EXCEPTIONS, "message": str(error),
                           "base": isinstance(error, module.SchedulerError)}}))
-    """, [fake_areal])
+    """,
+        [fake_areal],
+    )
     assert json_result(process) == {"using": False, "message": "Worker 'actor/0' not found", "base": True}
 
 
@@ -184,10 +198,14 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory) -> dict:
     fake_areal = make_fake_areal(tmp_path_factory.mktemp("fake"))
-    process = subprocess.run([sys.executable, "-c", REGISTER_SCRIPT, str(fake_areal)],
-                             env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                                  "PYTHONPATH": str(ADAPTER)},
-                             capture_output=True, text=True, timeout=120, cwd=str(fake_areal.parent))
+    process = subprocess.run(
+        [sys.executable, "-c", REGISTER_SCRIPT, str(fake_areal)],
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(ADAPTER)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(fake_areal.parent),
+    )
     return json_result(process)
 
 
@@ -217,7 +235,12 @@ def test_other_types_still_reach_areals_code(registered, trainer):
 @pytest.mark.parametrize("kind", ["kubernetes", "k8s"])
 def test_kubernetes_types_build_the_scheduler_with_the_trainer_config(registered, trainer, kind):
     assert registered["trainers"][trainer][kind] == {
-        "type": "RecordingScheduler", "calls": 1, "args": 0, "kwargs": ["exp_config"], "same_config": True}
+        "type": "RecordingScheduler",
+        "calls": 1,
+        "args": 0,
+        "kwargs": ["exp_config"],
+        "same_config": True,
+    }
 
 
 def test_register_without_areal_patches_nothing():
@@ -255,10 +278,14 @@ print(json.dumps({"patched": patched, "built": built}))
 def test_register_patches_all_four_of_areals_trainers(tmp_path):
     """With every trainer module of AReaL importable (PPO, SFT, RW, DPO), each one builds our scheduler."""
     fake_areal = make_fake_areal(tmp_path / "fake", tuple(AREAL_TRAINERS))
-    process = subprocess.run([sys.executable, "-c", EVERY_TRAINER_SCRIPT, str(fake_areal), json.dumps(AREAL_TRAINERS)],
-                             env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                                  "PYTHONPATH": str(ADAPTER)},
-                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    process = subprocess.run(
+        [sys.executable, "-c", EVERY_TRAINER_SCRIPT, str(fake_areal), json.dumps(AREAL_TRAINERS)],
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(ADAPTER)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     result = json_result(process)
     assert result["patched"] == ["PPOTrainer", "SFTTrainer", "RWTrainer", "DPOTrainer"]
     assert result["built"] == {name: "RecordingScheduler" for name in AREAL_TRAINERS.values()}
@@ -273,58 +300,99 @@ def test_running_without_areal():
     assert areal_types.AREAL_SCHEDULER_BASE is object
 
 
-@pytest.mark.parametrize("error,message,attributes", [
-    (WorkerCreationError("actor", "Worker group already exists"),
-     "Failed to create worker 'actor': Worker group already exists",
-     {"worker_key": "actor", "reason": "Worker group already exists", "details": ""}),
-    (WorkerCreationError("actor", "Invalid configuration", "replicas must be greater than 0"),
-     "Failed to create worker 'actor': Invalid configuration\nDetails: replicas must be greater than 0",
-     {"worker_key": "actor", "reason": "Invalid configuration", "details": "replicas must be greater than 0"}),
-    (WorkerConfigurationError("actor/0", "bad seed"),
-     "Failed to configure worker 'actor/0': bad seed",
-     {"worker_key": "actor/0", "reason": "bad seed", "details": ""}),
-    (WorkerConfigurationError("actor/0", "bad seed", "400"),
-     "Failed to configure worker 'actor/0': bad seed\nDetails: 400",
-     {"worker_key": "actor/0", "reason": "bad seed", "details": "400"}),
-    (WorkerFailedError("actor/0", 137),
-     "Worker 'actor/0' failed with exit code 137",
-     {"worker_id": "actor/0", "exit_code": 137, "stderr": ""}),
-    (WorkerFailedError("actor/0", 1, "Traceback...\nOOM"),
-     "Worker 'actor/0' failed with exit code 1\nStderr output:\nTraceback...\nOOM",
-     {"worker_id": "actor/0", "exit_code": 1, "stderr": "Traceback...\nOOM"}),
-    (WorkerNotFoundError("nonexistent"), "Worker 'nonexistent' not found", {"worker_id": "nonexistent"}),
-    (EngineCreationError("actor/0", "Request timed out"),
-     "Failed to create engine on worker 'actor/0': Request timed out",
-     {"worker_id": "actor/0", "reason": "Request timed out", "status_code": None}),
-    (EngineCreationError("actor/0", "boom", 500),
-     "Failed to create engine on worker 'actor/0': boom (HTTP 500)",
-     {"worker_id": "actor/0", "reason": "boom", "status_code": 500}),
-    (EngineCreationError("actor/0", "boom", 0),
-     "Failed to create engine on worker 'actor/0': boom",
-     {"worker_id": "actor/0", "reason": "boom", "status_code": 0}),
-    (EngineCallError("actor/0", "train_batch", "bad input"),
-     "Failed to call method 'train_batch' on worker 'actor/0': bad input",
-     {"worker_id": "actor/0", "method": "train_batch", "reason": "bad input", "attempt": 1}),
-    (EngineCallError("actor/0", "train_batch", "Service unavailable", 3),
-     "Failed to call method 'train_batch' on worker 'actor/0': Service unavailable (after 3 attempts)",
-     {"worker_id": "actor/0", "method": "train_batch", "reason": "Service unavailable", "attempt": 3}),
-    (EngineCallError("actor/0", "m", "Max retries exceeded", 0),
-     "Failed to call method 'm' on worker 'actor/0': Max retries exceeded",
-     {"attempt": 0}),
-    (WorkerTimeoutError("actor", 5.0), "Timeout waiting for worker 'actor' (waited 5.0s)",
-     {"worker_key": "actor", "timeout": 5.0}),
-    (WorkerTimeoutError("actor", 30), "Timeout waiting for worker 'actor' (waited 30s)",
-     {"worker_key": "actor", "timeout": 30}),
-    (PortAllocationError("no free port"), "Failed to allocate ports: no free port", {"reason": "no free port"}),
-    (GPUAllocationError("need 8, have 4"), "Failed to allocate GPU resources: need 8, have 4",
-     {"reason": "need 8, have 4"}),
-    (RPCConnectionError("actor/0", "10.0.0.7", 8000, "refused"),
-     "Failed to connect to worker 'actor/0' at 10.0.0.7:8000: refused",
-     {"worker_id": "actor/0", "host": "10.0.0.7", "port": 8000, "reason": "refused"}),
-    (EngineImportError("my.mod.Engine", "No module named 'my'"),
-     "Failed to import engine 'my.mod.Engine': No module named 'my'",
-     {"import_path": "my.mod.Engine", "reason": "No module named 'my'"}),
-], ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None)
+@pytest.mark.parametrize(
+    "error,message,attributes",
+    [
+        (
+            WorkerCreationError("actor", "Worker group already exists"),
+            "Failed to create worker 'actor': Worker group already exists",
+            {"worker_key": "actor", "reason": "Worker group already exists", "details": ""},
+        ),
+        (
+            WorkerCreationError("actor", "Invalid configuration", "replicas must be greater than 0"),
+            "Failed to create worker 'actor': Invalid configuration\nDetails: replicas must be greater than 0",
+            {"worker_key": "actor", "reason": "Invalid configuration", "details": "replicas must be greater than 0"},
+        ),
+        (
+            WorkerConfigurationError("actor/0", "bad seed"),
+            "Failed to configure worker 'actor/0': bad seed",
+            {"worker_key": "actor/0", "reason": "bad seed", "details": ""},
+        ),
+        (
+            WorkerConfigurationError("actor/0", "bad seed", "400"),
+            "Failed to configure worker 'actor/0': bad seed\nDetails: 400",
+            {"worker_key": "actor/0", "reason": "bad seed", "details": "400"},
+        ),
+        (
+            WorkerFailedError("actor/0", 137),
+            "Worker 'actor/0' failed with exit code 137",
+            {"worker_id": "actor/0", "exit_code": 137, "stderr": ""},
+        ),
+        (
+            WorkerFailedError("actor/0", 1, "Traceback...\nOOM"),
+            "Worker 'actor/0' failed with exit code 1\nStderr output:\nTraceback...\nOOM",
+            {"worker_id": "actor/0", "exit_code": 1, "stderr": "Traceback...\nOOM"},
+        ),
+        (WorkerNotFoundError("nonexistent"), "Worker 'nonexistent' not found", {"worker_id": "nonexistent"}),
+        (
+            EngineCreationError("actor/0", "Request timed out"),
+            "Failed to create engine on worker 'actor/0': Request timed out",
+            {"worker_id": "actor/0", "reason": "Request timed out", "status_code": None},
+        ),
+        (
+            EngineCreationError("actor/0", "boom", 500),
+            "Failed to create engine on worker 'actor/0': boom (HTTP 500)",
+            {"worker_id": "actor/0", "reason": "boom", "status_code": 500},
+        ),
+        (
+            EngineCreationError("actor/0", "boom", 0),
+            "Failed to create engine on worker 'actor/0': boom",
+            {"worker_id": "actor/0", "reason": "boom", "status_code": 0},
+        ),
+        (
+            EngineCallError("actor/0", "train_batch", "bad input"),
+            "Failed to call method 'train_batch' on worker 'actor/0': bad input",
+            {"worker_id": "actor/0", "method": "train_batch", "reason": "bad input", "attempt": 1},
+        ),
+        (
+            EngineCallError("actor/0", "train_batch", "Service unavailable", 3),
+            "Failed to call method 'train_batch' on worker 'actor/0': Service unavailable (after 3 attempts)",
+            {"worker_id": "actor/0", "method": "train_batch", "reason": "Service unavailable", "attempt": 3},
+        ),
+        (
+            EngineCallError("actor/0", "m", "Max retries exceeded", 0),
+            "Failed to call method 'm' on worker 'actor/0': Max retries exceeded",
+            {"attempt": 0},
+        ),
+        (
+            WorkerTimeoutError("actor", 5.0),
+            "Timeout waiting for worker 'actor' (waited 5.0s)",
+            {"worker_key": "actor", "timeout": 5.0},
+        ),
+        (
+            WorkerTimeoutError("actor", 30),
+            "Timeout waiting for worker 'actor' (waited 30s)",
+            {"worker_key": "actor", "timeout": 30},
+        ),
+        (PortAllocationError("no free port"), "Failed to allocate ports: no free port", {"reason": "no free port"}),
+        (
+            GPUAllocationError("need 8, have 4"),
+            "Failed to allocate GPU resources: need 8, have 4",
+            {"reason": "need 8, have 4"},
+        ),
+        (
+            RPCConnectionError("actor/0", "10.0.0.7", 8000, "refused"),
+            "Failed to connect to worker 'actor/0' at 10.0.0.7:8000: refused",
+            {"worker_id": "actor/0", "host": "10.0.0.7", "port": 8000, "reason": "refused"},
+        ),
+        (
+            EngineImportError("my.mod.Engine", "No module named 'my'"),
+            "Failed to import engine 'my.mod.Engine': No module named 'my'",
+            {"import_path": "my.mod.Engine", "reason": "No module named 'my'"},
+        ),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None,
+)
 def test_exception_messages_are_areals(error, message, attributes):
     assert str(error) == message
     for name, value in attributes.items():
@@ -334,9 +402,19 @@ def test_exception_messages_are_areals(error, message, attributes):
 
 
 def test_exception_hierarchy_is_areals():
-    for cls in (WorkerCreationError, WorkerConfigurationError, WorkerFailedError, WorkerNotFoundError,
-                EngineCreationError, EngineCallError, WorkerTimeoutError, PortAllocationError,
-                GPUAllocationError, RPCConnectionError, EngineImportError):
+    for cls in (
+        WorkerCreationError,
+        WorkerConfigurationError,
+        WorkerFailedError,
+        WorkerNotFoundError,
+        EngineCreationError,
+        EngineCallError,
+        WorkerTimeoutError,
+        PortAllocationError,
+        GPUAllocationError,
+        RPCConnectionError,
+        EngineImportError,
+    ):
         assert cls.__bases__ == (SchedulerError,), cls
     assert SchedulerError.__bases__ == (Exception,)
     assert not issubclass(EngineImportError, EngineCreationError)
@@ -381,10 +459,20 @@ def test_attach_diagnosis_works_on_any_exception():
 
 def test_scheduling_spec_fields_and_defaults_are_areals():
     expected = {
-        "cpu": 8, "gpu": 0, "mem": 32, "port_count": 2, "image": "/storage/openpsi/images/areal-latest.sif",
-        "task_type": "worker", "env_vars": {}, "cmd": None,
-        "srun_additional_args": "--unbuffered --mpi=pmi2 -K --chdir $PWD", "additional_bash_cmds": None,
-        "container_type": "apptainer", "mount": "/storage:/storage", "nodelist": None, "exclude": None,
+        "cpu": 8,
+        "gpu": 0,
+        "mem": 32,
+        "port_count": 2,
+        "image": "/storage/openpsi/images/areal-latest.sif",
+        "task_type": "worker",
+        "env_vars": {},
+        "cmd": None,
+        "srun_additional_args": "--unbuffered --mpi=pmi2 -K --chdir $PWD",
+        "additional_bash_cmds": None,
+        "container_type": "apptainer",
+        "mount": "/storage:/storage",
+        "nodelist": None,
+        "exclude": None,
         "ray_placement_strategy": "shared",
     }
     spec = areal_types.SchedulingSpec()

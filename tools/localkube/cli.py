@@ -50,21 +50,38 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpus", type=int, default=NodeShape.gpus)
     up.add_argument("--pods", type=int, default=NodeShape.pods)
     up.add_argument("--gpu-resource", default=NodeShape.gpu_resource)
-    up.add_argument("--workers", choices=WORKER_SERVERS, default=None,
-                    help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
-                         "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
-                         f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another")
-    up.add_argument("--real-node", nargs="?", const="real", choices=NODE_CHOICES, default="kwok",
-                    help="real: also start the real node (kubelet + containerd running real containers; root; see "
-                         "tools/realnode/); auto: when this machine can run it; kwok (default): KWOK nodes only")
-    up.add_argument("--kueue", action="store_true",
-                    help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
-                         f"{MANAGED_NAMESPACE_LABEL}=true)")
-    up.add_argument("--argocd", action="store_true",
-                    help="Argo CD too: redis, repo-server and application controller on 127.0.0.1 (`make tools` "
-                         "builds argocd; redis-server is Debian's); `down` stops them")
-    commands.add_parser("down", help="stop every process, the pods' and Argo CD's included, and remove the cluster "
-                                     "state")
+    up.add_argument(
+        "--workers",
+        choices=WORKER_SERVERS,
+        default=None,
+        help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
+        "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
+        f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another",
+    )
+    up.add_argument(
+        "--real-node",
+        nargs="?",
+        const="real",
+        choices=NODE_CHOICES,
+        default="kwok",
+        help="real: also start the real node (kubelet + containerd running real containers; root; see "
+        "tools/realnode/); auto: when this machine can run it; kwok (default): KWOK nodes only",
+    )
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue's controller manager (its webhooks act in namespaces labelled "
+        f"{MANAGED_NAMESPACE_LABEL}=true)",
+    )
+    up.add_argument(
+        "--argocd",
+        action="store_true",
+        help="Argo CD too: redis, repo-server and application controller on 127.0.0.1 (`make tools` "
+        "builds argocd; redis-server is Debian's); `down` stops them",
+    )
+    commands.add_parser(
+        "down", help="stop every process, the pods' and Argo CD's included, and remove the cluster state"
+    )
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")
     commands.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
     sa = commands.add_parser("sa-kubeconfig", help="write a kubeconfig for a ServiceAccount token")
@@ -78,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             if args.nodes < 1:
                 raise ClusterError("--nodes must be at least 1")
-            shape = NodeShape(cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods,
-                              gpu_resource=args.gpu_resource)
+            shape = NodeShape(
+                cpu=args.cpu, memory=args.memory, gpus=args.gpus, pods=args.pods, gpu_resource=args.gpu_resource
+            )
             real_node = args.real_node == "real" or (args.real_node == "auto" and cluster.real_node_possible())
-            cluster.up(args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue,
-                       with_argocd=args.argocd)
+            cluster.up(
+                args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue, with_argocd=args.argocd
+            )
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

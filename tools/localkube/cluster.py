@@ -15,8 +15,7 @@ from localkube.addons import argocd, kueue as kueue_addon
 from localkube.components import control_plane_components, podrunner_component
 from localkube.nodes import NodeShape, node_manifest
 from localkube.pki import cert_kubeconfig, ensure_pki
-from localkube.processes import Component, port_free
-from localkube.processes import say as _say
+from localkube.processes import Component, port_free, say as _say
 from localkube.settings import (
     ADMIN_KUBECONFIG,
     KWOK_CRDS,
@@ -88,8 +87,11 @@ class LocalCluster:
 
     def is_running(self) -> bool:
         components = self.components()
-        return (all(c.pid() is not None for c in components) and self.healthy(components[1])
-                and self.healthy(components[-1]))
+        return (
+            all(c.pid() is not None for c in components)
+            and self.healthy(components[1])
+            and self.healthy(components[-1])
+        )
 
     def status(self) -> dict[str, str]:
         """Component -> "running" / "not running" (podrunner: with its worker server)."""
@@ -110,9 +112,16 @@ class LocalCluster:
                 states[component.name] = "running" if self.healthy(component) else "not running"
         return states
 
-    def up(self, nodes: int = 2, shape: NodeShape | None = None, timeout: float = 120.0,
-           workers: str | None = None, real_node: bool = False, kueue: bool = False,
-           with_argocd: bool = False) -> None:
+    def up(
+        self,
+        nodes: int = 2,
+        shape: NodeShape | None = None,
+        timeout: float = 120.0,
+        workers: str | None = None,
+        real_node: bool = False,
+        kueue: bool = False,
+        with_argocd: bool = False,
+    ) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
         worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
         `real_node` adds the real node (its first start builds its images: minutes). `kueue` also starts Kueue (a
@@ -143,8 +152,9 @@ class LocalCluster:
         self.real_node().down(_say)
         processes.stop([*self.components(), *self.argocd()])
         self._kill_leftover_workers()
-        busy = [f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items()
-                if not port_free(host, port)]
+        busy = [
+            f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items() if not port_free(host, port)
+        ]
         if busy:
             raise ClusterError(f"ports still in use after stopping: {', '.join(busy)}")
         shutil.rmtree(self.state, ignore_errors=True)
@@ -206,8 +216,9 @@ class LocalCluster:
         started = time.monotonic()
         processes.start(component)
         self.wait_healthy(component, deadline)
-        _say(f"podrunner ready ({time.monotonic() - started:.1f}s; {wanted} worker server, "
-             f"pod logs in {self.pod_logs})")
+        _say(
+            f"podrunner ready ({time.monotonic() - started:.1f}s; {wanted} worker server, pod logs in {self.pod_logs})"
+        )
 
     def _kill_leftover_workers(self) -> None:
         """Worker processes a podrunner that did not stop cleanly left behind (its ledger names them)."""
@@ -223,7 +234,9 @@ class LocalCluster:
     def kubectl(self, *args: str, input: str | None = None) -> str:
         result = subprocess.run(
             [binary("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True,
+            input=input,
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
@@ -239,8 +252,11 @@ class LocalCluster:
     def ensure_nodes(self, count: int, shape: NodeShape, timeout: float = 60.0) -> None:
         """Creates missing fake nodes kwok-node-0..count-1 (existing ones keep their shape) and waits Ready."""
         existing = set(self.kubectl("get", "nodes", "-o", "name").split())
-        manifests = [node_manifest(i, shape, self.ports.kwok, self.pod_octet) for i in range(count)
-                     if f"node/{NODE_NAME_PREFIX}{i}" not in existing]
+        manifests = [
+            node_manifest(i, shape, self.ports.kwok, self.pod_octet)
+            for i in range(count)
+            if f"node/{NODE_NAME_PREFIX}{i}" not in existing
+        ]
         if manifests:
             # Status must be sent on create: that is how a kubelet registers its capacity.
             self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(manifests))
@@ -260,9 +276,11 @@ class LocalCluster:
         return self.healthy(self.control_plane()[1])
 
     def _check_ports_free(self) -> None:
-        busy = [f"{name} on {host}:{port}" for name, (host, port) in self.ports.all().items()
-                if not port_free(host, port)]
+        busy = [
+            f"{name} on {host}:{port}" for name, (host, port) in self.ports.all().items() if not port_free(host, port)
+        ]
         if busy:
             raise ClusterError(
                 f"ports in use: {', '.join(busy)}. Stop whatever holds them, or choose another range with "
-                f"{PORT_BASE_VARIABLE} (now {self.ports.base})")
+                f"{PORT_BASE_VARIABLE} (now {self.ports.base})"
+            )

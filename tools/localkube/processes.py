@@ -62,8 +62,14 @@ def start(component: Component) -> None:
     for directory in (component.log.parent, component.pidfile.parent):
         directory.mkdir(parents=True, exist_ok=True)
     with open(component.log, "ab") as log:
-        process = subprocess.Popen(component.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env={**os.environ, **component.env})
+        process = subprocess.Popen(
+            component.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **component.env},
+        )
     component.pidfile.write_text(str(process.pid))
 
 
@@ -98,8 +104,9 @@ def wait_healthy(component: Component, pki: Path, deadline: float) -> None:
         if healthy(component, pki):
             return
         time.sleep(0.2)
-    raise ClusterError(f"{component.name} not healthy at {component.health_url} in time; "
-                       f"last log lines:\n{component.log_tail()}")
+    raise ClusterError(
+        f"{component.name} not healthy at {component.health_url} in time; last log lines:\n{component.log_tail()}"
+    )
 
 
 def stop(components: list[Component]) -> None:

@@ -126,7 +126,7 @@ def default_pod_octet() -> int:
 
 
 def resolve_worker_server(choice: str | None) -> str:
-    """"areal" or "reference" for `choice` (default $AREAL_WORKERS_WORKER, else auto): auto is AReaL's real
+    """ "areal" or "reference" for `choice` (default $AREAL_WORKERS_WORKER, else auto): auto is AReaL's real
     rpc_server when `make areal-worker` installed it, else the reference guard."""
     choice = choice or os.environ.get(WORKERS_VARIABLE) or "auto"
     if choice not in WORKER_SERVERS:

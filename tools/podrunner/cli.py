@@ -55,16 +55,25 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m podrunner",
-                                     description="Run the pods of the local cluster as local processes "
-                                                 "(a component of tools/localcluster.py).")
+    parser = argparse.ArgumentParser(
+        prog="python -m podrunner",
+        description="Run the pods of the local cluster as local processes (a component of tools/localcluster.py).",
+    )
     parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--log-dir", required=True, type=Path, help="one log file per pod container run")
-    parser.add_argument("--workers", choices=("areal", "reference"), default="reference",
-                        help="the server a worker pod's `python -m areal.infra.rpc.rpc_server` runs")
+    parser.add_argument(
+        "--workers",
+        choices=("areal", "reference"),
+        default="reference",
+        help="the server a worker pod's `python -m areal.infra.rpc.rpc_server` runs",
+    )
     parser.add_argument("--namespace", help="only this namespace (default: all but the private ones)")
-    parser.add_argument("--pythonpath", action="append", default=None,
-                        help=f"prepended to the workers' PYTHONPATH (default: {', '.join(WORKER_PYTHONPATH)})")
+    parser.add_argument(
+        "--pythonpath",
+        action="append",
+        default=None,
+        help=f"prepended to the workers' PYTHONPATH (default: {', '.join(WORKER_PYTHONPATH)})",
+    )
     parser.add_argument("--health", type=_host_port, help="127.x.y.z:PORT for /healthz and /pods")
     parser.add_argument("--ledger", type=Path, help="directory recording the processes started")
     parser.add_argument("--cluster-domain", default="cluster.local")
@@ -79,14 +88,27 @@ def main(argv: list[str] | None = None) -> int:
     if ledger is not None and (left := ledger.kill_leftovers()):
         log.warning("killed %d process(es) left by an earlier run: %s", len(left), left)
     pythonpath = tuple(args.pythonpath) if args.pythonpath is not None else WORKER_PYTHONPATH
-    runner = PodRunner(args.kubeconfig, args.namespace, args.log_dir, module_map=server.module_map,
-                       python=server.python, cluster_domain=args.cluster_domain, pythonpath=pythonpath,
-                       skip_private=args.namespace is None, ledger=ledger)
+    runner = PodRunner(
+        args.kubeconfig,
+        args.namespace,
+        args.log_dir,
+        module_map=server.module_map,
+        python=server.python,
+        cluster_domain=args.cluster_domain,
+        pythonpath=pythonpath,
+        skip_private=args.namespace is None,
+        ledger=ledger,
+    )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("worker server: %s (%s, module map %s); pythonpath %s", server.name, server.python,
-             server.module_map or "none", ":".join(runner.pythonpath))
+    log.info(
+        "worker server: %s (%s, module map %s); pythonpath %s",
+        server.name,
+        server.python,
+        server.module_map or "none",
+        ":".join(runner.pythonpath),
+    )
     runner.start()
     health = serve_health(runner, *args.health) if args.health else None
     while not stop.wait(1.0):
@@ -97,4 +119,3 @@ def main(argv: list[str] | None = None) -> int:
         health.shutdown()
     log.info("stopped")
     return 0
-

@@ -55,8 +55,11 @@ def tools_directory() -> Path | None:
 def host_environment(tools: Path | None) -> dict[str, str]:
     """podrunner's environment as the base of a pod's: without the host's cluster access, and with `tools` first
     on PATH, as an image that ships helm and kubectl would have them (a container env entry PATH replaces it)."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name not in HOST_ACCESS_VARIABLES and not name.startswith(HOST_ACCESS_PREFIXES)}
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in HOST_ACCESS_VARIABLES and not name.startswith(HOST_ACCESS_PREFIXES)
+    }
     if tools is not None:
         environment["PATH"] = os.pathsep.join(filter(None, [str(tools), environment.get("PATH")]))
     return environment
@@ -75,18 +78,22 @@ def token_mount(pod: client.V1Pod) -> TokenMount | None:
     """The first container's ServiceAccount token mount, None when it has none (automountServiceAccountToken
     false on the pod or its ServiceAccount). A volume of another kind at that path is not emulated."""
     container = pod.spec.containers[0]
-    mount = next((m for m in container.volume_mounts or []
-                  if m.mount_path.rstrip("/") == SERVICE_ACCOUNT_DIR), None)
+    mount = next((m for m in container.volume_mounts or [] if m.mount_path.rstrip("/") == SERVICE_ACCOUNT_DIR), None)
     if mount is None:
         return None
     volume = next((v for v in pod.spec.volumes or [] if v.name == mount.name), None)
     sources = volume.projected.sources or [] if volume is not None and volume.projected is not None else []
     token = next((s.service_account_token for s in sources if s.service_account_token is not None), None)
     if token is None:
-        raise UnsupportedPod(f"volume {mount.name!r} at {SERVICE_ACCOUNT_DIR} is not a projected "
-                             "serviceAccountToken: not emulated by podrunner")
-    return TokenMount(pod.spec.service_account_name or "default",
-                      token.expiration_seconds or DEFAULT_TOKEN_SECONDS, token.audience or None)
+        raise UnsupportedPod(
+            f"volume {mount.name!r} at {SERVICE_ACCOUNT_DIR} is not a projected "
+            "serviceAccountToken: not emulated by podrunner"
+        )
+    return TokenMount(
+        pod.spec.service_account_name or "default",
+        token.expiration_seconds or DEFAULT_TOKEN_SECONDS,
+        token.audience or None,
+    )
 
 
 @dataclass(frozen=True)
@@ -101,10 +108,12 @@ class ApiServer:
     @classmethod
     def of(cls, configuration: client.Configuration) -> ApiServer:
         ca = configuration.ssl_ca_cert  # a file: the client writes certificate-authority-data into one
-        return cls(url=configuration.host,
-                   certificate_authority_data=base64.b64encode(Path(ca).read_bytes()).decode() if ca else None,
-                   insecure=not configuration.verify_ssl,
-                   tls_server_name=getattr(configuration, "tls_server_name", None))
+        return cls(
+            url=configuration.host,
+            certificate_authority_data=base64.b64encode(Path(ca).read_bytes()).decode() if ca else None,
+            insecure=not configuration.verify_ssl,
+            tls_server_name=getattr(configuration, "tls_server_name", None),
+        )
 
     def cluster(self) -> dict[str, object]:
         entry: dict[str, object] = {"server": self.url}
@@ -119,18 +128,19 @@ class ApiServer:
     def service_variables(self) -> dict[str, str]:
         """KUBERNETES_SERVICE_HOST/PORT as a kubelet sets them, for this apiserver."""
         address = urlsplit(self.url)
-        return {"KUBERNETES_SERVICE_HOST": address.hostname or "",
-                "KUBERNETES_SERVICE_PORT": str(address.port or 443)}
+        return {"KUBERNETES_SERVICE_HOST": address.hostname or "", "KUBERNETES_SERVICE_PORT": str(address.port or 443)}
 
 
 def pod_kubeconfig(server: ApiServer, namespace: str, service_account: str, token: str) -> dict:
     user = f"system:serviceaccount:{namespace}:{service_account}"
     return {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "cluster", "cluster": server.cluster()}],
         "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "serviceaccount", "context": {"cluster": "cluster", "user": user,
-                                                             "namespace": namespace}}],
+        "contexts": [
+            {"name": "serviceaccount", "context": {"cluster": "cluster", "user": user, "namespace": namespace}}
+        ],
         "current-context": "serviceaccount",
     }
 
@@ -154,8 +164,11 @@ class PodCredentials:
         self.server = ApiServer.of(api.api_client.configuration)
         self.service_variables = not HOST_TOKEN.exists()
         if not self.service_variables:
-            log.warning("%s exists on this host: pods get KUBECONFIG but no KUBERNETES_SERVICE_HOST/PORT, so that "
-                        "load_incluster_config() does not pick up the host's token", HOST_TOKEN)
+            log.warning(
+                "%s exists on this host: pods get KUBECONFIG but no KUBERNETES_SERVICE_HOST/PORT, so that "
+                "load_incluster_config() does not pick up the host's token",
+                HOST_TOKEN,
+            )
 
     def reset(self) -> None:
         """Removes what an earlier runner with the same directory left (its processes are gone: their ledger)."""
@@ -170,26 +183,37 @@ class PodCredentials:
             return
         token = self._request(pod, mount)
         directory = self.directory / managed.log.stem
-        path = _write_private(directory / "kubeconfig", yaml.safe_dump(
-            pod_kubeconfig(self.server, pod.metadata.namespace, mount.service_account, token)))
+        path = _write_private(
+            directory / "kubeconfig",
+            yaml.safe_dump(pod_kubeconfig(self.server, pod.metadata.namespace, mount.service_account, token)),
+        )
         managed.credentials = directory
-        managed.kubelet_env = {**(self.server.service_variables() if self.service_variables else {}),
-                               "KUBECONFIG": str(path)}
+        managed.kubelet_env = {
+            **(self.server.service_variables() if self.service_variables else {}),
+            "KUBECONFIG": str(path),
+        }
 
     def _request(self, pod: client.V1Pod, mount: TokenMount) -> str:
-        body = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=[mount.audience] if mount.audience else [],  # empty: the apiserver's own
-            expiration_seconds=mount.expiration_seconds,
-            bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod.metadata.name,
-                                                           uid=pod.metadata.uid)))
+        body = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[mount.audience] if mount.audience else [],  # empty: the apiserver's own
+                expiration_seconds=mount.expiration_seconds,
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
+                ),
+            )
+        )
         try:
-            answer = self.api.create_namespaced_service_account_token(mount.service_account, pod.metadata.namespace,
-                                                                      body)
+            answer = self.api.create_namespaced_service_account_token(
+                mount.service_account, pod.metadata.namespace, body
+            )
         except ApiException as error:
             if error.status == 403:
                 raise
-            raise UnsupportedPod(f"token of ServiceAccount {pod.metadata.namespace}/{mount.service_account}: "
-                                 f"{error.status} {error.reason}") from error
+            raise UnsupportedPod(
+                f"token of ServiceAccount {pod.metadata.namespace}/{mount.service_account}: "
+                f"{error.status} {error.reason}"
+            ) from error
         return answer.status.token
 
 

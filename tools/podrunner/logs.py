@@ -4,7 +4,7 @@ pods/log (`kubectl logs`, with `--previous`) serves those files."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -24,7 +24,7 @@ def previous_log(log_path: Path) -> Path:
 
 
 def _cri_line(line: bytes) -> bytes:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
     return stamp + b" stdout F " + line.rstrip(b"\n") + b"\n"
 
 
@@ -44,10 +44,21 @@ def publish_logs(api_client: client.ApiClient, pod: ManagedPod) -> bool:
     """A KWOK Logs object, so `kubectl logs` (the apiserver's pods/log) serves this pod's log files. False when
     the namespace is terminating or gone (403/404): its pods are about to go, there is nothing to run."""
     namespace, name = pod.name.split("/", 1)
-    logs = {"apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}", "kind": "Logs",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"logs": [{"containers": [pod.container], "logsFile": str(pod.log.resolve()),
-                               "previousLogsFile": str(previous_log(pod.log).resolve()), "follow": False}]}}
+    logs = {
+        "apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}",
+        "kind": "Logs",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "logs": [
+                {
+                    "containers": [pod.container],
+                    "logsFile": str(pod.log.resolve()),
+                    "previousLogsFile": str(previous_log(pod.log).resolve()),
+                    "follow": False,
+                }
+            ]
+        },
+    }
     objects = client.CustomObjectsApi(api_client)
     try:
         objects.create_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", logs)
@@ -57,8 +68,9 @@ def publish_logs(api_client: client.ApiClient, pod: ManagedPod) -> bool:
             return False
         if error.status != 409:  # 409: a pod of the same name ran before; point at this one's files
             raise
-        objects.patch_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, "logs", name,
-                                               {"spec": logs["spec"]})
+        objects.patch_namespaced_custom_object(
+            LOGS_GROUP, LOGS_VERSION, namespace, "logs", name, {"spec": logs["spec"]}
+        )
     return True
 
 
@@ -74,9 +86,15 @@ def withdraw_logs(api_client: client.ApiClient, pod: ManagedPod) -> None:
         if files != [str(pod.log.resolve())]:
             return
         objects.delete_namespaced_custom_object(
-            LOGS_GROUP, LOGS_VERSION, namespace, "logs", name,
-            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
-                resource_version=current["metadata"]["resourceVersion"])))
+            LOGS_GROUP,
+            LOGS_VERSION,
+            namespace,
+            "logs",
+            name,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=current["metadata"]["resourceVersion"])
+            ),
+        )
     except ApiException as error:
         if error.status not in (403, 404, 409):  # gone with its namespace, or taken over by a successor
             raise

@@ -41,6 +41,7 @@ class UnsupportedPod(ValueError):
 
 def expand_references(text: str, env: dict[str, str]) -> str:
     """Kubernetes' `$(VAR)` expansion: known variables are replaced, `$$` escapes, unknown ones stay."""
+
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
             return "$"
@@ -99,7 +100,7 @@ def local_argv(argv: list[str], module_map: dict[str, str], python: str) -> list
 
 
 def pod_kind(pod: client.V1Pod) -> str | None:
-    """"hook" (a `helm test` pod, run once), "once" (restartPolicy Never, e.g. a Job's pod such as a trainer: run
+    """ "hook" (a `helm test` pod, run once), "once" (restartPolicy Never, e.g. a Job's pod such as a trainer: run
     once, phase Succeeded or Failed from its exit code), "worker" (run and restarted), or None: without a `command` the
     container would run its image's entrypoint, which a machine without a container runtime does not have; a pod
     annotated areal-workers.dev/readiness=kwok is Ready by KWOK alone (localkube/kwok-stages.yaml) and runs nothing;
@@ -130,11 +131,12 @@ class WorkerServer:
 
 
 def worker_server(name: str) -> WorkerServer:
-    """"areal": AReaL's real rpc_server from `make areal-worker`; "reference": our stand-in, in this interpreter."""
+    """ "areal": AReaL's real rpc_server from `make areal-worker`; "reference": our stand-in, in this interpreter."""
     if name == "areal":
         if not AREAL_WORKER_PYTHON.exists():
-            raise FileNotFoundError(f"{AREAL_WORKER_PYTHON} is missing: run `make areal-worker`, or use the "
-                                    f"reference worker server")
+            raise FileNotFoundError(
+                f"{AREAL_WORKER_PYTHON} is missing: run `make areal-worker`, or use the reference worker server"
+            )
         return WorkerServer("areal", str(AREAL_WORKER_PYTHON), {})
     if name == "reference":
         return WorkerServer("reference", sys.executable, dict(DEFAULT_MODULE_MAP))
@@ -173,9 +175,17 @@ class ManagedPod:
 
     def describe(self) -> dict:
         process = self.process
-        return {"pod": self.name, "uid": self.uid, "ip": self.ip, "kind": self.kind, "ready": self.ready,
-                "restarts": self.restarts, "pid": None if process is None else process.pid, "log": str(self.log),
-                "kubeconfig": self.kubelet_env.get("KUBECONFIG")}
+        return {
+            "pod": self.name,
+            "uid": self.uid,
+            "ip": self.ip,
+            "kind": self.kind,
+            "ready": self.ready,
+            "restarts": self.restarts,
+            "pid": None if process is None else process.pid,
+            "log": str(self.log),
+            "kubeconfig": self.kubelet_env.get("KUBECONFIG"),
+        }
 
 
 def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python: str, log_dir: Path) -> ManagedPod:
@@ -201,10 +211,17 @@ def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python
     else:
         pythonpath = ()
     return ManagedPod(
-        uid=pod.metadata.uid, name=f"{pod.metadata.namespace}/{pod.metadata.name}", container=container.name,
+        uid=pod.metadata.uid,
+        name=f"{pod.metadata.namespace}/{pod.metadata.name}",
+        container=container.name,
         ip=pod.status.pod_ip,
-        kind=kind, argv=local_argv(argv, module_map, python), env=env, probe_url=probe_url, pythonpath=pythonpath,
-        probe_period=period, grace=float(pod.spec.termination_grace_period_seconds or 30),
+        kind=kind,
+        argv=local_argv(argv, module_map, python),
+        env=env,
+        probe_url=probe_url,
+        pythonpath=pythonpath,
+        probe_period=period,
+        grace=float(pod.spec.termination_grace_period_seconds or 30),
         log=log_dir / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid[:8]}.log",
         ready=is_ready(pod),  # a runner started after its pods: a stale Ready is corrected by the probe
     )

@@ -4,7 +4,7 @@ hook, a container config error."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import urllib3
 from kubernetes import client
@@ -15,7 +15,7 @@ from podrunner.pods import ManagedPod
 
 def timestamp() -> str:
     """Now, as pod status writes times."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class StatusWriter:
@@ -41,33 +41,71 @@ class StatusWriter:
         """A worker's container running (ready or not), or, with `last_terminated`, waiting to be restarted."""
         namespace, name = pod.name.split("/", 1)
         status = "True" if ready else "False"
-        container_status: dict = {"name": pod.container, "ready": ready,
-                                  "restartCount": pod.restarts, "started": pod.process is not None,
-                                  "state": {"running": {"startedAt": timestamp()}}}
+        container_status: dict = {
+            "name": pod.container,
+            "ready": ready,
+            "restartCount": pod.restarts,
+            "started": pod.process is not None,
+            "state": {"running": {"startedAt": timestamp()}},
+        }
         if last_terminated is not None:
             container_status["lastState"] = {"terminated": last_terminated}
-            container_status["state"] = {"waiting": {"reason": "CrashLoopBackOff" if pod.restarts > 1 else "Error",
-                                                     "message": "back-off restarting failed container"}}
-        conditions = [{"type": kind, "status": status, "lastTransitionTime": timestamp(),
-                       **({} if ready else {"reason": "ContainersNotReady"})} for kind in ("ContainersReady", "Ready")]
+            container_status["state"] = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff" if pod.restarts > 1 else "Error",
+                    "message": "back-off restarting failed container",
+                }
+            }
+        conditions = [
+            {
+                "type": kind,
+                "status": status,
+                "lastTransitionTime": timestamp(),
+                **({} if ready else {"reason": "ContainersNotReady"}),
+            }
+            for kind in ("ContainersReady", "Ready")
+        ]
         return self.patch(namespace, name, {"conditions": conditions, "containerStatuses": [container_status]})
 
     def hook_finished(self, pod: ManagedPod, code: int) -> None:
         """A test hook's phase Succeeded or Failed, from its exit code."""
         namespace, name = pod.name.split("/", 1)
-        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                      "startedAt": timestamp(), "finishedAt": timestamp()}
-        self.patch(namespace, name, {
-            "phase": "Succeeded" if code == 0 else "Failed",
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
-                            "lastTransitionTime": timestamp()}],
-            "containerStatuses": [{"name": pod.container, "ready": False, "restartCount": 0,
-                                   "state": {"terminated": terminated}}],
-        })
+        terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": timestamp(),
+            "finishedAt": timestamp(),
+        }
+        self.patch(
+            namespace,
+            name,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": timestamp()}
+                ],
+                "containerStatuses": [
+                    {"name": pod.container, "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+                ],
+            },
+        )
 
     def config_error(self, pod: client.V1Pod, error: Exception) -> None:
         """The kubelet's CreateContainerConfigError, for a pod podrunner cannot emulate."""
         container = pod.spec.containers[0].name
-        self.patch(pod.metadata.namespace, pod.metadata.name, {"containerStatuses": [{
-            "name": container, "ready": False, "restartCount": 0, "image": pod.spec.containers[0].image,
-            "imageID": "", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}}]})
+        self.patch(
+            pod.metadata.namespace,
+            pod.metadata.name,
+            {
+                "containerStatuses": [
+                    {
+                        "name": container,
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": pod.spec.containers[0].image,
+                        "imageID": "",
+                        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}},
+                    }
+                ]
+            },
+        )

@@ -45,8 +45,15 @@ class PodSupervisor:
     test hooks when they start. pythonpath: prepended to the workers' PYTHONPATH. tools: prepended to every
     pod's PATH (helm, kubectl). A pod's ServiceAccount credentials are removed once its process is gone."""
 
-    def __init__(self, status: StatusWriter, stopping: threading.Event, hosts: dict[str, str],
-                 pythonpath: tuple[str, ...], ledger: ProcessLedger | None, tools: Path | None = None) -> None:
+    def __init__(
+        self,
+        status: StatusWriter,
+        stopping: threading.Event,
+        hosts: dict[str, str],
+        pythonpath: tuple[str, ...],
+        ledger: ProcessLedger | None,
+        tools: Path | None = None,
+    ) -> None:
         self.status = status
         self.stopping = stopping
         self.hosts = hosts
@@ -84,8 +91,14 @@ class PodSupervisor:
 
     def _spawn(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | StartFailure:
         try:
-            process = subprocess.Popen(pod.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=environment, start_new_session=True)
+            process = subprocess.Popen(
+                pod.argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+                start_new_session=True,
+            )
         except OSError as error:
             message = f"failed to start {pod.argv[0]!r}: {error}"
             log.warning("%s: %s", pod.name, message)
@@ -140,8 +153,12 @@ class PodSupervisor:
         pod.restart_at = now + min(RESTART_BACKOFF_BASE * 2 ** (pod.restarts - 1), RESTART_BACKOFF_MAX)
         code = process.returncode
         exit_code = 128 - code if code < 0 else code
-        terminated = {"exitCode": exit_code, "reason": "Completed" if code == 0 else "Error",
-                      "startedAt": timestamp(), "finishedAt": timestamp()}
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": timestamp(),
+            "finishedAt": timestamp(),
+        }
         if isinstance(process, StartFailure):
             terminated.update(reason=process.reason, message=process.message)
         log.info("%s: exited with %d, restart %d in %.0f s", pod.name, exit_code, pod.restarts, pod.restart_at - now)

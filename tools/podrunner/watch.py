@@ -38,10 +38,18 @@ class PodRunner:
     skip_private: leave namespaces labelled areal-workers.dev/podrunner=private to their own runner (the
     cluster's runner does; a test's runner for its own namespace does not)."""
 
-    def __init__(self, kubeconfig: Path | str, namespace: str | None, log_dir: Path,
-                 module_map: dict[str, str] | None = None, python: str = sys.executable,
-                 cluster_domain: str = "cluster.local", pythonpath: tuple[str, ...] = (),
-                 skip_private: bool = False, ledger: ProcessLedger | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | str,
+        namespace: str | None,
+        log_dir: Path,
+        module_map: dict[str, str] | None = None,
+        python: str = sys.executable,
+        cluster_domain: str = "cluster.local",
+        pythonpath: tuple[str, ...] = (),
+        skip_private: bool = False,
+        ledger: ProcessLedger | None = None,
+    ) -> None:
         self.api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self.namespace = namespace
         self.log_dir = log_dir
@@ -64,8 +72,9 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
         self.status = StatusWriter(self.api, self._error)
         self.credentials = PodCredentials(self.api, log_dir / "credentials")
-        self.supervisor = PodSupervisor(self.status, self._stop, self.hosts, self.pythonpath, ledger,
-                                        tools=tools_directory())
+        self.supervisor = PodSupervisor(
+            self.status, self._stop, self.hosts, self.pythonpath, ledger, tools=tools_directory()
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -175,8 +184,9 @@ class PodRunner:
     def _follow(self, version: str) -> str | None:
         """Watches from `version` until the stream ends; returns the version to go on from (None: relist)."""
         function, args = self._list_call()
-        for event in watch.Watch().stream(function, *args, resource_version=version, timeout_seconds=5,
-                                          allow_watch_bookmarks=True):
+        for event in watch.Watch().stream(
+            function, *args, resource_version=version, timeout_seconds=5, allow_watch_bookmarks=True
+        ):
             if self._stop.is_set():
                 return version
             if not self._connected.is_set():  # fault injection: the connection drops here
@@ -224,8 +234,13 @@ class PodRunner:
             self._refuse(pod, error)
             return None
         except ApiException as error:  # 403: the TokenRequest in a terminating namespace; a relist retries
-            log.info("%s/%s: not run: no ServiceAccount token (%s %s)", pod.metadata.namespace, pod.metadata.name,
-                     error.status, error.reason)
+            log.info(
+                "%s/%s: not run: no ServiceAccount token (%s %s)",
+                pod.metadata.namespace,
+                pod.metadata.name,
+                error.status,
+                error.reason,
+            )
             return None
         return managed
 

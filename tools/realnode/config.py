@@ -21,8 +21,14 @@ POD_RANGE = ("198.18.0.10", "198.18.0.250")
 CNI_BIN = Path("/usr/lib/cni")
 CLUSTER_DOMAIN = "cluster.local"
 # Host settings the kubelet (and the bridge plugin) change; `down` puts back what it found.
-SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward",
-           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
+SYSCTLS = (
+    "vm.overcommit_memory",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "net.ipv4.ip_forward",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 
@@ -160,11 +166,21 @@ def cni_network(paths: NodePaths) -> dict:
         "cniVersion": "0.4.0",
         "name": "areal-workers",
         "plugins": [
-            {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(paths.cni_ipam_dir),
-                      "ranges": [[{"subnet": NETWORK, "rangeStart": POD_RANGE[0], "rangeEnd": POD_RANGE[1],
-                                   "gateway": NODE_IP}]],
-                      "routes": [{"dst": NETWORK}]}},
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(paths.cni_ipam_dir),
+                    "ranges": [
+                        [{"subnet": NETWORK, "rangeStart": POD_RANGE[0], "rangeEnd": POD_RANGE[1], "gateway": NODE_IP}]
+                    ],
+                    "routes": [{"dst": NETWORK}],
+                },
+            },
             {"type": "loopback"},
         ],
     }
@@ -184,8 +200,11 @@ def kubelet_config(paths: NodePaths, ports: NodePorts, pki: Path) -> dict:
         "healthzPort": ports.kubelet_healthz,
         "tlsCertFile": str(pki / "real-node-serving.crt"),
         "tlsPrivateKeyFile": str(pki / "real-node-serving.key"),
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(pki / "ca.crt")}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
         "authorization": {"mode": "Webhook"},
         "containerRuntimeEndpoint": f"unix://{paths.containerd_socket}",
         "cgroupDriver": "cgroupfs",
@@ -209,10 +228,15 @@ def kubelet_config(paths: NodePaths, ports: NodePorts, pki: Path) -> dict:
 
 def kubelet_argv(kubelet: str, paths: NodePaths) -> list[str]:
     return [
-        kubelet, f"--config={paths.kubelet_config}", f"--kubeconfig={paths.kubelet_kubeconfig}",
-        f"--root-dir={paths.kubelet_root}", f"--cert-dir={paths.root / 'kubelet-pki'}",
-        f"--hostname-override={NODE_NAME}", f"--node-ip={NODE_IP}",
-        f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}", "--v=1",
+        kubelet,
+        f"--config={paths.kubelet_config}",
+        f"--kubeconfig={paths.kubelet_kubeconfig}",
+        f"--root-dir={paths.kubelet_root}",
+        f"--cert-dir={paths.root / 'kubelet-pki'}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}",
+        "--v=1",
     ]
 
 

@@ -33,9 +33,11 @@ def preflight(paths: NodePaths) -> None:
         raise ClusterError(f"no cgroup v1 memory hierarchy under {CGROUP_ROOT}: the real node is set up for cgroup v1")
     live = live_node()
     if live:
-        raise ClusterError(f"another real node runs on this machine ({live}); there can be one per machine (the "
-                           f"bridge {BRIDGE} and {NETWORK} are fixed). Stop it with `tools/localcluster.py down` in "
-                           f"its checkout")
+        raise ClusterError(
+            f"another real node runs on this machine ({live}); there can be one per machine (the "
+            f"bridge {BRIDGE} and {NETWORK} are fixed). Stop it with `tools/localcluster.py down` in "
+            f"its checkout"
+        )
 
 
 def live_node() -> str:
@@ -52,7 +54,7 @@ def live_node() -> str:
 
 
 def sockets_on(ip: str) -> list[str]:
-    """"<proto> <ip>:<port>" of the TCP and UDP sockets of this network namespace bound to `ip` (IPv4)."""
+    """ "<proto> <ip>:<port>" of the TCP and UDP sockets of this network namespace bound to `ip` (IPv4)."""
     address = "".join(f"{int(octet):02X}" for octet in reversed(ip.split(".")))
     found = []
     for table in ("tcp", "udp"):
@@ -86,14 +88,15 @@ def _sysctl_path(name: str) -> Path:
 
 
 def _chains() -> dict[str, list[str]]:
-    """"<command> <table>" -> chain names, for the iptables commands this machine has."""
+    """ "<command> <table>" -> chain names, for the iptables commands this machine has."""
     chains: dict[str, list[str]] = {}
     for command in IPTABLES:
         for table in TABLES:
             result = subprocess.run([command + "-save", "-t", table], capture_output=True, text=True)
             if result.returncode == 0:
-                chains[f"{command} {table}"] = [line[1:].split()[0] for line in result.stdout.splitlines()
-                                                if line.startswith(":")]
+                chains[f"{command} {table}"] = [
+                    line[1:].split()[0] for line in result.stdout.splitlines() if line.startswith(":")
+                ]
     return chains
 
 
@@ -185,7 +188,7 @@ def _remove_cgroups() -> None:
                 top.rmdir()
             except OSError:
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"cannot remove {top}: processes still in it ({top / 'cgroup.procs'})")
+                    raise ClusterError(f"cannot remove {top}: processes still in it ({top / 'cgroup.procs'})") from None
                 time.sleep(0.2)
 
 
@@ -198,8 +201,7 @@ def _remove_chains(before: dict[str, list[str]]) -> None:
         rules = _run(command + "-save", "-t", table).stdout.splitlines()
         for rule in rules:  # jumps into the new chains from chains that stay
             parts = rule.split()
-            if rule.startswith("-A ") and "-j" in parts and parts[parts.index("-j") + 1] in new \
-                    and parts[1] not in new:
+            if rule.startswith("-A ") and "-j" in parts and parts[parts.index("-j") + 1] in new and parts[1] not in new:
                 _run(command, "-t", table, "-D", *parts[1:], check=False)
         for chain in new:
             _run(command, "-t", table, "-F", chain, check=False)

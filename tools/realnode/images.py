@@ -85,14 +85,17 @@ def _hash_sources(*parts: bytes | Path) -> str:
 def docker_archive(out: Path, tag: str, layers: list[Layer], config: dict) -> Path:
     """Writes a docker-archive tar of `layers` (bottom first) with the container `config` (Env, Entrypoint, ...)."""
     image_config = {
-        "architecture": "amd64", "os": "linux", "config": config,
+        "architecture": "amd64",
+        "os": "linux",
+        "config": config,
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer.diff_id}" for layer in layers]},
         "history": [{"created_by": f"tools/realnode/images.py layer {i}"} for i in range(len(layers))],
     }
     config_bytes = json.dumps(image_config, sort_keys=True).encode()
     config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
-    manifest = [{"Config": config_name, "RepoTags": [tag],
-                 "Layers": [f"{layer.diff_id}/layer.tar" for layer in layers]}]
+    manifest = [
+        {"Config": config_name, "RepoTags": [tag], "Layers": [f"{layer.diff_id}/layer.tar" for layer in layers]}
+    ]
     partial = out.with_suffix(".partial")
     with tarfile.open(partial, "w") as archive:
         for layer in layers:
@@ -106,8 +109,23 @@ def docker_archive(out: Path, tag: str, layers: list[Layer], config: dict) -> Pa
 
 
 def _layer_of_dir(root: Path, out: Path) -> Layer:
-    _run(["tar", "--numeric-owner", "--sort=name", "--mtime=@0", "--exclude=./dev/*", "--exclude=./proc/*",
-          "--exclude=./sys/*", "-C", str(root), "-cf", str(out), "."], f"packing {root}")
+    _run(
+        [
+            "tar",
+            "--numeric-owner",
+            "--sort=name",
+            "--mtime=@0",
+            "--exclude=./dev/*",
+            "--exclude=./proc/*",
+            "--exclude=./sys/*",
+            "-C",
+            str(root),
+            "-cf",
+            str(out),
+            ".",
+        ],
+        f"packing {root}",
+    )
     return Layer(out, _sha256(out))
 
 
@@ -140,8 +158,17 @@ def debian_rootfs() -> Path:
     _unmount_below(root)  # an interrupted debootstrap leaves its /proc and /sys mounted in the target
     shutil.rmtree(root, ignore_errors=True)
     CACHE.mkdir(parents=True, exist_ok=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(root),
-          DEBIAN_MIRROR], f"debootstrap of {DEBIAN_SUITE}")
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEBIAN_PACKAGES)}",
+            DEBIAN_SUITE,
+            str(root),
+            DEBIAN_MIRROR,
+        ],
+        f"debootstrap of {DEBIAN_SUITE}",
+    )
     shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
     # Workers run as uid 1000 and reach the environment mounted under /root (its host path) through it.
     (root / "root").chmod(0o755)
@@ -184,8 +211,11 @@ def worker_image(environment: Path) -> Path:
             else:
                 shutil.copy2(source, target / name)
         layer = _layer_of_dir(engines_root, Path(tmp) / "engines.tar")
-        config = {"Env": [f"PATH={environment}/bin:{BASE_PATH}", f"PYTHONPATH={ENGINES_DIR}"],
-                  "WorkingDir": "/tmp", "Cmd": ["python3"]}
+        config = {
+            "Env": [f"PATH={environment}/bin:{BASE_PATH}", f"PYTHONPATH={ENGINES_DIR}"],
+            "WorkingDir": "/tmp",
+            "Cmd": ["python3"],
+        }
         return docker_archive(out, WORKER_IMAGE, [base, layer], config)
 
 

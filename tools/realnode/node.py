@@ -48,15 +48,14 @@ from realnode.images import PAUSE_IMAGE, pause_image, worker_image
 from realnode.values import worker_values
 from repo_paths import TOOLS_BIN
 
-
 NODE_CHOICES = ("kwok", "real", "auto")  # `localcluster.py up --real-node` and `make ... NODE=`
 
 
 class RealNode:
-    """The real node of one local cluster (one per machine: the bridge and 198.18.0.0/24 are fixed; host.live_node() tells)."""
+    """The real node of one local cluster (one per machine: the bridge and 198.18.0.0/24 are fixed;
+    host.live_node() tells)."""
 
-    def __init__(self, state: Path, pki: Path, ports: Ports, server: str, kubeconfig: Path,
-                 environment: Path) -> None:
+    def __init__(self, state: Path, pki: Path, ports: Ports, server: str, kubeconfig: Path, environment: Path) -> None:
         self.paths = NodePaths(state, ports.base)
         self.ports = NodePorts(ports)
         self.pki = pki
@@ -73,17 +72,28 @@ class RealNode:
     def components(self) -> list[Component]:
         """In start order: the mount namespace's holder, containerd, the kubelet, CoreDNS."""
         state = self.paths.root
-        holder = Component("node-mounts", ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"],
-                           state)
+        holder = Component(
+            "node-mounts", ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"], state
+        )
         inside = ["nsenter", f"--mount=/proc/{holder.pid() or 'self'}/ns/mnt", "--"]
         return [
             holder,
-            Component("containerd", [*inside, "containerd", f"--config={self.paths.containerd_config}"],
-                      state, grace=15.0),
-            Component("kubelet", [*inside, *kubelet_argv(str(TOOLS_BIN / "kubelet"), self.paths)], state,
-                      health_url=f"http://127.0.0.1:{self.ports.kubelet_healthz}/healthz", grace=15.0),
-            Component("coredns", [str(TOOLS_BIN / "coredns"), "-conf", str(self.paths.corefile)], state,
-                      health_url=f"http://127.0.0.1:{self.ports.coredns_health}/health"),
+            Component(
+                "containerd", [*inside, "containerd", f"--config={self.paths.containerd_config}"], state, grace=15.0
+            ),
+            Component(
+                "kubelet",
+                [*inside, *kubelet_argv(str(TOOLS_BIN / "kubelet"), self.paths)],
+                state,
+                health_url=f"http://127.0.0.1:{self.ports.kubelet_healthz}/healthz",
+                grace=15.0,
+            ),
+            Component(
+                "coredns",
+                [str(TOOLS_BIN / "coredns"), "-conf", str(self.paths.corefile)],
+                state,
+                health_url=f"http://127.0.0.1:{self.ports.coredns_health}/health",
+            ),
         ]
 
     def missing(self) -> str:
@@ -143,8 +153,10 @@ class RealNode:
         processes.wait_healthy(kubelet, self.pki, deadline)
         self._wait_node_ready(deadline)
         self.paths.worker_values.write_text(yaml.safe_dump(worker_values(self.environment)))
-        say(f"real node {NODE_NAME} Ready at {NODE_IP} ({time.monotonic() - started:.1f}s; pods on {NETWORK} "
-            f"behind {BRIDGE}; worker values: {self.paths.worker_values})")
+        say(
+            f"real node {NODE_NAME} Ready at {NODE_IP} ({time.monotonic() - started:.1f}s; pods on {NETWORK} "
+            f"behind {BRIDGE}; worker values: {self.paths.worker_values})"
+        )
 
     def _write_configs(self) -> None:
         paths = self.paths
@@ -154,16 +166,21 @@ class RealNode:
         (paths.cni_conf_dir / "10-areal-workers.conflist").write_text(json.dumps(cni_network(paths), indent=2))
         if not (self.pki / "real-node.crt").exists():
             issue_cert(self.pki, "real-node", f"/O=system:nodes/CN=system:node:{NODE_NAME}")
-            issue_cert(self.pki, "real-node-serving", f"/CN={NODE_NAME}",
-                       sans=f"IP:{NODE_IP},IP:127.0.0.1,DNS:{NODE_NAME}")
+            issue_cert(
+                self.pki, "real-node-serving", f"/CN={NODE_NAME}", sans=f"IP:{NODE_IP},IP:127.0.0.1,DNS:{NODE_NAME}"
+            )
         cert_kubeconfig(self.pki, "real-node", paths.kubelet_kubeconfig, self.server)
-        paths.kubelet_config.write_text(yaml.safe_dump(
-            {**kubelet_config(paths, self.ports, self.pki), "podLogsDir": str(paths.root / "pod-logs")}))
+        paths.kubelet_config.write_text(
+            yaml.safe_dump({**kubelet_config(paths, self.ports, self.pki), "podLogsDir": str(paths.root / "pod-logs")})
+        )
         paths.corefile.write_text(corefile(self.ports, self.kubeconfig))
 
     def _ctr(self, *args: str) -> str:
-        result = subprocess.run([_system_binary("ctr"), f"--address={self.paths.containerd_socket}", "-n", "k8s.io",
-                                 *args], capture_output=True, text=True)
+        result = subprocess.run(
+            [_system_binary("ctr"), f"--address={self.paths.containerd_socket}", "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             raise ClusterError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
@@ -184,9 +201,11 @@ class RealNode:
     def _wait_node_ready(self, deadline: float) -> None:
         kubectl = [binary("kubectl"), f"--kubeconfig={self.kubeconfig}"]
         while time.monotonic() < deadline:
-            result = subprocess.run([*kubectl, "get", "node", NODE_NAME, "-o",
-                                     "jsonpath={.status.conditions[?(@.type=='Ready')].status}"],
-                                    capture_output=True, text=True)
+            result = subprocess.run(
+                [*kubectl, "get", "node", NODE_NAME, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}"],
+                capture_output=True,
+                text=True,
+            )
             if result.stdout.strip() == "True":
                 return
             time.sleep(0.5)
@@ -202,7 +221,8 @@ class RealNode:
         holder, containerd, kubelet, coredns = self.components()
         processes.stop([kubelet, coredns])
         namespace = host.mount_namespace(holder.pid()) or (
-            self._namespace_file.read_text() if self._namespace_file.exists() else None)
+            self._namespace_file.read_text() if self._namespace_file.exists() else None
+        )
         killed = host.kill_namespace_processes(namespace, keep=holder.pid()) if namespace else 0
         processes.stop([containerd, holder])
         host.restore(self.paths)
@@ -210,8 +230,10 @@ class RealNode:
         left = host.leftovers(self.paths)
         if left:
             raise ClusterError("the real node left behind: " + "; ".join(left))
-        say(f"real node stopped ({killed} container process(es) killed; mounts, cgroups, network namespaces, "
-            f"bridge, iptables chains and sysctls restored)")
+        say(
+            f"real node stopped ({killed} container process(es) killed; mounts, cgroups, network namespaces, "
+            f"bridge, iptables chains and sysctls restored)"
+        )
 
 
 def _system_binary(name: str) -> str:
@@ -219,4 +241,3 @@ def _system_binary(name: str) -> str:
     if path is None:
         raise ClusterError(f"{name} is missing: `make tools` installs Debian's containerd, runc and CNI plugins")
     return path
-

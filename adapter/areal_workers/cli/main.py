@@ -22,39 +22,51 @@ from ..errors import SchedulerError
 from . import duration
 from .commands import completion, reap, release, render, submit, up, workers
 from .output import console, emit, table
-from .session import EXIT_CLUSTER, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, CliError, \
-    Selection, Session, cluster_error, make_config
+from .session import (
+    EXIT_CLUSTER,
+    EXIT_CODES,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_PROBLEM,
+    CliError,
+    Selection,
+    Session,
+    cluster_error,
+    make_config,
+)
 
 PROGRAM = "areal-workers"
 
 EXAMPLES = {
     "status": "  areal-workers status -n rl                 every trial in namespace rl\n"
-              "  areal-workers status --experiment gsm8k --trial t1 --watch\n"
-              "  areal-workers status -o json | jq '.trials[].workers[] | select(.ready|not)'",
+    "  areal-workers status --experiment gsm8k --trial t1 --watch\n"
+    "  areal-workers status -o json | jq '.trials[].workers[] | select(.ready|not)'",
     "diagnose": "  areal-workers diagnose actor                every actor worker\n"
-                "  areal-workers diagnose actor/3 -o json",
+    "  areal-workers diagnose actor/3 -o json",
     "logs": "  areal-workers logs actor/0 -f\n  areal-workers logs rollout/2 --previous --tail 100",
     "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
     "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
-                "  areal-workers rollback 3 --timeout 15m",
+    "  areal-workers rollback 3 --timeout 15m",
     "up": "  areal-workers up -f job.yaml               create the job file's roles and wait until they answer\n"
-          "  areal-workers up -f job.yaml --values platform.yaml --timeout 15m",
+    "  areal-workers up -f job.yaml --values platform.yaml --timeout 15m",
     "render": "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
-              "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
-              "  areal-workers render --values values.yaml   a values file alone: its roles (helm template + schema)",
+    "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
+    "  areal-workers render --values values.yaml   a values file alone: its roles (helm template + schema)",
     "doctor": "  areal-workers doctor -n rl                  permissions, chart, a probe worker reachable from here\n"
-              "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
+    "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
     "submit": "  areal-workers submit -n rl -f trainer.yaml -- python train.py --config gsm8k.yaml\n"
-              "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py",
+    "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py",
     "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease past its grace)\n"
-            "  areal-workers reap --dry-run -o json",
+    "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
 }
 DURATION = "a duration as kubectl and helm take it: 90s, 15m, 1h30m; or plain seconds"
 # How a job file's names and the command line's combine (up and render alike).
-NAMES_AGREE = ("--experiment and --trial fill in names the file leaves out; one that differs from the file's is "
-               "refused (exit 2)")
+NAMES_AGREE = (
+    "--experiment and --trial fill in names the file leaves out; one that differs from the file's is refused (exit 2)"
+)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -67,30 +79,56 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument("--release", default=argparse.SUPPRESS, help="the trial's helm release")
     group.add_argument("--experiment", default=argparse.SUPPRESS, help="the trial's experiment name")
     group.add_argument("--trial", default=argparse.SUPPRESS, help="the trial name")
-    group.add_argument("-o", "--output", choices=("table", "json", "yaml"), default=argparse.SUPPRESS,
-                       help="output format (default: table)")
+    group.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default=argparse.SUPPRESS,
+        help="output format (default: table)",
+    )
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__, parents=[common],
-                                     epilog=f"exit codes:\n{codes}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description=__doc__,
+        parents=[common],
+        epilog=f"exit codes:\n{codes}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=summary, description=summary, parents=[common],
-                                   epilog="examples:\n" + EXAMPLES[name],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=summary,
+            parents=[common],
+            epilog="examples:\n" + EXAMPLES[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
 
-    status = command("status", "roles and workers of one trial or every trial: ready, restarts, node, address, "
-                               "and why a worker is not ready (exit 1 when one is not)")
+    status = command(
+        "status",
+        "roles and workers of one trial or every trial: ready, restarts, node, address, "
+        "and why a worker is not ready (exit 1 when one is not)",
+    )
     status.add_argument("-w", "--watch", action="store_true", help="redraw on every pod change (one watch)")
-    status.add_argument("--watch-seconds", type=duration.seconds, metavar="DURATION", default=None,
-                        help="stop watching after this long (" + DURATION + ")")
-    diagnose = command("diagnose", "why a role's or a worker's pods are not ready: the adapter's diagnosis with "
-                                   "events, log tail and the fix (exit 1 when a problem is found)")
+    status.add_argument(
+        "--watch-seconds",
+        type=duration.seconds,
+        metavar="DURATION",
+        default=None,
+        help="stop watching after this long (" + DURATION + ")",
+    )
+    diagnose = command(
+        "diagnose",
+        "why a role's or a worker's pods are not ready: the adapter's diagnosis with "
+        "events, log tail and the fix (exit 1 when a problem is found)",
+    )
     diagnose.add_argument("target", metavar="ROLE|ROLE/INDEX")
     logs = command("logs", "a worker's log (a process fork's: its target pod's)")
     logs.add_argument("target", metavar="ROLE/INDEX|POD")
@@ -98,57 +136,115 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous container (after a restart)")
     command("history", "the trial's release revisions, with the last one whose workers were all ready")
-    rollback = command("rollback", "back to a revision (default: the last all-ready one, else the previous), "
-                                   "pods stuck on the abandoned revision replaced, then wait until ready")
+    rollback = command(
+        "rollback",
+        "back to a revision (default: the last all-ready one, else the previous), "
+        "pods stuck on the abandoned revision replaced, then wait until ready",
+    )
     rollback.add_argument("revision", type=int, nargs="?", default=None)
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
-    rollback.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
-                          help="how long to wait for the workers (" + DURATION + "; default 10m)")
-    up_cmd = command("up", "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
-                           "until every worker answers (a failure is diagnosed and rolled back as for a trainer)")
+    rollback.add_argument(
+        "--timeout",
+        type=duration.seconds,
+        metavar="DURATION",
+        default="10m",
+        help="how long to wait for the workers (" + DURATION + "; default 10m)",
+    )
+    up_cmd = command(
+        "up",
+        "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
+        "until every worker answers (a failure is diagnosed and rolled back as for a trainer)",
+    )
     up_cmd.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
     up_cmd.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
-    up_cmd.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="10m",
-                        help="how long to wait for each role (" + DURATION + "; default 10m)")
-    render_cmd = command("render", "dry run without a cluster: the values and manifests of a job file and/or "
-                                   "values files (helm template, schema-checked)")
-    render_cmd.add_argument("-f", "--job-file", help="AReaL Job(s) as YAML: {role, replicas, tasks: "
-                                                     "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
-                                                     "jobs: [...]}; " + NAMES_AGREE)
-    render_cmd.add_argument("--show", choices=("all", "values", "manifests"), default="all",
-                            help="what to print; helm template checks the values against the chart's schema either "
-                                 "way")
-    doctor = command("doctor", "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
-                               "capacity, a probe worker reachable from here (exit 1 when a check fails)")
+    up_cmd.add_argument(
+        "--timeout",
+        type=duration.seconds,
+        metavar="DURATION",
+        default="10m",
+        help="how long to wait for each role (" + DURATION + "; default 10m)",
+    )
+    render_cmd = command(
+        "render",
+        "dry run without a cluster: the values and manifests of a job file and/or "
+        "values files (helm template, schema-checked)",
+    )
+    render_cmd.add_argument(
+        "-f",
+        "--job-file",
+        help="AReaL Job(s) as YAML: {role, replicas, tasks: "
+        "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
+        "jobs: [...]}; " + NAMES_AGREE,
+    )
+    render_cmd.add_argument(
+        "--show",
+        choices=("all", "values", "manifests"),
+        default="all",
+        help="what to print; helm template checks the values against the chart's schema either way",
+    )
+    doctor = command(
+        "doctor",
+        "preflight: permissions (SelfSubjectAccessReview), chart and schema, GPU "
+        "capacity, a probe worker reachable from here (exit 1 when a check fails)",
+    )
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
     doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")
     doctor.add_argument("--no-probe", action="store_true", help="skip creating a probe worker")
     for sub in (up_cmd, render_cmd, doctor):
-        sub.add_argument("--values", action="append", default=[], metavar="FILE",
-                         help="values file under the adapter's values (repeatable)")
+        sub.add_argument(
+            "--values",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="values file under the adapter's values (repeatable)",
+        )
         sub.add_argument("--chart", default=None, help="chart directory or reference (default: the bundled one)")
     down = command("down", "delete a trial's release and its workers (asks first)")
     down.add_argument("-y", "--yes", action="store_true", help="do not ask")
-    down.add_argument("--rank-zero-last", action="store_true",
-                      help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)")
-    submit_cmd = command("submit", "run the trainer as a Job in the namespace (controller ServiceAccount, the "
-                                   "label the NetworkPolicy admits, its workers owned by its pod), stream its log and "
-                                   "exit with its exit code")
-    submit_cmd.add_argument("-f", "--file", help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
-                                                 "volumes, volume_mounts, lease_grace_seconds, ...)")
+    down.add_argument(
+        "--rank-zero-last",
+        action="store_true",
+        help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)",
+    )
+    submit_cmd = command(
+        "submit",
+        "run the trainer as a Job in the namespace (controller ServiceAccount, the "
+        "label the NetworkPolicy admits, its workers owned by its pod), stream its log and "
+        "exit with its exit code",
+    )
+    submit_cmd.add_argument(
+        "-f",
+        "--file",
+        help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
+        "volumes, volume_mounts, lease_grace_seconds, ...)",
+    )
     submit_cmd.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
     submit_cmd.add_argument("--name", help="the Job's name (default: trainer-<script>)")
     submit_cmd.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
     submit_cmd.add_argument("--detach", action="store_true", help="return once the Job is created")
-    submit_cmd.add_argument("--start-timeout", type=duration.seconds, metavar="DURATION", default="10m",
-                            help="how long the trainer pod may take to start (" + DURATION + "; default 10m)")
-    submit_cmd.add_argument("trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                            help="the trainer's command")
-    reap_cmd = command("reap", "uninstall the releases whose trainer stopped renewing its lease for longer than the "
-                               "grace period (run it by hand or from a CronJob), and wait for their pods to go")
+    submit_cmd.add_argument(
+        "--start-timeout",
+        type=duration.seconds,
+        metavar="DURATION",
+        default="10m",
+        help="how long the trainer pod may take to start (" + DURATION + "; default 10m)",
+    )
+    submit_cmd.add_argument(
+        "trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the trainer's command"
+    )
+    reap_cmd = command(
+        "reap",
+        "uninstall the releases whose trainer stopped renewing its lease for longer than the "
+        "grace period (run it by hand or from a CronJob), and wait for their pods to go",
+    )
     reap_cmd.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
-    reap_cmd.add_argument("--timeout", type=duration.seconds, metavar="DURATION", default="5m",
-                          help="how long to wait for a release's pods to go (" + DURATION + "; default 5m)")
+    reap_cmd.add_argument(
+        "--timeout",
+        type=duration.seconds,
+        metavar="DURATION",
+        default="5m",
+        help="how long to wait for a release's pods to go (" + DURATION + "; default 5m)",
+    )
     completion_cmd = command("completion", "print a shell completion script")
     completion_cmd.add_argument("shell", choices=("bash", "zsh"))
     return parser
@@ -160,10 +256,13 @@ def _session(args: argparse.Namespace) -> Session:
         overrides["values_files"] = tuple(args.values)
     if getattr(args, "chart", None):
         overrides["chart"] = args.chart
-    config = make_config(getattr(args, "namespace", None), getattr(args, "kubeconfig", None),
-                         getattr(args, "context", None), **overrides)
-    return Session(config, Selection(getattr(args, "release", None), getattr(args, "experiment", None),
-                                     getattr(args, "trial", None)))
+    config = make_config(
+        getattr(args, "namespace", None), getattr(args, "kubeconfig", None), getattr(args, "context", None), **overrides
+    )
+    return Session(
+        config,
+        Selection(getattr(args, "release", None), getattr(args, "experiment", None), getattr(args, "trial", None)),
+    )
 
 
 def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
@@ -171,19 +270,35 @@ def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
 
     err = console(stderr=True)
     with err.status("checking") as spinner:
-        checks = run_doctor(session.api, session.config, gpus_per_worker=args.gpus_per_worker,
-                            workers=args.workers, probe=not args.no_probe, progress=spinner.update)
+        checks = run_doctor(
+            session.api,
+            session.config,
+            gpus_per_worker=args.gpus_per_worker,
+            workers=args.workers,
+            probe=not args.no_probe,
+            progress=spinner.update,
+        )
     if fmt != "table":
         emit({"namespace": session.namespace, "checks": [dataclasses.asdict(c) for c in checks]}, fmt)
     else:
-        marks = {"pass": Text("pass", "green"), "fail": Text("FAIL", "red"), "warn": Text("warn", "yellow"),
-                 "skip": Text("skip")}
+        marks = {
+            "pass": Text("pass", "green"),
+            "fail": Text("FAIL", "red"),
+            "warn": Text("warn", "yellow"),
+            "skip": Text("skip"),
+        }
         out = console()
         allowed = [c for c in checks if c.name.startswith("permission ") and c.status == "pass"]
         rows = [[marks[c.status], c.name, c.detail] for c in checks if c not in allowed]
         if allowed:  # one row for the permissions that pass (-o json lists each)
-            rows.insert(1 if rows else 0, [marks["pass"], "permissions",
-                                           f"all {len(allowed)} permissions the adapter uses are allowed (-o json lists each)"])
+            rows.insert(
+                1 if rows else 0,
+                [
+                    marks["pass"],
+                    "permissions",
+                    f"all {len(allowed)} permissions the adapter uses are allowed (-o json lists each)",
+                ],
+            )
         out.print(table(["", "CHECK", "DETAIL"], rows))
         for check in checks:
             if check.fix and check.status != "pass":
@@ -209,17 +324,33 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.command == "rollback":
             return release.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
         if args.command == "up":
-            return up.up(session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None),
-                         not args.no_wait, args.timeout, fmt)
+            return up.up(
+                session,
+                args.job_file,
+                getattr(args, "experiment", None),
+                getattr(args, "trial", None),
+                not args.no_wait,
+                args.timeout,
+                fmt,
+            )
         if args.command == "render":
-            return render.render(session, args.job_file, getattr(args, "experiment", None),
-                                 getattr(args, "trial", None), args.show, fmt)
+            return render.render(
+                session, args.job_file, getattr(args, "experiment", None), getattr(args, "trial", None), args.show, fmt
+            )
         if args.command == "doctor":
             return _doctor(session, args, fmt)
         if args.command == "submit":
             command_line = args.trainer_command[1:] if args.trainer_command[:1] == ["--"] else args.trainer_command
-            return submit.submit(session, args.file, {"image": args.image, "name": args.name}, command_line,
-                                 args.dry_run, args.detach, args.start_timeout, fmt)
+            return submit.submit(
+                session,
+                args.file,
+                {"image": args.image, "name": args.name},
+                command_line,
+                args.dry_run,
+                args.detach,
+                args.start_timeout,
+                fmt,
+            )
         if args.command == "reap":
             return reap.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":

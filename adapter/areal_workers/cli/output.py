@@ -46,20 +46,42 @@ def _ready_text(ready: bool, fatal: bool) -> Text:
 
 
 def trial_renderable(status: TrialStatus) -> Group:
-    revision = (f"revision {status.revision} ({status.helm_status})" if status.revision
-                else status.helm_status if status.roles else "not installed")
+    revision = (
+        f"revision {status.revision} ({status.helm_status})"
+        if status.revision
+        else status.helm_status
+        if status.roles
+        else "not installed"
+    )
     good = f", last all-ready revision {status.ready_revision}" if status.ready_revision else ""
     ready = sum(w.ready for w in status.workers)
-    header = Text.assemble((status.release, "bold"), f"  experiment {status.experiment}, trial {status.trial} · ",
-                           f"{revision}{good} · {ready}/{len(status.workers)} workers ready",
-                           f"\n{status.trainer}" if status.trainer else "")
-    roles = table(["ROLE", "KIND", "TARGET", "READY"],
-                  [[r.name, r.kind, r.target or "-", f"{r.ready}/{r.replicas}"] for r in status.roles])
+    header = Text.assemble(
+        (status.release, "bold"),
+        f"  experiment {status.experiment}, trial {status.trial} · ",
+        f"{revision}{good} · {ready}/{len(status.workers)} workers ready",
+        f"\n{status.trainer}" if status.trainer else "",
+    )
+    roles = table(
+        ["ROLE", "KIND", "TARGET", "READY"],
+        [[r.name, r.kind, r.target or "-", f"{r.ready}/{r.replicas}"] for r in status.roles],
+    )
     workers = table(
         ["WORKER", "POD", "READY", "STATUS", "RESTARTS", "NODE", "ADDRESS", "AGE", "REASON"],
-        [[w.id, w.pod or "-", _ready_text(w.ready, w.fatal), w.state, w.restarts, w.node or "-",
-          f"{w.ip}:{','.join(w.ports)}" if w.ip else "-", age_text(w.age_seconds), w.reason or ""]
-         for w in status.workers])
+        [
+            [
+                w.id,
+                w.pod or "-",
+                _ready_text(w.ready, w.fatal),
+                w.state,
+                w.restarts,
+                w.node or "-",
+                f"{w.ip}:{','.join(w.ports)}" if w.ip else "-",
+                age_text(w.age_seconds),
+                w.reason or "",
+            ]
+            for w in status.workers
+        ],
+    )
     return Group(header, Text(""), roles, Text(""), workers)
 
 

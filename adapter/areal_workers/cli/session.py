@@ -39,7 +39,7 @@ EXIT_PIPE = 141  # 128 + SIGPIPE: how a shell sees kubectl or helm end when its 
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
-                  "check",
+    "check",
     EXIT_USAGE: "bad arguments or input files, an ambiguous trial, or no helm to run; nothing was changed",
     EXIT_NOT_FOUND: "no such trial, role, worker or revision",
     EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",
@@ -47,7 +47,7 @@ EXIT_CODES = {
     EXIT_ABORTED: "a confirmation was declined (down)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); ends --watch and logs -f without an error",
     EXIT_PIPE: "stdout was closed before the output ended (| head): the rest is dropped quietly, as kubectl and helm "
-               "do",
+    "do",
 }
 
 TOPOLOGY_SELECTOR = "app.kubernetes.io/part-of=areal,app.kubernetes.io/component=topology"
@@ -96,12 +96,15 @@ def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str | N
     return ((chosen or {}).get("context") or {}).get("namespace")
 
 
-def make_config(namespace: str | None, kubeconfig: str | None, context: str | None,
-                release: str | None = None, **overrides: Any) -> KubernetesSchedulerConfig:
+def make_config(
+    namespace: str | None, kubeconfig: str | None, context: str | None, release: str | None = None, **overrides: Any
+) -> KubernetesSchedulerConfig:
     """AREAL_K8S_* variables, then the options; the namespace falls back to the kubeconfig context's."""
-    explicit = {key: value for key, value in
-                {"kubeconfig": kubeconfig, "context": context, "release_name": release, **overrides}.items()
-                if value is not None}
+    explicit = {
+        key: value
+        for key, value in {"kubeconfig": kubeconfig, "context": context, "release_name": release, **overrides}.items()
+        if value is not None
+    }
     try:
         settings = KubernetesSchedulerConfig.from_env(**explicit)
         if namespace:
@@ -120,11 +123,16 @@ def cluster_error(error: Exception, doing: str) -> CliError:
     if isinstance(error, ApiException):
         if error.status == 403:
             reason = json.loads(error.body or "{}").get("message", error.reason) if error.body else error.reason
-            return CliError(f"{doing}: forbidden: {reason}\n(areal-workers doctor lists every permission missing "
-                            f"and the rbac/ file that grants it)", EXIT_CLUSTER)
+            return CliError(
+                f"{doing}: forbidden: {reason}\n(areal-workers doctor lists every permission missing "
+                f"and the rbac/ file that grants it)",
+                EXIT_CLUSTER,
+            )
         return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
-    return CliError(f"{doing}: cannot reach the cluster ({error}); check --kubeconfig/--context "
-                    f"(kubectl cluster-info)", EXIT_CLUSTER)
+    return CliError(
+        f"{doing}: cannot reach the cluster ({error}); check --kubeconfig/--context (kubectl cluster-info)",
+        EXIT_CLUSTER,
+    )
 
 
 class Session:
@@ -140,8 +148,9 @@ class Session:
         try:
             return backend.kube_client(self.config)
         except (kube_config.ConfigException, OSError) as error:
-            raise CliError(f"no cluster credentials: {error} (pass --kubeconfig, or set KUBECONFIG)",
-                           EXIT_CLUSTER) from None
+            raise CliError(
+                f"no cluster credentials: {error} (pass --kubeconfig, or set KUBECONFIG)", EXIT_CLUSTER
+            ) from None
 
     @cached_property
     def core(self) -> client.CoreV1Api:
@@ -178,8 +187,12 @@ class Session:
 
     def trials(self) -> list[Trial]:
         """Every areal-workers trial in the namespace, found by the chart's topology ConfigMaps."""
-        maps = self.kube(self.core.list_namespaced_config_map, f"listing trials in namespace {self.namespace}",
-                         self.namespace, label_selector=TOPOLOGY_SELECTOR).items
+        maps = self.kube(
+            self.core.list_namespaced_config_map,
+            f"listing trials in namespace {self.namespace}",
+            self.namespace,
+            label_selector=TOPOLOGY_SELECTOR,
+        ).items
         trials = []
         for configmap in maps:
             topology = json.loads((configmap.data or {}).get("topology.json", "{}"))
@@ -197,11 +210,15 @@ class Session:
         if len(found) == 1:
             return found[0].release
         if not found:
-            raise CliError(f"no areal-workers trial in namespace {self.namespace} (another namespace: -n NAME)",
-                           EXIT_NOT_FOUND)
+            raise CliError(
+                f"no areal-workers trial in namespace {self.namespace} (another namespace: -n NAME)", EXIT_NOT_FOUND
+            )
         listing = "\n".join(f"  {t.release}  (experiment {t.experiment}, trial {t.trial})" for t in found)
-        raise CliError(f"{len(found)} trials in namespace {self.namespace}; name one with --release or "
-                       f"--experiment/--trial:\n{listing}", EXIT_USAGE)
+        raise CliError(
+            f"{len(found)} trials in namespace {self.namespace}; name one with --release or "
+            f"--experiment/--trial:\n{listing}",
+            EXIT_USAGE,
+        )
 
     def inspector(self, release: str) -> ReleaseInspector:
         return ReleaseInspector(self.core, self.namespace, release)
@@ -219,8 +236,11 @@ class Session:
     def external_model(self, release: str, topology: dict[str, Any]) -> ReleaseModel:
         """The model of a release helm has no record of: its rendered topology, when the chart's objects are there."""
         if not topology:
-            raise CliError(f"release {release} not found in namespace {self.namespace} "
-                           f"(areal-workers status -n {self.namespace} lists the trials)", EXIT_NOT_FOUND)
+            raise CliError(
+                f"release {release} not found in namespace {self.namespace} "
+                f"(areal-workers status -n {self.namespace} lists the trials)",
+                EXIT_NOT_FOUND,
+            )
         return ReleaseModel(topology=topology)
 
     def refuse_external(self, release: str, model: ReleaseModel, doing: str) -> None:
@@ -230,13 +250,15 @@ class Session:
                 f"cannot {doing} {release}: it was applied without helm (no helm release, only the chart's objects, "
                 f"e.g. synced by Argo CD), so its revisions live in Git: change the values there "
                 f"(`argocd app history` / `argocd app rollback` for the Application), or delete the Application",
-                EXIT_USAGE)
+                EXIT_USAGE,
+            )
 
     def driver(self, release: str) -> ReleaseDriver:
         """The scheduler's own release driver, adopted (for changes: rollback)."""
         parts = backend.connect(self.config, release, lambda worker: None)
-        driver = ReleaseDriver(release, self.config, parts.releases, parts.inspector, parts.pods,
-                               parts.statefulsets, self.loop)
+        driver = ReleaseDriver(
+            release, self.config, parts.releases, parts.inspector, parts.pods, parts.statefulsets, self.loop
+        )
         driver.adopt()
         return driver
 

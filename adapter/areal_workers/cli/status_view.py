@@ -88,13 +88,32 @@ def pod_state(pod: client.V1Pod) -> str:
     return pod.status.phase or "Unknown"
 
 
-def _row(role: str, index: int, pod: client.V1Pod | None, ports: list[str], nodes: list[client.V1Node],
-         now: datetime, host_pod_of: str | None = None) -> WorkerRow:
+def _row(
+    role: str,
+    index: int,
+    pod: client.V1Pod | None,
+    ports: list[str],
+    nodes: list[client.V1Node],
+    now: datetime,
+    host_pod_of: str | None = None,
+) -> WorkerRow:
     worker = naming.worker_id(role, index)
     if pod is None:
-        return WorkerRow(worker, role, index, None, False, "Missing", 0, None, None, ports, None,
-                         reason="no pod yet: the StatefulSet has not created it (kubectl describe statefulset)",
-                         host_pod_of=host_pod_of)
+        return WorkerRow(
+            worker,
+            role,
+            index,
+            None,
+            False,
+            "Missing",
+            0,
+            None,
+            None,
+            ports,
+            None,
+            reason="no pod yet: the StatefulSet has not created it (kubectl describe statefulset)",
+            host_pod_of=host_pod_of,
+        )
     ready = is_ready(pod)
     problem = None if ready else diagnosis.diagnose_pod(pod, nodes=nodes)
     reason = ""
@@ -102,8 +121,22 @@ def _row(role: str, index: int, pod: client.V1Pod | None, ports: list[str], node
         reason = problem.reason + (f": {problem.message.splitlines()[0]}" if problem.message else "")
     elif not ready:
         reason = "starting: not Ready yet"
-    return WorkerRow(worker, role, index, pod.metadata.name, ready, pod_state(pod), _restarts(pod), pod.spec.node_name,
-                     pod.status.pod_ip, ports, _age(pod, now), reason, bool(problem and problem.fatal), host_pod_of)
+    return WorkerRow(
+        worker,
+        role,
+        index,
+        pod.metadata.name,
+        ready,
+        pod_state(pod),
+        _restarts(pod),
+        pod.spec.node_name,
+        pod.status.pod_ip,
+        ports,
+        _age(pod, now),
+        reason,
+        bool(problem and problem.fatal),
+        host_pod_of,
+    )
 
 
 def _workload_pods(pods: list[client.V1Pod], workload: str) -> dict[int, client.V1Pod]:
@@ -113,28 +146,47 @@ def _workload_pods(pods: list[client.V1Pod], workload: str) -> dict[int, client.
     return {index: pod for pod in mine if (index := pod_index(pod)) is not None}
 
 
-def trial_status(release: str, model: ReleaseModel, pods: list[client.V1Pod], nodes: list[client.V1Node],
-                 helm_status: str, ready_revision: int | None, now: datetime | None = None) -> TrialStatus:
+def trial_status(
+    release: str,
+    model: ReleaseModel,
+    pods: list[client.V1Pod],
+    nodes: list[client.V1Node],
+    helm_status: str,
+    ready_revision: int | None,
+    now: datetime | None = None,
+) -> TrialStatus:
     now = now or datetime.now(timezone.utc)
-    status = TrialStatus(release, str(model.topology.get("experiment", "")), str(model.topology.get("trial", "")),
-                         model.revision, helm_status, ready_revision)
+    status = TrialStatus(
+        release,
+        str(model.topology.get("experiment", "")),
+        str(model.topology.get("trial", "")),
+        model.revision,
+        helm_status,
+        ready_revision,
+    )
     for workload in sorted(model.roles) + sorted(n for n in model.forks if not model.is_process_fork(n)):
         by_index = _workload_pods(pods, workload)
-        rows = [_row(workload, i, by_index.get(i), model.ports(workload), nodes, now)
-                for i in range(model.replicas(workload))]
+        rows = [
+            _row(workload, i, by_index.get(i), model.ports(workload), nodes, now)
+            for i in range(model.replicas(workload))
+        ]
         status.workers += rows
         kind = "role" if workload in model.roles else "fork (pod)"
-        status.roles.append(RoleRow(workload, kind, model.forks.get(workload, {}).get("target"),
-                                    len(rows), sum(r.ready for r in rows)))
+        status.roles.append(
+            RoleRow(workload, kind, model.forks.get(workload, {}).get("target"), len(rows), sum(r.ready for r in rows))
+        )
     for fork in sorted(n for n in model.forks if model.is_process_fork(n)):
         target = model.pod_role(fork)
         by_index = _workload_pods(pods, target)
         recorded = model.fork_ports(fork)
-        rows = [_row(fork, i, by_index.get(i), recorded[i] if i < len(recorded) else [], nodes, now, target)
-                for i in range(model.replicas(fork))]
+        rows = [
+            _row(fork, i, by_index.get(i), recorded[i] if i < len(recorded) else [], nodes, now, target)
+            for i in range(model.replicas(fork))
+        ]
         status.workers += rows
-        status.roles.append(RoleRow(fork, "fork (process)", model.forks[fork]["target"], len(rows),
-                                    sum(r.ready for r in rows)))
+        status.roles.append(
+            RoleRow(fork, "fork (process)", model.forks[fork]["target"], len(rows), sum(r.ready for r in rows))
+        )
     for role, target in sorted(model.colocations.items()):
         targets = [r for r in status.workers if r.role == target]
         status.roles.append(RoleRow(role, "colocated", target, len(targets), sum(r.ready for r in targets)))

@@ -55,12 +55,16 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
     known = {f.name for f in fields(TrainerSpec)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise CliError(f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}",
-                       EXIT_USAGE)
+        raise CliError(
+            f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}", EXIT_USAGE
+        )
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
-        raise CliError("the trainer needs an image (image: in the submit file, or --image): one with AReaL, "
-                       "areal-workers and helm", EXIT_USAGE)
+        raise CliError(
+            "the trainer needs an image (image: in the submit file, or --image): one with AReaL, "
+            "areal-workers and helm",
+            EXIT_USAGE,
+        )
     if spec.lease_grace_seconds < 0:
         raise CliError("lease_grace_seconds must be >= 0", EXIT_USAGE)
     return spec
@@ -69,8 +73,10 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
 def job_name(spec: TrainerSpec, command: list[str]) -> str:
     if spec.name:
         if not NAME.match(spec.name) or len(spec.name) > 52:
-            raise CliError(f"name {spec.name!r} must be a DNS label of at most 52 characters (lowercase letters, "
-                           f"digits, '-')", EXIT_USAGE)
+            raise CliError(
+                f"name {spec.name!r} must be a DNS label of at most 52 characters (lowercase letters, digits, '-')",
+                EXIT_USAGE,
+            )
         return spec.name
     scripts = [Path(word).stem for word in command if word.endswith(".py")]
     modules = [command[i + 1].rsplit(".", 1)[-1] for i, word in enumerate(command[:-1]) if word == "-m"]
@@ -98,37 +104,61 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
 
 def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[str, Any]:
     if not command:
-        raise CliError("nothing to run: give the trainer's command after --, e.g. -- python train.py --config "
-                       "gsm8k.yaml", EXIT_USAGE)
+        raise CliError(
+            "nothing to run: give the trainer's command after --, e.g. -- python train.py --config gsm8k.yaml",
+            EXIT_USAGE,
+        )
     name = job_name(spec, command)
-    labels = {"app.kubernetes.io/name": "areal-trainer", "app.kubernetes.io/part-of": "areal",
-              "app.kubernetes.io/component": "trainer"}
-    env = [_field_env("AREAL_K8S_NAMESPACE", "metadata.namespace"), _field_env("AREAL_K8S_OWNER_POD", "metadata.name"),
-           _field_env("AREAL_K8S_OWNER_POD_UID", "metadata.uid"),
-           {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)}]
+    labels = {
+        "app.kubernetes.io/name": "areal-trainer",
+        "app.kubernetes.io/part-of": "areal",
+        "app.kubernetes.io/component": "trainer",
+    }
+    env = [
+        _field_env("AREAL_K8S_NAMESPACE", "metadata.namespace"),
+        _field_env("AREAL_K8S_OWNER_POD", "metadata.name"),
+        _field_env("AREAL_K8S_OWNER_POD_UID", "metadata.uid"),
+        {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)},
+    ]
     env += [{"name": key, "value": str(value)} for key, value in sorted(spec.env.items())]
     resources: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpu:
         resources["nvidia.com/gpu"] = spec.gpu
-    container: dict[str, Any] = {"name": "trainer", "image": spec.image,
-                                 "command": launched(command) if spec.launcher else list(command), "env": env,
-                                 "resources": {"requests": dict(resources), "limits": dict(resources)}}
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": spec.image,
+        "command": launched(command) if spec.launcher else list(command),
+        "env": env,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+    }
     if spec.volume_mounts:
         container["volumeMounts"] = spec.volume_mounts
     if spec.working_dir:
         container["workingDir"] = spec.working_dir
-    pod: dict[str, Any] = {"serviceAccountName": spec.service_account, "restartPolicy": "Never",
-                           "containers": [container]}
-    for key, value in (("volumes", spec.volumes), ("nodeSelector", spec.node_selector),
-                       ("imagePullSecrets", [{"name": secret} for secret in spec.image_pull_secrets])):
+    pod: dict[str, Any] = {
+        "serviceAccountName": spec.service_account,
+        "restartPolicy": "Never",
+        "containers": [container],
+    }
+    for key, value in (
+        ("volumes", spec.volumes),
+        ("nodeSelector", spec.node_selector),
+        ("imagePullSecrets", [{"name": secret} for secret in spec.image_pull_secrets]),
+    ):
         if value:
             pod[key] = value
     job_spec: dict[str, Any] = {
         # One attempt: a second trainer pod would start the trial over with new workers (the first's are
         # garbage-collected with it); rerun it on purpose instead.
-        "backoffLimit": 0, "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "template": {"metadata": {"labels": {**labels, CONTROLLER_LABEL: "true"}}, "spec": pod}}
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": {**labels, CONTROLLER_LABEL: "true"}}, "spec": pod},
+    }
     if spec.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": job_spec}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": job_spec,
+    }

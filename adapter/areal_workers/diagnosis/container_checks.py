@@ -12,15 +12,39 @@ from kubernetes.client import CoreV1Event, V1Container, V1ContainerStateTerminat
 from .problem import _EPOCH, Problem, _event_time, _name
 
 _SIGNALS = {
-    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-    9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM",
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
 }
 _PROGRESSING_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
-_FATAL_WAITING = frozenset({
-    "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff", "CreateContainerConfigError",
-    "CreateContainerError", "RunContainerError", "StartError", "ContainerCannotRun", "PreStartHookError",
-    "PostStartHookError", "PreCreateHookError",
-})
+_FATAL_WAITING = frozenset(
+    {
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "StartError",
+        "ContainerCannotRun",
+        "PreStartHookError",
+        "PostStartHookError",
+        "PreCreateHookError",
+    }
+)
 _IMAGE_MISSING = re.compile(r"not found|manifest unknown|does not exist|invalid reference format", re.IGNORECASE)
 _ACCESS_DENIED = re.compile(r"unauthorized|denied|authentication required|forbidden|\b40[13]\b", re.IGNORECASE)
 _RUNTIME_LOST = frozenset({"Unknown", "ContainerStatusUnknown"})
@@ -47,31 +71,36 @@ class _Readiness:
 
 
 def signal_name(exit_code: int | None, signal_number: int | None = None) -> str | None:
-    """"SIGKILL" for exit code 137 (128 + 9), None for ordinary exit codes."""
+    """ "SIGKILL" for exit code 137 (128 + 9), None for ordinary exit codes."""
     number = signal_number or (exit_code - 128 if exit_code is not None and 128 < exit_code <= 128 + 64 else None)
     if number is None:
         return None
     return _SIGNALS.get(number, f"signal {number}")
 
 
-def _exit_advice(pod: V1Pod, container: str, exit_code: int | None, signal: str | None, reason: str, *,
-                 previous: bool = True) -> str:
+def _exit_advice(
+    pod: V1Pod, container: str, exit_code: int | None, signal: str | None, reason: str, *, previous: bool = True
+) -> str:
     if reason == "OOMKilled":
         limit = _memory_limit(pod, container)
         if limit is None:
-            return ("the node ran out of memory and killed the worker (no memory limit): raise resources.memory so the "
-                    "scheduler reserves enough, or make the worker use less")
-        return (f"the worker used more than its memory limit {limit}: raise resources.memory (shm.sizeLimit counts "
-                "against it too) or make the worker use less (smaller batches or micro-batches)")
+            return (
+                "the node ran out of memory and killed the worker (no memory limit): raise resources.memory so the "
+                "scheduler reserves enough, or make the worker use less"
+            )
+        return (
+            f"the worker used more than its memory limit {limit}: raise resources.memory (shm.sizeLimit counts "
+            "against it too) or make the worker use less (smaller batches or micro-batches)"
+        )
     by_signal = {
         "SIGKILL": "killed with SIGKILL but not by the container's OOM killer: a failed liveness probe, the kubelet, "
-                   "or the node's OOM killer; check the events",
+        "or the node's OOM killer; check the events",
         "SIGSEGV": "segmentation fault in native code: check the log tail for the failing library "
-                   "(CUDA/NCCL/driver versions of the image vs the node)",
+        "(CUDA/NCCL/driver versions of the image vs the node)",
         "SIGBUS": "SIGBUS, often shared memory exhausted: raise shm.sizeLimit (NCCL, dataloader workers)",
         "SIGABRT": "aborted (an assertion or uncaught C++ exception in native code): check the log tail",
         "SIGTERM": "stopped with SIGTERM: something asked it to stop (a liveness probe, deletion, preemption); "
-                   "check the events",
+        "check the events",
     }
     if signal in by_signal:
         return by_signal[signal]
@@ -116,9 +145,7 @@ def _container_problem_of(pod: V1Pod, readiness: _Readiness) -> Problem | None:
     return next((problem for problem in found if problem.fatal), found[0] if found else None)
 
 
-def _container_problem(
-    pod: V1Pod, status: V1ContainerStatus, *, init: bool, readiness: _Readiness
-) -> Problem | None:
+def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, readiness: _Readiness) -> Problem | None:
     state = status.state
     last = status.last_state.terminated if status.last_state is not None else None
     after_ready = readiness.was_ready and not init and readiness.new_restarts(status) > 0
@@ -127,17 +154,23 @@ def _container_problem(
     if state is not None and state.terminated is not None:
         if init and state.terminated.exit_code == 0:
             return None
-        return _terminated_problem(pod, status, state.terminated, init=init,
-                                   after_ready=readiness.was_ready and not init, current=True)
+        return _terminated_problem(
+            pod, status, state.terminated, init=init, after_ready=readiness.was_ready and not init, current=True
+        )
     # A restart counted before readiness (was_ready) or one the container recovered from (ready now) is history.
     recovered = not readiness.was_ready and bool(status.ready)
     if last is not None and readiness.new_restarts(status) > 0 and not recovered:
         return _terminated_problem(pod, status, last, init=init, after_ready=after_ready, current=False)
     if after_ready:
-        return Problem(pod=_name(pod), container=status.name, reason="RestartedAfterReady", fatal=True,
-                       node=pod.spec.node_name,
-                       message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready",
-                       advice=_LOST_ENGINES + "; check the events for why it restarted")
+        return Problem(
+            pod=_name(pod),
+            container=status.name,
+            reason="RestartedAfterReady",
+            fatal=True,
+            node=pod.spec.node_name,
+            message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready",
+            advice=_LOST_ENGINES + "; check the events for why it restarted",
+        )
     return None
 
 
@@ -155,17 +188,26 @@ def _waiting_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, after
     last = status.last_state.terminated if status.last_state is not None else None
     if reason == "CrashLoopBackOff" and last is not None:
         return _crash_loop_problem(pod, status, last, message=message, after_ready=after_ready)
-    fatal = reason in _FATAL_WAITING or (reason == "ErrImagePull" and bool(
-        _IMAGE_MISSING.search(message) or _ACCESS_DENIED.search(message)))
+    fatal = reason in _FATAL_WAITING or (
+        reason == "ErrImagePull" and bool(_IMAGE_MISSING.search(message) or _ACCESS_DENIED.search(message))
+    )
     advice = _waiting_advice(pod, status, reason, message)
     if after_ready:
         advice = f"{advice}; {_LOST_ENGINES}"
-    return Problem(pod=_name(pod), container=status.name, reason=reason, message=message, fatal=fatal,
-                   advice=advice, node=pod.spec.node_name)
+    return Problem(
+        pod=_name(pod),
+        container=status.name,
+        reason=reason,
+        message=message,
+        fatal=fatal,
+        advice=advice,
+        node=pod.spec.node_name,
+    )
 
 
-def _crash_loop_problem(pod: V1Pod, status: V1ContainerStatus, last: V1ContainerStateTerminated, *,
-                        message: str, after_ready: bool) -> Problem:
+def _crash_loop_problem(
+    pod: V1Pod, status: V1ContainerStatus, last: V1ContainerStateTerminated, *, message: str, after_ready: bool
+) -> Problem:
     signal = signal_name(last.exit_code, last.signal)
     oom = last.reason == "OOMKilled"
     summary = f"{message}; last termination: {last.reason or 'Error'}, exit code {last.exit_code}"
@@ -174,13 +216,28 @@ def _crash_loop_problem(pod: V1Pod, status: V1ContainerStatus, last: V1Container
     advice = _exit_advice(pod, status.name, last.exit_code, signal, last.reason or "")
     if after_ready:
         advice = f"{advice}; {_LOST_ENGINES}"
-    return Problem(pod=_name(pod), container=status.name, reason="OOMKilled" if oom else "CrashLoopBackOff",
-                   message=summary, exit_code=last.exit_code, signal=signal, fatal=True, advice=advice,
-                   node=pod.spec.node_name)
+    return Problem(
+        pod=_name(pod),
+        container=status.name,
+        reason="OOMKilled" if oom else "CrashLoopBackOff",
+        message=summary,
+        exit_code=last.exit_code,
+        signal=signal,
+        fatal=True,
+        advice=advice,
+        node=pod.spec.node_name,
+    )
 
 
-def _terminated_problem(pod: V1Pod, status: V1ContainerStatus, terminated: V1ContainerStateTerminated, *,
-                        init: bool, after_ready: bool, current: bool) -> Problem:
+def _terminated_problem(
+    pod: V1Pod,
+    status: V1ContainerStatus,
+    terminated: V1ContainerStateTerminated,
+    *,
+    init: bool,
+    after_ready: bool,
+    current: bool,
+) -> Problem:
     code = terminated.exit_code
     signal = signal_name(code, terminated.signal)
     k8s_reason = terminated.reason or ("Completed" if code == 0 else "Error")
@@ -194,8 +251,17 @@ def _terminated_problem(pod: V1Pod, status: V1ContainerStatus, terminated: V1Con
         advice = f"{advice}; {_LOST_ENGINES}"
     # A container lost to a runtime or node restart before readiness is not the program's fault: let it come back.
     fatal = current or after_ready or k8s_reason not in _RUNTIME_LOST
-    return Problem(pod=_name(pod), container=status.name, reason=reason, message=message, exit_code=code,
-                   signal=signal, fatal=fatal, advice=advice, node=pod.spec.node_name)
+    return Problem(
+        pod=_name(pod),
+        container=status.name,
+        reason=reason,
+        message=message,
+        exit_code=code,
+        signal=signal,
+        fatal=fatal,
+        advice=advice,
+        node=pod.spec.node_name,
+    )
 
 
 def _waiting_advice(pod: V1Pod, status: V1ContainerStatus, reason: str, message: str) -> str:
@@ -203,16 +269,21 @@ def _waiting_advice(pod: V1Pod, status: V1ContainerStatus, reason: str, message:
     if reason in ("ErrImagePull", "ImagePullBackOff"):
         return _pull_advice(image, message)
     if reason == "InvalidImageName":
-        return (f"{image!r} is not a valid image reference: fix image.repository/image.tag "
-                "(lowercase, registry/repository:tag or repository@sha256:digest)")
+        return (
+            f"{image!r} is not a valid image reference: fix image.repository/image.tag "
+            "(lowercase, registry/repository:tag or repository@sha256:digest)"
+        )
     if reason == "ErrImageNeverPull":
-        return (f"imagePullPolicy is Never and {image} is not on the node: pre-load it or set image.pullPolicy "
-                "IfNotPresent")
+        return (
+            f"imagePullPolicy is Never and {image} is not on the node: pre-load it or set image.pullPolicy IfNotPresent"
+        )
     if reason == "CreateContainerConfigError":
         return _config_advice(pod, message)
     if reason in ("CreateContainerError", "RunContainerError", "StartError", "ContainerCannotRun"):
-        return ("the container runtime could not start the worker: check the role's command (does it exist in the "
-                "image?), volume mounts and securityContext against the message")
+        return (
+            "the container runtime could not start the worker: check the role's command (does it exist in the "
+            "image?), volume mounts and securityContext against the message"
+        )
     if reason.endswith("HookError"):
         return "a lifecycle hook failed: fix or remove the hook"
     return "not a known failure: check the events and `kubectl describe pod`"
@@ -222,10 +293,14 @@ def _pull_advice(image: str, message: str) -> str:
     if _IMAGE_MISSING.search(message) and not _ACCESS_DENIED.search(message):
         return f"image {image} does not exist: check image.repository and image.tag (a typo? was the tag pushed?)"
     if _ACCESS_DENIED.search(message):
-        return (f"the registry refused {image}: check that it exists and add the registry's credentials to "
-                "image.pullSecrets (kubectl create secret docker-registry ...)")
-    return (f"the node could not pull {image}: check that the image exists, that the nodes can reach the registry, "
-            "and image.pullSecrets for a private registry")
+        return (
+            f"the registry refused {image}: check that it exists and add the registry's credentials to "
+            "image.pullSecrets (kubectl create secret docker-registry ...)"
+        )
+    return (
+        f"the node could not pull {image}: check that the image exists, that the nodes can reach the registry, "
+        "and image.pullSecrets for a private registry"
+    )
 
 
 def _config_advice(pod: V1Pod, message: str) -> str:
@@ -235,14 +310,18 @@ def _config_advice(pod: V1Pod, message: str) -> str:
         kind, name = match.group(1).lower(), match.group(2)
         create = {"secret": "secret generic", "configmap": "configmap"}.get(kind)
         how = f" (kubectl -n {namespace} create {create} {name} --from-literal=...)" if create else ""
-        return (f"{kind} {name} does not exist in namespace {namespace}: create it{how} or fix the reference in "
-                "env/envFrom/extraVolumes")
+        return (
+            f"{kind} {name} does not exist in namespace {namespace}: create it{how} or fix the reference in "
+            "env/envFrom/extraVolumes"
+        )
     if match:
         key, kind, name = match.group(3), match.group(4), match.group(6)
         return f"{kind} {name} has no key {key}: add the key or fix the reference in env/envFrom"
     if "runAsNonRoot" in message:
-        return ("the image runs as root but the pod requires runAsNonRoot: set podSecurityContext.runAsUser "
-                "or use a non-root image")
+        return (
+            "the image runs as root but the pod requires runAsNonRoot: set podSecurityContext.runAsUser "
+            "or use a non-root image"
+        )
     return "the container's configuration cannot be resolved: fix the Secret/ConfigMap references or securityContext"
 
 
@@ -250,8 +329,12 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     """A pod stuck in ContainerCreating because a volume or the sandbox cannot be set up."""
     if not pod.spec.node_name or pod.status.phase != "Pending":
         return None
-    relevant = [e for e in events if e.reason in (
-        "FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "Pulling", "Pulled", "Created", "Started")]
+    relevant = [
+        e
+        for e in events
+        if e.reason
+        in ("FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "Pulling", "Pulled", "Created", "Started")
+    ]
     latest = max(relevant, key=lambda event: _event_time(event) or _EPOCH, default=None)
     if latest is None or not (latest.reason or "").startswith("Failed"):
         return None
@@ -264,8 +347,14 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
         advice = "the node could not set up the pod's sandbox or network (CNI): check the node's network plugin"
     else:
         advice = "the volume cannot be attached or mounted yet: check the PVC, its StorageClass and the CSI driver"
-    return Problem(pod=_name(pod), reason=latest.reason, message=message, fatal=bool(match and match.group(1)),
-                   advice=advice, node=pod.spec.node_name)
+    return Problem(
+        pod=_name(pod),
+        reason=latest.reason,
+        message=message,
+        fatal=bool(match and match.group(1)),
+        advice=advice,
+        node=pod.spec.node_name,
+    )
 
 
 def _probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
@@ -277,7 +366,13 @@ def _probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     latest = max(failures, key=lambda event: _event_time(event) or _EPOCH, default=None)
     if latest is None:
         return None
-    return Problem(pod=_name(pod), reason="ProbeFailing", message=latest.message or "", fatal=False,
-                   node=pod.spec.node_name, advice="the worker runs but does not answer its probe (GET /health on the guard port of the pod "
-                          "IP): it may still be starting, listen on another address or port, or be stuck; read its "
-                          "log tail below")
+    return Problem(
+        pod=_name(pod),
+        reason="ProbeFailing",
+        message=latest.message or "",
+        fatal=False,
+        node=pod.spec.node_name,
+        advice="the worker runs but does not answer its probe (GET /health on the guard port of the pod "
+        "IP): it may still be starting, listen on another address or port, or be stuck; read its "
+        "log tail below",
+    )

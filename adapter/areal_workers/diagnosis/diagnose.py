@@ -9,7 +9,7 @@ from datetime import datetime
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
 from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness
-from .pod_checks import _deletion_problem, _disruption_problem, node_problem, _phase_problem, _replaced_problem
+from .pod_checks import _deletion_problem, _disruption_problem, _phase_problem, _replaced_problem, node_problem
 from .problem import Problem, _pod_events, _tail, event_lines
 from .scheduling import _scheduling_problem
 

@@ -104,8 +104,10 @@ def describe_selector(pod: V1Pod, nodes: Sequence[V1Node]) -> str:
     terms = _required_terms(pod)
     if terms:
         described = [
-            "; ".join(f"{r.key} {r.operator} {list(r.values or [])}".removesuffix(" []")
-                      for r in [*(t.match_expressions or []), *(t.match_fields or [])])
+            "; ".join(
+                f"{r.key} {r.operator} {list(r.values or [])}".removesuffix(" []")
+                for r in [*(t.match_expressions or []), *(t.match_fields or [])]
+            )
             for t in terms
         ]
         parts.append("required node affinity " + " or ".join(f"({text})" for text in described))
@@ -122,7 +124,8 @@ def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod
     name = node.metadata.name
     tolerations = pod.spec.tolerations or []
     untolerated = [
-        taint for taint in (node.spec.taints if node.spec is not None else None) or []
+        taint
+        for taint in (node.spec.taints if node.spec is not None else None) or []
         if taint.effect in _BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in tolerations)
     ]
     hard = tuple(_taint_text(t) for t in untolerated if not t.key.startswith(_TRANSIENT_TAINT_PREFIX))
@@ -132,8 +135,9 @@ def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod
         soft.insert(0, "cordoned")
     if not ready:
         soft.insert(0, f"NotReady ({why})")
-    allocatable = {key: parse_quantity(value) for key, value in ((node.status.allocatable if node.status else None)
-                                                                 or {}).items()}
+    allocatable = {
+        key: parse_quantity(value) for key, value in ((node.status.allocatable if node.status else None) or {}).items()
+    }
     free = None
     if pods_by_node is not None:
         used: dict[str, Decimal] = {}
@@ -142,8 +146,14 @@ def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod
                 continue
             _add_to(used, pod_requests(other))
         free = {key: value - used.get(key, Decimal(0)) for key, value in allocatable.items()}
-    return NodeFit(name=name, selector_ok=_selector_matches(pod, node), hard_taints=hard,
-                    soft_block=", ".join(soft) or None, allocatable=allocatable, free=free)
+    return NodeFit(
+        name=name,
+        selector_ok=_selector_matches(pod, node),
+        hard_taints=hard,
+        soft_block=", ".join(soft) or None,
+        allocatable=allocatable,
+        free=free,
+    )
 
 
 def _same_pod(a: V1Pod, b: V1Pod) -> bool:

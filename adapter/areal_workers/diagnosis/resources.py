@@ -13,7 +13,7 @@ def format_quantity(resource: str, value: Decimal) -> str:
     """A base-unit amount for people: memory in Ki/Mi/Gi/Ti, fractional cpu in millicores, the rest as a number."""
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         for unit, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
-            scaled = value / (1024 ** power)
+            scaled = value / (1024**power)
             if abs(scaled) >= 1:
                 return f"{_trim(scaled.quantize(Decimal('0.1')))}{unit}"
         return _trim(value)

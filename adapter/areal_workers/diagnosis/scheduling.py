@@ -61,8 +61,10 @@ def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, D
         resource = insufficient.group(1)
         need = requests.get(resource)
         needed = f"needs {format_quantity(resource, need)} {resource} per pod; " if need is not None else ""
-        return (f"{needed}{count} node(s) lack free {resource}: wait for running pods to finish, lower "
-                f"{_values_key(resource)} or add nodes")
+        return (
+            f"{needed}{count} node(s) lack free {resource}: wait for running pods to finish, lower "
+            f"{_values_key(resource)} or add nodes"
+        )
     taint = re.search(r"taint \{([^:}]+):\s*([^}]*)\}", reason)
     if taint:
         key, value = taint.group(1).strip(), taint.group(2).strip()
@@ -103,12 +105,15 @@ def _capacity_verdict(requests: Mapping[str, Decimal], candidates: Sequence[Node
     for resource, amount in requests.items():
         largest, node = _largest(candidates, resource, free=False)
         if largest < amount:
-            parts.append(f"{_needs(resource, amount)}; no node has more than {format_quantity(resource, largest)} "
-                         f"allocatable (node {node}): lower {_values_key(resource)} or add bigger nodes")
+            parts.append(
+                f"{_needs(resource, amount)}; no node has more than {format_quantity(resource, largest)} "
+                f"allocatable (node {node}): lower {_values_key(resource)} or add bigger nodes"
+            )
     if not parts:
         wanted = ", ".join(f"{format_quantity(r, q)} {r}" for r, q in requests.items())
-        parts.append(f"needs {wanted} on one node; no node has all of them allocatable: lower the requests or "
-                     "add bigger nodes")
+        parts.append(
+            f"needs {wanted} on one node; no node has all of them allocatable: lower the requests or add bigger nodes"
+        )
     return _Verdict("; ".join(parts), fatal=True)
 
 
@@ -120,20 +125,25 @@ def _in_use_advice(requests: Mapping[str, Decimal], fitting: Sequence[NodeFit]) 
         for resource, amount in requests.items():
             largest, node = _largest(usable, resource, free=True)
             if largest < amount:
-                parts.append(f"{_needs(resource, amount)}; the largest free on any node is "
-                             f"{format_quantity(resource, max(largest, Decimal(0)))} (node {node}): wait for running "
-                             f"pods to finish, lower {_values_key(resource)} or add nodes")
+                parts.append(
+                    f"{_needs(resource, amount)}; the largest free on any node is "
+                    f"{format_quantity(resource, max(largest, Decimal(0)))} (node {node}): wait for running "
+                    f"pods to finish, lower {_values_key(resource)} or add nodes"
+                )
     elif usable:
         names = ", ".join(fit.name for fit in usable[:5])
-        parts.append(f"nodes {names} have the allocatable for it but other pods use it: wait for them to finish, "
-                     "lower the requests or add nodes")
+        parts.append(
+            f"nodes {names} have the allocatable for it but other pods use it: wait for them to finish, "
+            "lower the requests or add nodes"
+        )
     if blocked:
         parts.append(f"nodes that could host it are unavailable for now: {', '.join(blocked[:5])}")
     return "; ".join(parts)
 
 
-def _nodes_verdict(pod: V1Pod, nodes: Sequence[V1Node],
-                   pods_by_node: Mapping[str, Sequence[V1Pod]] | None) -> tuple[_Verdict | None, str]:
+def _nodes_verdict(
+    pod: V1Pod, nodes: Sequence[V1Node], pods_by_node: Mapping[str, Sequence[V1Pod]] | None
+) -> tuple[_Verdict | None, str]:
     """A fatal verdict from the nodes, or None and the advice for a pod that fits some node one day."""
     requests = pod_requests(pod)
     fits = [node_fit(pod, node, pods_by_node) for node in nodes]
@@ -160,8 +170,10 @@ def _not_offered(resource: str, fits: Sequence[NodeFit], pod: V1Pod) -> str:
     elsewhere = [fit for fit in fits if fit.allocatable.get(resource, Decimal(0)) > 0]
     if not elsewhere:
         if "gpu" in resource:
-            return (f"{resource} is not offered by any node: is the device plugin installed? or set resources.gpu 0 "
-                    "(or resources.gpuResourceName to the nodes' GPU resource)")
+            return (
+                f"{resource} is not offered by any node: is the device plugin installed? or set resources.gpu 0 "
+                "(or resources.gpuResourceName to the nodes' GPU resource)"
+            )
         return f"{resource} is not offered by any node: is its device plugin installed? or drop the request"
     names = ", ".join(fit.name for fit in elsewhere[:4])
     taints = sorted({taint for fit in elsewhere if fit.selector_ok for taint in fit.hard_taints})
@@ -182,16 +194,21 @@ def _message_verdict(pod: V1Pod, message: str) -> _Verdict:
     return _Verdict("; ".join(parts) or "see the scheduler's message", fatal=fatal)
 
 
-def scheduling_advice(pod: V1Pod, message: str, nodes: Sequence[V1Node] = (),
-                      pods_by_node: Mapping[str, Sequence[V1Pod]] | None = None) -> str:
+def scheduling_advice(
+    pod: V1Pod, message: str, nodes: Sequence[V1Node] = (), pods_by_node: Mapping[str, Sequence[V1Pod]] | None = None
+) -> str:
     """Turns the scheduler's FailedScheduling message into what to change, computed from the pod's requests and the
     nodes' allocatable minus the requests of the pods on them (`pods_by_node`, keyed by node name; None: unknown)."""
     return _scheduling_verdict(pod, message, nodes, pods_by_node, ()).advice
 
 
-def _scheduling_verdict(pod: V1Pod, message: str, nodes: Sequence[V1Node],
-                        pods_by_node: Mapping[str, Sequence[V1Pod]] | None,
-                        events: Sequence[CoreV1Event]) -> _Verdict:
+def _scheduling_verdict(
+    pod: V1Pod,
+    message: str,
+    nodes: Sequence[V1Node],
+    pods_by_node: Mapping[str, Sequence[V1Pod]] | None,
+    events: Sequence[CoreV1Event],
+) -> _Verdict:
     from_message = _message_verdict(pod, message)
     if not nodes:
         verdict = from_message
@@ -202,28 +219,47 @@ def _scheduling_verdict(pod: V1Pod, message: str, nodes: Sequence[V1Node],
         else:
             # Obstacles the node arithmetic does not see (ports, pod affinity, volumes) come from the message.
             _, reasons = _scheduler_reasons(message)
-            extra = [text for count, reason in reasons
-                     if not reason.startswith("Insufficient") and "taint" not in reason and "selector" not in reason
-                     and (text := _reason_advice(pod, count, reason, {}))]
+            extra = [
+                text
+                for count, reason in reasons
+                if not reason.startswith("Insufficient")
+                and "taint" not in reason
+                and "selector" not in reason
+                and (text := _reason_advice(pod, count, reason, {}))
+            ]
             verdict = _Verdict("; ".join(part for part in (advice, *extra) if part) or from_message.advice, fatal=False)
     if verdict.fatal and any(event.reason == "TriggeredScaleUp" for event in events):
         return _Verdict(f"{verdict.advice}; cluster-autoscaler is adding a node, waiting for it", fatal=False)
     return verdict
 
 
-def _scheduling_problem(pod: V1Pod, nodes: Sequence[V1Node], events: Sequence[CoreV1Event],
-                        pods_by_node: Mapping[str, Sequence[V1Pod]] | None) -> Problem | None:
+def _scheduling_problem(
+    pod: V1Pod,
+    nodes: Sequence[V1Node],
+    events: Sequence[CoreV1Event],
+    pods_by_node: Mapping[str, Sequence[V1Pod]] | None,
+) -> Problem | None:
     condition = _condition(pod, "PodScheduled")
     if condition is None or condition.status != "False":
         return None
     if condition.reason == "SchedulingGated":
         gates = ", ".join(gate.name for gate in pod.spec.scheduling_gates or []) or "?"
-        return Problem(pod=_name(pod), reason="SchedulingGated", fatal=False,
-                       message=condition.message or f"scheduling gates: {gates}",
-                       advice=f"waiting for a controller (a queue such as Kueue?) to remove the gates {gates}")
-    latest = max((e for e in events if e.reason == "FailedScheduling"), key=lambda e: _event_time(e) or _EPOCH,
-                 default=None)
+        return Problem(
+            pod=_name(pod),
+            reason="SchedulingGated",
+            fatal=False,
+            message=condition.message or f"scheduling gates: {gates}",
+            advice=f"waiting for a controller (a queue such as Kueue?) to remove the gates {gates}",
+        )
+    latest = max(
+        (e for e in events if e.reason == "FailedScheduling"), key=lambda e: _event_time(e) or _EPOCH, default=None
+    )
     message = condition.message or (latest.message if latest is not None else "") or "unschedulable"
     verdict = _scheduling_verdict(pod, message, nodes, pods_by_node, events)
-    return Problem(pod=_name(pod), reason=condition.reason or "Unschedulable", message=message, fatal=verdict.fatal,
-                   advice=verdict.advice)
+    return Problem(
+        pod=_name(pod),
+        reason=condition.reason or "Unschedulable",
+        message=message,
+        fatal=verdict.fatal,
+        advice=verdict.advice,
+    )

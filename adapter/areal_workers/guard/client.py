@@ -28,10 +28,31 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError
-from .replies import (ForkError, NoReply, Reply, Retryable, allocated_ports, backoff, body_text, call_outcome,
-                      call_payload, calls_exhausted, check_configured, check_env_set, connection_error,
-                      created_engine_result, encode, error_message, forked, guard_url, hostport, json_object,
-                      retryable, timeout_text, unanswered)
+from .replies import (
+    ForkError,
+    NoReply,
+    Reply,
+    Retryable,
+    allocated_ports,
+    backoff,
+    body_text,
+    call_outcome,
+    call_payload,
+    calls_exhausted,
+    check_configured,
+    check_env_set,
+    connection_error,
+    created_engine_result,
+    encode,
+    error_message,
+    forked,
+    guard_url,
+    hostport,
+    json_object,
+    retryable,
+    timeout_text,
+    unanswered,
+)
 
 if TYPE_CHECKING:
     from ..areal_types import Worker
@@ -100,8 +121,15 @@ class GuardClient:
 
     # ----------------------------------------------------------------------- engines
 
-    async def create_engine(self, worker: Worker, engine: str, engine_name: str, init_args: list[Any],
-                            init_kwargs: dict[str, Any], timeout: float = 300.0) -> Any:
+    async def create_engine(
+        self,
+        worker: Worker,
+        engine: str,
+        engine_name: str,
+        init_args: list[Any],
+        init_kwargs: dict[str, Any],
+        timeout: float = 300.0,
+    ) -> Any:
         """POST /create_engine once; returns the reply's raw "result" (AReaL does not deserialize it)."""
         if not isinstance(engine, str):
             raise EngineCreationError(worker.id, f"Engine must be a string import path, got {type(engine)}")
@@ -110,8 +138,9 @@ class GuardClient:
         )
         reply = await self._async_attempt(worker, "/create_engine", payload, timeout)
         if isinstance(reply, NoReply):
-            raise unanswered(worker, reply, EngineCreationError, "Request timed out", "Unexpected error") \
-                from reply.error
+            raise unanswered(
+                worker, reply, EngineCreationError, "Request timed out", "Unexpected error"
+            ) from reply.error
         return created_engine_result(worker, engine, reply)
 
     async def set_env(self, worker: Worker, env: dict[str, str], timeout: float = 30.0) -> None:
@@ -124,9 +153,19 @@ class GuardClient:
             raise unanswered(worker, reply, SchedulerError, "set_env timed out", "set_env failed") from reply.error
         check_env_set(worker, reply)
 
-    def call(self, worker: Worker, method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any],
-             rpc_meta: dict[str, Any] | None, *, http_timeout: float = 7200.0, max_retries: int = 3,
-             retry_delay: float = 1.0) -> Any:
+    def call(
+        self,
+        worker: Worker,
+        method: str,
+        engine_name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        rpc_meta: dict[str, Any] | None,
+        *,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+    ) -> Any:
         """POST /call with AReaL's retries; blocking, never touches an event loop."""
         payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
         last: Retryable | None = None
@@ -141,9 +180,19 @@ class GuardClient:
                 self._retry_sleep(backoff(retry_delay, attempt))
         raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
 
-    async def async_call(self, worker: Worker, method: str, engine_name: str, args: list[Any], kwargs: dict[str, Any],
-                         rpc_meta: dict[str, Any] | None, *, http_timeout: float = 7200.0, max_retries: int = 3,
-                         retry_delay: float = 1.0) -> Any:
+    async def async_call(
+        self,
+        worker: Worker,
+        method: str,
+        engine_name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        rpc_meta: dict[str, Any] | None,
+        *,
+        http_timeout: float = 7200.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+    ) -> Any:
         """The asynchronous ``call``."""
         payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
         last: Retryable | None = None
@@ -296,8 +345,9 @@ class GuardClient:
         """POST `path` with requests: the reply, or why none came (after a connection error the worker's liveness
         is checked, so a dead pod raises its WorkerFailedError instead)."""
         try:
-            response = self._http.post(guard_url(worker) + path, data=payload, headers=JSON_HEADERS,
-                                       timeout=self._requests_timeout(timeout))
+            response = self._http.post(
+                guard_url(worker) + path, data=payload, headers=JSON_HEADERS, timeout=self._requests_timeout(timeout)
+            )
         # ConnectTimeout is both; an unreachable pod is a connection problem.
         except requests.ConnectionError as error:
             self._check_liveness(worker)
@@ -308,8 +358,9 @@ class GuardClient:
             return NoReply("other", str(error), error)
         return Reply(response.status_code, response.content)
 
-    async def _async_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float, *,
-                             check_liveness: bool = True) -> Reply | NoReply:
+    async def _async_attempt(
+        self, worker: Worker, path: str, payload: bytes, timeout: float, *, check_liveness: bool = True
+    ) -> Reply | NoReply:
         """POST `path` with aiohttp: the reply, or why none came (see _sync_attempt; `check_liveness` False: not
         checked)."""
         try:

@@ -37,8 +37,10 @@ class ForkExitedError(SchedulerError):
     def __init__(self, worker_id: str, exit_code: int, log_tail: tuple[str, ...]) -> None:
         self.worker_id, self.exit_code, self.log_tail = worker_id, exit_code, log_tail
         lines = "\n".join(f"  | {line}" for line in log_tail) or "  (no output)"
-        super().__init__(f"forked worker {worker_id} exited with code {exit_code} before answering /health; "
-                         f"its last output in the parent pod's log:\n{lines}")
+        super().__init__(
+            f"forked worker {worker_id} exited with code {exit_code} before answering /health; "
+            f"its last output in the parent pod's log:\n{lines}"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,24 @@ class ForkPlan:
 
     def worker_argv(self, index: int, host: str, port: int) -> list[str]:
         """AReaL's fork command line (LocalScheduler._fork_single_worker)."""
-        return [self.python, "-m", self.module, "--host", host, "--port", str(port),
-                "--experiment-name", self.experiment, "--trial-name", self.trial, "--role", self.role,
-                "--worker-index", str(index), *self.worker_flags]
+        return [
+            self.python,
+            "-m",
+            self.module,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--experiment-name",
+            self.experiment,
+            "--trial-name",
+            self.trial,
+            "--role",
+            self.role,
+            "--worker-index",
+            str(index),
+            *self.worker_flags,
+        ]
 
     def env(self, index: int) -> dict[str, str]:
         """The fork's own identity: a guard's children inherit its environment, which names the parent's role."""
@@ -77,19 +94,23 @@ def parse_exit(lines: list[str], marker: str) -> ForkExit | None:
     for position in range(len(lines) - 1, -1, -1):
         _, found, code = lines[position].partition(marker)
         if found and code.strip().lstrip("-").isdigit():
-            return ForkExit(int(code.strip()), tuple(lines[max(0, position - 20):position]))
+            return ForkExit(int(code.strip()), tuple(lines[max(0, position - 20) : position]))
     return None
 
 
-async def fork_all(guard: GuardClient, plan: ForkPlan, targets: list[Worker],
-                   exit_probe: ForkExitProbe) -> list[list[int] | BaseException]:
+async def fork_all(
+    guard: GuardClient, plan: ForkPlan, targets: list[Worker], exit_probe: ForkExitProbe
+) -> list[list[int] | BaseException]:
     """The ports of each fork (its guard port first), or the exception that stopped it, by worker index."""
-    return await asyncio.gather(*(_fork_one(guard, plan, index, target, exit_probe)
-                                  for index, target in enumerate(targets)), return_exceptions=True)
+    return await asyncio.gather(
+        *(_fork_one(guard, plan, index, target, exit_probe) for index, target in enumerate(targets)),
+        return_exceptions=True,
+    )
 
 
-async def _fork_one(guard: GuardClient, plan: ForkPlan, index: int, target: Worker,
-                    exit_probe: ForkExitProbe) -> list[int]:
+async def _fork_one(
+    guard: GuardClient, plan: ForkPlan, index: int, target: Worker, exit_probe: ForkExitProbe
+) -> list[int]:
     host, ports = await guard.alloc_ports(target, plan.port_count)
     host = host or target.ip
     await guard.fork(target, plan.role, index, plan.argv(index, host, ports[0]), env=plan.env(index))
@@ -110,8 +131,9 @@ async def _fork_one(guard: GuardClient, plan: ForkPlan, index: int, target: Work
     return ports
 
 
-async def kill_forks(guard: GuardClient, role: str, targets: list[Worker], indices: Iterable[int],
-                     sequential: bool = False) -> None:
+async def kill_forks(
+    guard: GuardClient, role: str, targets: list[Worker], indices: Iterable[int], sequential: bool = False
+) -> None:
     """Stops forks through their parents' guards (already gone is fine); `sequential` keeps the given order."""
     if sequential:
         for index in indices:

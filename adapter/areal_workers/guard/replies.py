@@ -15,8 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import (EngineCallError, EngineCreationError, EngineImportError, PortAllocationError, RPCConnectionError,
-                      SchedulerError, WorkerConfigurationError)
+from ..errors import (
+    EngineCallError,
+    EngineCreationError,
+    EngineImportError,
+    PortAllocationError,
+    RPCConnectionError,
+    SchedulerError,
+    WorkerConfigurationError,
+)
 
 if TYPE_CHECKING:
     from ..areal_types import Worker
@@ -143,8 +150,9 @@ def retryable(no_reply: NoReply) -> Retryable:
     return Retryable(f"{RETRY_REASONS[no_reply.kind]}: {no_reply.text}", no_reply.error)
 
 
-def unanswered(worker: Worker, no_reply: NoReply, error_type: Callable[[str, str], SchedulerError], timed_out: str,
-               failed: str) -> SchedulerError:
+def unanswered(
+    worker: Worker, no_reply: NoReply, error_type: Callable[[str, str], SchedulerError], timed_out: str, failed: str
+) -> SchedulerError:
     """AReaL's error for a request that is not retried: RPCConnectionError for a connection error, else
     `error_type(worker.id, "<timed_out or failed>: <text>")`."""
     if no_reply.kind == "connection":

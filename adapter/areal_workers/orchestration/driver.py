@@ -36,11 +36,24 @@ logger = logging.getLogger(__name__)
 class ReleaseDriver:
     """Owns the release of one trial: its current model, its last all-ready revision, and every helm change."""
 
-    def __init__(self, name: str, config: KubernetesSchedulerConfig, releases: Releases, inspector: ReleaseInspector,
-                 pods: PodWatch, statefulsets: StatefulSets, loop: LoopThread) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: KubernetesSchedulerConfig,
+        releases: Releases,
+        inspector: ReleaseInspector,
+        pods: PodWatch,
+        statefulsets: StatefulSets,
+        loop: LoopThread,
+    ) -> None:
         self.name, self.config, self.namespace = name, config, config.namespace
         self.releases, self.inspector, self.pods, self.statefulsets, self.loop = (
-            releases, inspector, pods, statefulsets, loop)
+            releases,
+            inspector,
+            pods,
+            statefulsets,
+            loop,
+        )
         self.model = ReleaseModel()
         self.good_revision: int | None = None
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
@@ -58,8 +71,9 @@ class ReleaseDriver:
             text = helm_error_text(error)
             if key is not None:
                 raise WorkerCreationError(key, "helm failed", text) from error
-            raise SchedulerError(f"helm failed for release {self.name} in namespace {self.namespace}: {text}") \
-                from error
+            raise SchedulerError(
+                f"helm failed for release {self.name} in namespace {self.namespace}: {text}"
+            ) from error
 
     def adopt(self) -> ReleaseModel:
         """A controller that restarts finds its release as it left it (a pending operation is recovered); the
@@ -87,9 +101,11 @@ class ReleaseDriver:
                 f"chart's topology ConfigMap (labels {naming.release_selector(self.name)},"
                 f"{naming.LABEL_COMPONENT}=topology) is there. Install it first (helm install {self.name} ..., or an "
                 f"Argo CD Application with spec.source.helm.releaseName: {self.name} synced to this namespace), or "
-                f"fix release_name / namespace")
-        logger.info("adopted release %s from its rendered topology (no helm record: applied by a GitOps tool)",
-                    self.name)
+                f"fix release_name / namespace"
+            )
+        logger.info(
+            "adopted release %s from its rendered topology (no helm record: applied by a GitOps tool)", self.name
+        )
         return self.model
 
     def reload(self, written: Snapshot | None = None) -> ReleaseModel:
@@ -137,8 +153,9 @@ class ReleaseDriver:
 
     # --- changing the release --------------------------------------------------------------------
 
-    def apply(self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()) \
-            -> ReleaseModel:
+    def apply(
+        self, values: dict[str, Any], description: str, key: str, workloads: tuple[str, ...] = ()
+    ) -> ReleaseModel:
         """One helm revision with `values`; on failure the release is left at its previous revision (the model's:
         it is read back after every change). The pods of `workloads` (roles or pod-mode forks created or changed)
         are checked against the nodes first, and a first install clears the trial's stale name_resolve records (as
@@ -159,12 +176,16 @@ class ReleaseDriver:
             raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
         return self.reload(written)
 
-    def _check_capacity(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], nodes: list[client.V1Node],
-                        key: str) -> None:
+    def _check_capacity(
+        self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], nodes: list[client.V1Node], key: str
+    ) -> None:
         problems = capacity.preflight(manifests, workloads, nodes)
         if problems and self.config.capacity_check == "reject":
-            raise WorkerCreationError(key, "No node can hold a worker", "\n".join(problems) +
-                                      "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)")
+            raise WorkerCreationError(
+                key,
+                "No node can hold a worker",
+                "\n".join(problems) + "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)",
+            )
         for problem in problems:
             logger.warning("capacity check: %s", problem)
 
@@ -172,22 +193,30 @@ class ReleaseDriver:
         """A queued workload's LocalQueue must exist: Kueue would hold its pods forever without a word."""
         for queue in sorted(admission.queues_of(manifests, workloads)):
             if self.inspector.local_queue_exists(queue) is False:
-                raise WorkerCreationError(key, f"Kueue LocalQueue {queue!r} not found in namespace {self.namespace}",
-                                          f"create it (kind LocalQueue, apiVersion kueue.x-k8s.io/v1beta2, pointing at "
-                                          f"a ClusterQueue) or set kueue_queue (AREAL_K8S_KUEUE_QUEUE, values "
-                                          f"kueue.queueName) to one of: kubectl -n {self.namespace} get localqueues")
+                raise WorkerCreationError(
+                    key,
+                    f"Kueue LocalQueue {queue!r} not found in namespace {self.namespace}",
+                    f"create it (kind LocalQueue, apiVersion kueue.x-k8s.io/v1beta2, pointing at "
+                    f"a ClusterQueue) or set kueue_queue (AREAL_K8S_KUEUE_QUEUE, values "
+                    f"kueue.queueName) to one of: kubectl -n {self.namespace} get localqueues",
+                )
 
     def requeue(self, values: dict[str, Any]) -> list[str]:
         """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
         change), so the StatefulSets of queued workloads that `values` change are deleted, and their pods waited
         gone, before the revision that re-creates them: Kueue then admits each as a new group. Returns them."""
         target = ReleaseModel(values=values)
-        changed = sorted(w for w in target.changed_since(self.model) & self.model.pod_workloads()
-                         if self.model.kueue_queue(w) or self.config.kueue_queue)
+        changed = sorted(
+            w
+            for w in target.changed_since(self.model) & self.model.pod_workloads()
+            if self.model.kueue_queue(w) or self.config.kueue_queue
+        )
         for workload in changed:
             selector = naming.role_selector(self.name, workload)
-            names = [s.metadata.name for s in self.statefulsets.list_namespaced_stateful_set(
-                self.namespace, label_selector=selector).items]
+            names = [
+                s.metadata.name
+                for s in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+            ]
             for name in names:
                 self.statefulsets.delete_namespaced_stateful_set(name, self.namespace, propagation_policy="Background")
             self._wait_statefulsets_gone(names)
@@ -208,13 +237,21 @@ class ReleaseDriver:
                 time.sleep(0.2)
 
     def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
-        topology_maps = [m for m in manifests if m.get("kind") == "ConfigMap"
-                         and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"]
+        topology_maps = [
+            m
+            for m in manifests
+            if m.get("kind") == "ConfigMap"
+            and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"
+        ]
         if not topology_maps:
             return
         topology = json.loads(topology_maps[0]["data"]["topology.json"])
-        cleared = name_records.clear_trial(topology.get("worker_flags", []), topology["experiment"],
-                                           topology["trial"], name_records.pod_users(manifests))
+        cleared = name_records.clear_trial(
+            topology.get("worker_flags", []),
+            topology["experiment"],
+            topology["trial"],
+            name_records.pod_users(manifests),
+        )
         if cleared:
             logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
@@ -246,11 +283,13 @@ class ReleaseDriver:
     def scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
         selector = naming.role_selector(self.name, role)
-        for statefulset in self.statefulsets.list_namespaced_stateful_set(self.namespace,
-                                                                          label_selector=selector).items:
+        for statefulset in self.statefulsets.list_namespaced_stateful_set(
+            self.namespace, label_selector=selector
+        ).items:
             if (statefulset.spec.replicas or 0) > 1:
-                self.statefulsets.patch_namespaced_stateful_set_scale(statefulset.metadata.name, self.namespace,
-                                                                      {"spec": {"replicas": 1}})
+                self.statefulsets.patch_namespaced_stateful_set_scale(
+                    statefulset.metadata.name, self.namespace, {"spec": {"replicas": 1}}
+                )
         self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
 
     def wait_gone(self, selector: str) -> None:
@@ -263,16 +302,20 @@ class ReleaseDriver:
             return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
 
         try:
-            left = self.pods.wait(selector, lambda pods: all(stranded(p) for p in pods.values()),
-                                  self.config.helm_timeout)
+            left = self.pods.wait(
+                selector, lambda pods: all(stranded(p) for p in pods.values()), self.config.helm_timeout
+            )
         except WaitTimedOut:
             names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
             logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
             return
         if left:
-            logger.warning("not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
-                           "returns or is deleted): %s", len(left), ", ".join(
-                               f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())))
+            logger.warning(
+                "not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
+                "returns or is deleted): %s",
+                len(left),
+                ", ".join(f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())),
+            )
 
     # --- the last all-ready revision and the rollback to it ------------------------------------
 
@@ -285,8 +328,7 @@ class ReleaseDriver:
         if others:
             pods, _ = self.pods.list(naming.release_selector(self.name))
             for other in others:
-                mine = {p.metadata.name: p for p in pods
-                        if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
+                mine = {p.metadata.name: p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
                 if not all_ready(self.model.replicas(other))(mine):
                     return
         self.mark_good()
@@ -314,7 +356,8 @@ class ReleaseDriver:
             replaced = self.restore(target)
             self.mark_good()
             note = f"rolled back release {self.name} to revision {target}" + (
-                f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else "")
+                f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else ""
+            )
         logger.warning("%s after: %s", note, error)
         error.add_note(note)
 
@@ -342,7 +385,8 @@ class ReleaseDriver:
         rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
         replaced = []
         statefulsets = self.statefulsets.list_namespaced_stateful_set(
-            self.namespace, label_selector=naming.release_selector(self.name)).items
+            self.namespace, label_selector=naming.release_selector(self.name)
+        ).items
         for statefulset in statefulsets:
             statefulset = self._observed(statefulset)
             selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())

@@ -19,8 +19,7 @@ ADMISSION_RECHECK_SECONDS = 2.0
 
 
 class WorkerFinder:
-    def __init__(self, driver: ReleaseDriver, pods: PodWatch, inspector: ReleaseInspector,
-                 held: HeldWorkers) -> None:
+    def __init__(self, driver: ReleaseDriver, pods: PodWatch, inspector: ReleaseInspector, held: HeldWorkers) -> None:
         self.driver, self.pods, self.inspector, self.held = driver, pods, inspector, held
 
     def known_workers(self, workload: str) -> list[Worker] | None:
@@ -47,15 +46,23 @@ class WorkerFinder:
         queued = model.kueue_queue(workload) is not None
         recheck = (ADMISSION_RECHECK_SECONDS, check_admission) if queued else None
         try:
-            pods = self.pods.wait(naming.role_selector(self.driver.name, workload), all_ready(replicas), timeout,
-                                  on_pod=check, on_idle=recheck)
+            pods = self.pods.wait(
+                naming.role_selector(self.driver.name, workload),
+                all_ready(replicas),
+                timeout,
+                on_pod=check,
+                on_idle=recheck,
+            )
         except WaitTimedOut as timed_out:
             error = WorkerTimeoutError(workload, timeout)
-            raise attach_diagnosis(error, self.inspector.timeout_diagnosis(workload, replicas, timed_out.pods)) \
-                from None
+            raise attach_diagnosis(
+                error, self.inspector.timeout_diagnosis(workload, replicas, timed_out.pods)
+            ) from None
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
-        workers = [Worker(id=naming.worker_id(workload, i), ip=by_index[i].status.pod_ip, worker_ports=list(ports))
-                   for i in range(replicas)]
+        workers = [
+            Worker(id=naming.worker_id(workload, i), ip=by_index[i].status.pod_ip, worker_ports=list(ports))
+            for i in range(replicas)
+        ]
         # From here on AReaL holds these workers: a restart or replacement of their pods loses its engines.
         self.held.hold(workload, epoch, workers, by_index.values())
         return workers
@@ -63,17 +70,21 @@ class WorkerFinder:
     def process_fork_workers(self, role: str, targets: list[Worker]) -> list[Worker]:
         """A process fork's workers: in its targets' pods, at the ports recorded when it was forked."""
         recorded = self.driver.model.fork_ports(role)
-        workers = [Worker(id=naming.worker_id(role, index), ip=target.ip, worker_ports=ports)
-                   for index, (target, ports) in enumerate(zip(targets, recorded))]
+        workers = [
+            Worker(id=naming.worker_id(role, index), ip=target.ip, worker_ports=ports)
+            for index, (target, ports) in enumerate(zip(targets, recorded))
+        ]
         if len(workers) != len(targets):
-            raise WorkerFailedError(naming.worker_id(role, len(workers)), -1,
-                                    f"forked role {role} records {len(workers)} forks for {len(targets)} target "
-                                    f"workers: delete_workers('{role}') and fork again")
+            raise WorkerFailedError(
+                naming.worker_id(role, len(workers)),
+                -1,
+                f"forked role {role} records {len(workers)} forks for {len(targets)} target "
+                f"workers: delete_workers('{role}') and fork again",
+            )
         self.held.hold(role, self.driver.epoch(role), workers)
         return workers
 
-    def raise_if_failed(self, role: str, pod: client.V1Pod, epoch: int | None,
-                        nodes: list[client.V1Node]) -> None:
+    def raise_if_failed(self, role: str, pod: client.V1Pod, epoch: int | None, nodes: list[client.V1Node]) -> None:
         """Fails the role at once when one of its pods has a fatal problem."""
         error = self.inspector.failure(role, pod, self.held.ready_pod(pod.metadata.name, epoch), nodes)
         if error is not None:
@@ -90,6 +101,9 @@ class WorkerFinder:
             preempted = self.inspector.admission_failure(role, {p.metadata.name: p for p in pods})
             if preempted is not None:  # Kueue took the workers back: say so, not "gone"
                 raise preempted
-            raise WorkerFailedError(worker.id, -1, f"the pod of worker {worker.id} ({worker.ip}) is gone "
-                                                   f"or was replaced; its engines are lost")
+            raise WorkerFailedError(
+                worker.id,
+                -1,
+                f"the pod of worker {worker.id} ({worker.ip}) is gone or was replaced; its engines are lost",
+            )
         self.raise_if_failed(role, pod, self.driver.epoch(pod_role), self.inspector.nodes())

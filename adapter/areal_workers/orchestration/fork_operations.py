@@ -24,37 +24,59 @@ KILL_LOOKUP_TIMEOUT = 5.0  # for the targets' pods when a fork is deleted: gone 
 
 
 class ForkOperations:
-    def __init__(self, driver: ReleaseDriver, finder: WorkerFinder, guard: GuardClient, loop: LoopThread,
-                 held: HeldWorkers, inspector: ReleaseInspector, config: KubernetesSchedulerConfig,
-                 experiment: str, trial: str) -> None:
+    def __init__(
+        self,
+        driver: ReleaseDriver,
+        finder: WorkerFinder,
+        guard: GuardClient,
+        loop: LoopThread,
+        held: HeldWorkers,
+        inspector: ReleaseInspector,
+        config: KubernetesSchedulerConfig,
+        experiment: str,
+        trial: str,
+    ) -> None:
         self.driver, self.finder, self.guard, self.loop, self.held = driver, finder, guard, loop, held
         self.inspector, self.config, self.experiment, self.trial = inspector, config, experiment, trial
 
-    def fork_processes(self, role: str, target_role: str, targets: list[Worker], command: str | None) \
-            -> list[Worker]:
+    def fork_processes(self, role: str, target_role: str, targets: list[Worker], command: str | None) -> list[Worker]:
         """One child per target worker; all of them answer, or none is kept and nothing is recorded."""
         module = command or self.config.fork_module
-        plan = forks.ForkPlan(role=role, module=module, python=self.config.python_executable,
-                              experiment=self.experiment, trial=self.trial, worker_flags=self._worker_flags(role),
-                              port_count=len(targets[0].worker_ports) if targets else 1,
-                              ready_timeout=self.config.fork_ready_timeout)
+        plan = forks.ForkPlan(
+            role=role,
+            module=module,
+            python=self.config.python_executable,
+            experiment=self.experiment,
+            trial=self.trial,
+            worker_flags=self._worker_flags(role),
+            port_count=len(targets[0].worker_ports) if targets else 1,
+            ready_timeout=self.config.fork_ready_timeout,
+        )
         results = self.loop.run(forks.fork_all(self.guard, plan, targets, self._exit_probe(target_role)))
         failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
         if failed:
             started = [i for i in range(len(targets)) if i not in failed]
             self.loop.run(forks.kill_forks(self.guard, role, targets, started))
             reasons = "\n".join(f"worker {i}: {results[i]}" for i in failed[:4])
-            raise WorkerCreationError(role, f"Failed to fork {len(failed)} out of {len(targets)} workers",
-                                      f"Failed indices: {failed}\n{reasons}") from results[failed[0]]
+            raise WorkerCreationError(
+                role,
+                f"Failed to fork {len(failed)} out of {len(targets)} workers",
+                f"Failed indices: {failed}\n{reasons}",
+            ) from results[failed[0]]
         fork = {"target": target_role, "mode": "process", "command": [module], "ports": list(results)}
         try:
-            self.driver.apply(self.driver.model.with_fork(role, fork),
-                              f"fork {role} from {target_role} ({len(targets)} processes)", role)
+            self.driver.apply(
+                self.driver.model.with_fork(role, fork),
+                f"fork {role} from {target_role} ({len(targets)} processes)",
+                role,
+            )
         except WorkerCreationError:
             self.loop.run(forks.kill_forks(self.guard, role, targets, range(len(targets))))
             raise
-        workers = [Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
-                   for i, t in enumerate(targets)]
+        workers = [
+            Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
+            for i, t in enumerate(targets)
+        ]
         self.held.hold(role, self.driver.epoch(role), workers)
         self.driver.settle()
         return workers
@@ -64,16 +86,16 @@ class ForkOperations:
         fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
         if command:
             fork["command"] = [self.config.python_executable, "-m", command]
-        self.driver.apply(self.driver.model.with_fork(role, fork), f"fork {role} from {target_role} (pods)", role,
-                          (role,))
+        self.driver.apply(
+            self.driver.model.with_fork(role, fork), f"fork {role} from {target_role} (pods)", role, (role,)
+        )
 
     def kill(self, role: str, reverse_order: bool) -> None:
         """Stops a process fork's children through their targets' guards (in reverse rank order if asked)."""
         model = self.driver.model
         target = model.forks[role]["target"]
         try:
-            targets = self.finder.known_workers(target) or self.finder.wait_for_pods(target, model,
-                                                                                     KILL_LOOKUP_TIMEOUT)
+            targets = self.finder.known_workers(target) or self.finder.wait_for_pods(target, model, KILL_LOOKUP_TIMEOUT)
         except (WorkerTimeoutError, WorkerFailedError):
             return  # the target's pods are gone or down, and their forked children with them
         indices = list(range(len(targets)))
@@ -85,9 +107,12 @@ class ForkOperations:
         """The name-resolve and fileroot flags the chart gave the release's pods (from its topology ConfigMap)."""
         flags = self.driver.model.worker_flags
         if flags is None:
-            raise WorkerCreationError(role, "Cannot fork: the release's chart records no worker flags",
-                                      f"release {self.driver.name} was installed by an older areal-workers chart; "
-                                      f"upgrade it to this version's chart")
+            raise WorkerCreationError(
+                role,
+                "Cannot fork: the release's chart records no worker flags",
+                f"release {self.driver.name} was installed by an older areal-workers chart; "
+                f"upgrade it to this version's chart",
+            )
         return flags
 
     def _exit_probe(self, target_role: str) -> forks.ForkExitProbe:

@@ -46,7 +46,7 @@ class Admission:
     workload: str
     message: str = ""
     position: int | None = None  # 1 = next in its LocalQueue
-    pending: int | None = None   # pending Workloads of that LocalQueue, this one included
+    pending: int | None = None  # pending Workloads of that LocalQueue, this one included
 
     @property
     def fatal(self) -> bool:
@@ -58,12 +58,16 @@ class Admission:
             quota = f", pending quota: {self.message}" if self.message else ""
             return f"queued in {self.queue} ({where}{quota}; Kueue Workload {self.workload})"
         if self.state == "inadmissible":
-            return (f"never admitted by {self.queue}: {self.message} (Kueue Workload {self.workload}). Ask for fewer "
-                    f"workers or GPUs per worker, or have the ClusterQueue's nominalQuota (or borrowing) raised")
+            return (
+                f"never admitted by {self.queue}: {self.message} (Kueue Workload {self.workload}). Ask for fewer "
+                f"workers or GPUs per worker, or have the ClusterQueue's nominalQuota (or borrowing) raised"
+            )
         if self.state == "preempted":
-            return (f"preempted by Kueue in {self.queue}: {self.message} (Kueue Workload {self.workload}). Its workers "
-                    f"were stopped to free quota for a higher-priority workload; it is queued again and re-admitted "
-                    f"whole when quota frees up, with fresh workers")
+            return (
+                f"preempted by Kueue in {self.queue}: {self.message} (Kueue Workload {self.workload}). Its workers "
+                f"were stopped to free quota for a higher-priority workload; it is queued again and re-admitted "
+                f"whole when quota frees up, with fresh workers"
+            )
         if self.state == "evicted":
             return f"evicted by Kueue from {self.queue}: {self.message} (Kueue Workload {self.workload})"
         return f"admitted by {self.queue} (Kueue Workload {self.workload})"
@@ -78,8 +82,11 @@ def _true(condition: dict[str, Any] | None) -> bool:
 
 
 def _queue_order(workload: dict[str, Any]) -> tuple[int, str, str]:
-    return (-int((workload.get("spec") or {}).get("priority") or 0),
-            workload["metadata"].get("creationTimestamp") or "", workload["metadata"]["name"])
+    return (
+        -int((workload.get("spec") or {}).get("priority") or 0),
+        workload["metadata"].get("creationTimestamp") or "",
+        workload["metadata"]["name"],
+    )
 
 
 def is_pending(workload: dict[str, Any]) -> bool:
@@ -117,8 +124,7 @@ def queues_of(manifests: Sequence[dict[str, Any]], workloads: Sequence[str]) -> 
     queues = set()
     for manifest in manifests:
         labels = (manifest.get("metadata") or {}).get("labels") or {}
-        if manifest.get("kind") == "StatefulSet" and labels.get(LABEL_ROLE) in workloads \
-                and labels.get(QUEUE_LABEL):
+        if manifest.get("kind") == "StatefulSet" and labels.get(LABEL_ROLE) in workloads and labels.get(QUEUE_LABEL):
             queues.add(labels[QUEUE_LABEL])
     return queues
 
@@ -182,9 +188,10 @@ class AdmissionReader:
             if error.status == 404:
                 return False
             if error.status == 403:
-                raise SchedulerError(f"cannot read Kueue LocalQueue {queue!r} in namespace {self.namespace}: "
-                                     f"{error.body or error.reason}; apply rbac/ (get on localqueues.kueue.x-k8s.io)"
-                                     ) from None
+                raise SchedulerError(
+                    f"cannot read Kueue LocalQueue {queue!r} in namespace {self.namespace}: "
+                    f"{error.body or error.reason}; apply rbac/ (get on localqueues.kueue.x-k8s.io)"
+                ) from None
             logger.warning("cannot read LocalQueue %s: %s", queue, error.reason)
             return None
         return True
@@ -192,7 +199,10 @@ class AdmissionReader:
     def _note(self, error: ApiException) -> None:
         if error.status == 403:
             self._readable = False
-            logger.warning("cannot read Kueue Workloads in %s (forbidden): queue positions are not reported; apply "
-                           "rbac/ (get, list on workloads.kueue.x-k8s.io)", self.namespace)
+            logger.warning(
+                "cannot read Kueue Workloads in %s (forbidden): queue positions are not reported; apply "
+                "rbac/ (get, list on workloads.kueue.x-k8s.io)",
+                self.namespace,
+            )
         elif error.status != 404:
             logger.warning("cannot read Kueue Workloads: %s", error.reason)

@@ -19,8 +19,7 @@ class HeldWorkers:
         self._workers: dict[str, tuple[int | None, list[Worker]]] = {}
         self._pods: dict[str, tuple[int | None, client.V1Pod]] = {}
 
-    def hold(self, workload: str, epoch: int | None, workers: list[Worker],
-             pods: Iterable[client.V1Pod] = ()) -> None:
+    def hold(self, workload: str, epoch: int | None, workers: list[Worker], pods: Iterable[client.V1Pod] = ()) -> None:
         self._workers[workload] = (epoch, workers)
         self._pods.update({pod.metadata.name: (epoch, pod) for pod in pods})
 

@@ -27,8 +27,9 @@ READY_REVISION_ANNOTATION = "areal.io/ready-revision"
 
 
 class ReleaseInspector:
-    def __init__(self, core: client.CoreV1Api, namespace: str, release: str,
-                 admission: AdmissionReader | None = None) -> None:
+    def __init__(
+        self, core: client.CoreV1Api, namespace: str, release: str, admission: AdmissionReader | None = None
+    ) -> None:
         self.core = core
         self.namespace, self.release = namespace, release
         self.admission = admission  # Kueue Workloads (None: not read)
@@ -36,8 +37,9 @@ class ReleaseInspector:
 
     # --- diagnosis -------------------------------------------------------------------------------
 
-    def failure(self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None,
-                nodes: list[client.V1Node]) -> WorkerFailedError | None:
+    def failure(
+        self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None, nodes: list[client.V1Node]
+    ) -> WorkerFailedError | None:
         """AReaL's error for a pod with a fatal problem (judged from status and nodes; events and logs are read
         only then), or None while the pod is healthy or still progressing."""
         problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
@@ -47,11 +49,21 @@ class ReleaseInspector:
                 return self._admission_failure(role, pod, admission)
         if problem is None or not problem.fatal:
             return None
-        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes,
-                                         events=self.events(pod), log_tail=self.log_tail(pod)) or problem
+        problem = (
+            diagnosis.diagnose_pod(
+                pod,
+                was_ready=ready_pod is not None,
+                ready_pod=ready_pod,
+                nodes=nodes,
+                events=self.events(pod),
+                log_tail=self.log_tail(pod),
+            )
+            or problem
+        )
         index = pod_index(pod)
-        error = WorkerFailedError(naming.worker_id(role, index if index is not None else 0),
-                                  problem.exit_code_or(-1), problem.render())
+        error = WorkerFailedError(
+            naming.worker_id(role, index if index is not None else 0), problem.exit_code_or(-1), problem.render()
+        )
         return attach_diagnosis(error, problem.render())  # type: ignore[return-value]
 
     def admission_of(self, pod: client.V1Pod) -> Admission | None:
@@ -70,8 +82,9 @@ class ReleaseInspector:
     @staticmethod
     def _admission_failure(role: str, pod: client.V1Pod, admission: Admission) -> WorkerFailedError:
         index = pod_index(pod)
-        error = WorkerFailedError(naming.worker_id(role, index if index is not None else 0), -1,
-                                  f"{role}: {admission.describe()}")
+        error = WorkerFailedError(
+            naming.worker_id(role, index if index is not None else 0), -1, f"{role}: {admission.describe()}"
+        )
         return attach_diagnosis(error, f"{role}: {admission.describe()}")  # type: ignore[return-value]
 
     def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
@@ -87,21 +100,27 @@ class ReleaseInspector:
             if pod is None and admission is not None:
                 continue
             if pod is None:
-                lines.append(f"  {role}/{index}: no pod (StatefulSet events: kubectl -n {self.namespace} describe "
-                             f"statefulset -l {naming.role_selector(self.release, role)})")
+                lines.append(
+                    f"  {role}/{index}: no pod (StatefulSet events: kubectl -n {self.namespace} describe "
+                    f"statefulset -l {naming.role_selector(self.release, role)})"
+                )
             elif not is_ready(pod):
                 read_log = bool(pod.spec.node_name) and logs_left > 0
                 logs_left -= read_log
                 log_tail = self.log_lines(pod, LOG_TAIL_LINES) if read_log else []
                 problem = diagnosis.diagnose_pod(pod, events=self.events(pod), log_tail=log_tail)
-                lines.append(problem.render() if problem is not None
-                             else f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet")
+                lines.append(
+                    problem.render()
+                    if problem is not None
+                    else f"  {pod.metadata.name}: phase {pod.status.phase}, not Ready yet"
+                )
         return "\n".join(lines)
 
     def events(self, pod: client.V1Pod) -> list[client.CoreV1Event]:
         try:
             return self.core.list_namespaced_event(
-                self.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}").items
+                self.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+            ).items
         except ApiException as error:
             logger.warning("cannot read events of %s: %s", pod.metadata.name, error.reason)
             return []
@@ -110,8 +129,9 @@ class ReleaseInspector:
         """The last lines of the previous container (after a restart) or else the current one."""
         for previous in (True, False):
             try:
-                text = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace,
-                                                         tail_lines=LOG_TAIL_LINES, previous=previous)
+                text = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, self.namespace, tail_lines=LOG_TAIL_LINES, previous=previous
+                )
             except ApiException:
                 continue
             if text:
@@ -163,5 +183,8 @@ class ReleaseInspector:
     def record_ready_revision(self, revision: int) -> None:
         configmap = self._topology_configmap()
         if configmap is not None:
-            self.core.patch_namespaced_config_map(configmap.metadata.name, self.namespace, {
-                "metadata": {"annotations": {READY_REVISION_ANNOTATION: str(revision)}}})
+            self.core.patch_namespaced_config_map(
+                configmap.metadata.name,
+                self.namespace,
+                {"metadata": {"annotations": {READY_REVISION_ANNOTATION: str(revision)}}},
+            )

@@ -51,9 +51,14 @@ class PodWatch:
     def delete(self, name: str) -> None:
         self.core.delete_namespaced_pod(name, self.namespace)
 
-    def wait(self, selector: str, done: Callable[[dict[str, client.V1Pod]], bool], timeout: float,
-             on_pod: Callable[[client.V1Pod], None] | None = None,
-             on_idle: tuple[float, Callable[[dict[str, client.V1Pod]], None]] | None = None) -> dict[str, client.V1Pod]:
+    def wait(
+        self,
+        selector: str,
+        done: Callable[[dict[str, client.V1Pod]], bool],
+        timeout: float,
+        on_pod: Callable[[client.V1Pod], None] | None = None,
+        on_idle: tuple[float, Callable[[dict[str, client.V1Pod]], None]] | None = None,
+    ) -> dict[str, client.V1Pod]:
         """Watches pods matching `selector` (by name) until `done(pods)`; `on_pod` sees every pod state and may
         raise to stop the wait. `on_idle` (seconds, check): the check also sees the pods every that many seconds,
         for state kept elsewhere than in the pods (a Kueue Workload). Raises WaitTimedOut at the deadline."""
@@ -87,12 +92,23 @@ class PodWatch:
                 version = None
                 self._pause(deadline, pods)
 
-    def _follow(self, selector: str, version: str, remaining: float, pods: dict[str, client.V1Pod],
-                done: Callable[[dict[str, client.V1Pod]], bool],
-                on_pod: Callable[[client.V1Pod], None] | None) -> str | None:
-        stream = watch.Watch().stream(self.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                                      resource_version=version, timeout_seconds=max(1, int(remaining + 0.999)),
-                                      allow_watch_bookmarks=True)
+    def _follow(
+        self,
+        selector: str,
+        version: str,
+        remaining: float,
+        pods: dict[str, client.V1Pod],
+        done: Callable[[dict[str, client.V1Pod]], bool],
+        on_pod: Callable[[client.V1Pod], None] | None,
+    ) -> str | None:
+        stream = watch.Watch().stream(
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=selector,
+            resource_version=version,
+            timeout_seconds=max(1, int(remaining + 0.999)),
+            allow_watch_bookmarks=True,
+        )
         for event in stream:
             kind = event["type"]
             if kind == "ERROR":
@@ -125,9 +141,11 @@ class PodWatch:
 
 def all_ready(replicas: int) -> Callable[[dict[str, client.V1Pod]], bool]:
     """Indices 0..replicas-1 each have a Ready pod with an IP, and no other index remains."""
+
     def check(pods: dict[str, client.V1Pod]) -> bool:
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
         return set(by_index) == set(range(replicas)) and all(is_ready(p) for p in by_index.values())
+
     return check
 
 

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, get_args
 from kubernetes.client import (
     V1Affinity,
     V1Container,
-    V1NodeAffinity,
     V1Node,
+    V1NodeAffinity,
     V1NodeSelector,
     V1NodeSelectorRequirement,
     V1NodeSelectorTerm,
@@ -42,7 +42,7 @@ __all__ = ["CapacityCheck", "CapacityProblem", "check_capacity", "preflight", "r
 ROLE_NAME_ANNOTATION = "areal.io/role-name"
 _PODS = "pods"
 _UNLIMITED = Decimal("Infinity")
-_GIB = Decimal(1024 ** 3)
+_GIB = Decimal(1024**3)
 _MAX_LISTED = 3
 
 
@@ -53,8 +53,12 @@ class CapacityProblem(NamedTuple):
     message: str
 
 
-def preflight(manifests: Sequence[Mapping[str, Any]], roles: Iterable[str], nodes: Sequence[V1Node],
-              mode: CapacityCheck = "reject") -> list[str]:
+def preflight(
+    manifests: Sequence[Mapping[str, Any]],
+    roles: Iterable[str],
+    nodes: Sequence[V1Node],
+    mode: CapacityCheck = "reject",
+) -> list[str]:
     """One message per role that no node can hold ([] for mode "off" or without nodes). With "reject" the caller
     raises them before anything is written, with "warn" it logs them and goes on."""
     if mode not in get_args(CapacityCheck):
@@ -64,8 +68,9 @@ def preflight(manifests: Sequence[Mapping[str, Any]], roles: Iterable[str], node
     return [problem.message for problem in check_capacity(manifests, roles, nodes)]
 
 
-def check_capacity(manifests: Sequence[Mapping[str, Any]], roles: Iterable[str],
-                   nodes: Sequence[V1Node]) -> list[CapacityProblem]:
+def check_capacity(
+    manifests: Sequence[Mapping[str, Any]], roles: Iterable[str], nodes: Sequence[V1Node]
+) -> list[CapacityProblem]:
     """For each role's StatefulSet(s) among `manifests`: a problem when no node in `nodes` can hold one of its pods."""
     if not nodes:
         return []
@@ -88,7 +93,8 @@ def role_statefulsets(manifests: Sequence[Mapping[str, Any]], role: str) -> list
 def _role_of(manifest: Mapping[str, Any]) -> str | None:
     metadata = manifest.get("metadata") or {}
     return (metadata.get("annotations") or {}).get(ROLE_NAME_ANNOTATION) or (metadata.get("labels") or {}).get(
-        LABEL_ROLE)
+        LABEL_ROLE
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -124,14 +130,19 @@ def _container(container: Mapping[str, Any]) -> V1Container:
     return V1Container(
         name=str(container.get("name") or "container"),
         restart_policy=container.get("restartPolicy"),
-        resources=V1ResourceRequirements(requests=_strings(resources.get("requests")),
-                                         limits=_strings(resources.get("limits"))),
+        resources=V1ResourceRequirements(
+            requests=_strings(resources.get("requests")), limits=_strings(resources.get("limits"))
+        ),
     )
 
 
 def _toleration(toleration: Mapping[str, Any]) -> V1Toleration:
-    return V1Toleration(key=toleration.get("key"), operator=toleration.get("operator"),
-                        value=toleration.get("value"), effect=toleration.get("effect"))
+    return V1Toleration(
+        key=toleration.get("key"),
+        operator=toleration.get("operator"),
+        value=toleration.get("value"),
+        effect=toleration.get("effect"),
+    )
 
 
 def _node_affinity(affinity: Mapping[str, Any] | None) -> V1Affinity | None:
@@ -140,19 +151,30 @@ def _node_affinity(affinity: Mapping[str, Any] | None) -> V1Affinity | None:
     terms = required.get("nodeSelectorTerms") or []
     if not terms:
         return None
-    return V1Affinity(node_affinity=V1NodeAffinity(
-        required_during_scheduling_ignored_during_execution=V1NodeSelector(node_selector_terms=[
-            V1NodeSelectorTerm(match_expressions=_requirements(term.get("matchExpressions")),
-                               match_fields=_requirements(term.get("matchFields")))
-            for term in terms])))
+    return V1Affinity(
+        node_affinity=V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=V1NodeSelector(
+                node_selector_terms=[
+                    V1NodeSelectorTerm(
+                        match_expressions=_requirements(term.get("matchExpressions")),
+                        match_fields=_requirements(term.get("matchFields")),
+                    )
+                    for term in terms
+                ]
+            )
+        )
+    )
 
 
 def _requirements(requirements: Sequence[Mapping[str, Any]] | None) -> list[V1NodeSelectorRequirement] | None:
     if not requirements:
         return None
-    return [V1NodeSelectorRequirement(key=r.get("key"), operator=r.get("operator"),
-                                      values=[str(v) for v in r.get("values") or []] or None)
-            for r in requirements]
+    return [
+        V1NodeSelectorRequirement(
+            key=r.get("key"), operator=r.get("operator"), values=[str(v) for v in r.get("values") or []] or None
+        )
+        for r in requirements
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -173,19 +195,25 @@ def _role_verdict(role: str, pod: V1Pod, nodes: Sequence[V1Node]) -> str | None:
     candidates = [_Candidate(node, node_fit(pod, node, None)) for node in nodes]
     selected = [c for c in candidates if c.fit.selector_ok]
     if not selected:
-        return (f"role {role}: {describe_selector(pod, nodes)} matches none of the {_count(len(nodes))}: label "
-                "nodes to match, or change KubernetesSchedulerConfig.node_selector or the chart's "
-                "nodeSelector/affinity")
+        return (
+            f"role {role}: {describe_selector(pod, nodes)} matches none of the {_count(len(nodes))}: label "
+            "nodes to match, or change KubernetesSchedulerConfig.node_selector or the chart's "
+            "nodeSelector/affinity"
+        )
     tolerated = [c for c in selected if not c.fit.hard_taints]
     if not tolerated:
         taints = sorted({taint for c in selected for taint in c.fit.hard_taints})
-        return (f"role {role}: every node it may use ({_names(selected)}) has a taint it does not tolerate "
-                f"({', '.join(taints[:4])}): add tolerations for them (the chart's workerDefaults.tolerations or the "
-                "role's own tolerations, in values_files), or choose other nodes")
+        return (
+            f"role {role}: every node it may use ({_names(selected)}) has a taint it does not tolerate "
+            f"({', '.join(taints[:4])}): add tolerations for them (the chart's workerDefaults.tolerations or the "
+            "role's own tolerations, in values_files), or choose other nodes"
+        )
     usable = [c for c in tolerated if not c.cordoned]
     if not usable:
-        return (f"role {role}: every node it may use is cordoned ({_names(tolerated)}): uncordon them "
-                "(kubectl uncordon NODE) or add nodes")
+        return (
+            f"role {role}: every node it may use is cordoned ({_names(tolerated)}): uncordon them "
+            "(kubectl uncordon NODE) or add nodes"
+        )
     if any(_holds(c.fit, needs) for c in usable):
         return None
     return _shortfall(role, pod, needs, usable, candidates)
@@ -212,8 +240,9 @@ def _largest(candidates: Sequence[_Candidate], resource: str) -> Decimal:
     return max(_available(c.fit, resource) for c in candidates)
 
 
-def _shortfall(role: str, pod: V1Pod, needs: Mapping[str, Decimal], usable: Sequence[_Candidate],
-               candidates: Sequence[_Candidate]) -> str:
+def _shortfall(
+    role: str, pod: V1Pod, needs: Mapping[str, Decimal], usable: Sequence[_Candidate], candidates: Sequence[_Candidate]
+) -> str:
     largest = {resource: _largest(usable, resource) for resource in needs}
     short = {resource: largest[resource] for resource, amount in needs.items() if largest[resource] < amount}
     scope = _scope(pod, candidates)
@@ -229,20 +258,33 @@ def _shortfall(role: str, pod: V1Pod, needs: Mapping[str, Decimal], usable: Sequ
 
 
 def _needs_text(needs: Mapping[str, Decimal]) -> str:
-    return ", ".join(f"{resource}: {format_quantity(resource, amount)}" for resource, amount in needs.items()
-                     if resource != _PODS)
+    return ", ".join(
+        f"{resource}: {format_quantity(resource, amount)}" for resource, amount in needs.items() if resource != _PODS
+    )
 
 
 def _shape(needs: Mapping[str, Decimal]) -> str:
-    return ", ".join(f"{resource} >= {format_quantity(resource, amount)}" for resource, amount in needs.items()
-                     if resource != _PODS) or "room for one more pod"
+    return (
+        ", ".join(
+            f"{resource} >= {format_quantity(resource, amount)}"
+            for resource, amount in needs.items()
+            if resource != _PODS
+        )
+        or "room for one more pod"
+    )
 
 
 def _shapes(usable: Sequence[_Candidate], needs: Mapping[str, Decimal]) -> str:
     """'a has nvidia.com/gpu 8, cpu 4; b has ...' for the first nodes, showing the resources the pod needs."""
-    shown = [f"{c.fit.name} has " + ", ".join(f"{resource} {format_quantity(resource, _available(c.fit, resource))}"
-                                                for resource in needs if resource != _PODS)
-             for c in usable[:_MAX_LISTED]]
+    shown = [
+        f"{c.fit.name} has "
+        + ", ".join(
+            f"{resource} {format_quantity(resource, _available(c.fit, resource))}"
+            for resource in needs
+            if resource != _PODS
+        )
+        for c in usable[:_MAX_LISTED]
+    ]
     return "; ".join(shown) + (f"; +{len(usable) - _MAX_LISTED} more" if len(usable) > _MAX_LISTED else "")
 
 
@@ -260,8 +302,10 @@ def _lower(resource: str, largest: Decimal) -> str:
         return "raise the nodes' pod limit (kubelet maxPods)"
     if "gpu" in resource:
         if largest < 1:
-            return ("set SchedulingSpec.gpu to 0 (or install the GPU device plugin, or set the chart's "
-                    "resources.gpuResourceName to the nodes' GPU resource)")
+            return (
+                "set SchedulingSpec.gpu to 0 (or install the GPU device plugin, or set the chart's "
+                "resources.gpuResourceName to the nodes' GPU resource)"
+            )
         return f"lower SchedulingSpec.gpu to <= {int(largest)}"
     if resource == "cpu":
         return f"lower SchedulingSpec.cpu to <= {_plain(largest)}"
@@ -304,8 +348,9 @@ def _excluded_hint(pod: V1Pod, needs: Mapping[str, Decimal], candidates: Sequenc
         if not c.fit.selector_ok:
             reasons.append(f"node {c.fit.name} would hold it but does not match its {describe_selector(pod, ())}")
         elif c.fit.hard_taints:
-            reasons.append(f"node {c.fit.name} would hold it but has taint {', '.join(c.fit.hard_taints[:2])} "
-                           "(add a toleration)")
+            reasons.append(
+                f"node {c.fit.name} would hold it but has taint {', '.join(c.fit.hard_taints[:2])} (add a toleration)"
+            )
         elif c.cordoned:
             reasons.append(f"node {c.fit.name} would hold it but is cordoned (kubectl uncordon {c.fit.name})")
     return "".join(f"; {reason}" for reason in reasons[:_MAX_LISTED])

@@ -16,8 +16,7 @@ from typing import Any
 import yaml
 from pyhelm3 import Client
 from pyhelm3.command import Command
-from pyhelm3.errors import Error as HelmError
-from pyhelm3.errors import ReleaseNotFoundError
+from pyhelm3.errors import Error as HelmError, ReleaseNotFoundError
 from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
 from ..config import KubernetesSchedulerConfig
@@ -27,8 +26,12 @@ __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm"
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
 
-PENDING = {ReleaseRevisionStatus.PENDING_INSTALL, ReleaseRevisionStatus.PENDING_UPGRADE,
-           ReleaseRevisionStatus.PENDING_ROLLBACK, ReleaseRevisionStatus.UNINSTALLING}
+PENDING = {
+    ReleaseRevisionStatus.PENDING_INSTALL,
+    ReleaseRevisionStatus.PENDING_UPGRADE,
+    ReleaseRevisionStatus.PENDING_ROLLBACK,
+    ReleaseRevisionStatus.UNINSTALLING,
+}
 
 
 def merge_values(*layers: dict[str, Any]) -> dict[str, Any]:
@@ -66,10 +69,16 @@ def find_helm(executable: str) -> str:
     if found is None and not os.path.dirname(executable):
         found = shutil.which(executable, path=str(beside))
     if found is None:
-        where = (f"{executable} is not an executable file" if os.path.dirname(executable)
-                 else f"no executable {executable!r} on PATH or in {beside}")
-        raise HelmNotFoundError(where, "install helm 3.x or 4.x (https://helm.sh/docs/intro/install/), or name it "
-                                       "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)")
+        where = (
+            f"{executable} is not an executable file"
+            if os.path.dirname(executable)
+            else f"no executable {executable!r} on PATH or in {beside}"
+        )
+        raise HelmNotFoundError(
+            where,
+            "install helm 3.x or 4.x (https://helm.sh/docs/intro/install/), or name it "
+            "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)",
+        )
     return found
 
 
@@ -112,8 +121,9 @@ class Releases:
 
     async def chart(self) -> Chart:
         if self._chart is None:
-            self._chart = await self.client.get_chart(self.config.chart, repo=self.config.chart_repo,
-                                                      version=self.config.chart_version)
+            self._chart = await self.client.get_chart(
+                self.config.chart, repo=self.config.chart_repo, version=self.config.chart_version
+            )
         return self._chart
 
     async def current(self, name: str) -> ReleaseRevision | None:
@@ -138,23 +148,32 @@ class Releases:
         """The values files under `values`. A file's `roles.<name>` (per-role placement, volumes, ...) applies
         once the scheduler creates that role, and never creates one by itself."""
         files = copy.deepcopy(self.file_values)
-        files["roles"] = {role: settings for role, settings in (files.get("roles") or {}).items()
-                          if role in (values.get("roles") or {})}
+        files["roles"] = {
+            role: settings
+            for role, settings in (files.get("roles") or {}).items()
+            if role in (values.get("roles") or {})
+        }
         return merge_values(files, values)
 
     async def apply(self, name: str, values: dict[str, Any], description: str) -> Snapshot:
         """One `helm upgrade --install` with exactly these values (over the configured values files); returns the
         revision helm wrote, read from its own record of it."""
         record = await self.command.install_or_upgrade(
-            name, (await self.chart()).ref, self.layered(values), namespace=self.namespace,
-            description=description[:200], reset_values=True, wait=False, create_namespace=False)
+            name,
+            (await self.chart()).ref,
+            self.layered(values),
+            namespace=self.namespace,
+            description=description[:200],
+            reset_values=True,
+            wait=False,
+            create_namespace=False,
+        )
         return int(record["version"]), record.get("config") or {}
 
     async def render(self, name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         """The manifests an apply would send (helm template: no cluster access)."""
         chart = await self.chart()
-        return list(await self.client.template_resources(
-            chart, name, self.layered(values), namespace=self.namespace))
+        return list(await self.client.template_resources(chart, name, self.layered(values), namespace=self.namespace))
 
     async def history(self, name: str) -> list[ReleaseRevision]:
         revision = await self.current(name)

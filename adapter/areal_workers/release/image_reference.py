@@ -43,13 +43,13 @@ def image_reference_problem(image: str) -> str | None:
 
 def shown(text: str, limit: int = 80) -> str:
     """repr(text), shortened in the middle beyond `limit` characters."""
-    return repr(text) if len(text) <= limit else f"{text[: limit // 2]!r}...{text[-(limit // 4):]!r}"
+    return repr(text) if len(text) <= limit else f"{text[: limit // 2]!r}...{text[-(limit // 4) :]!r}"
 
 
 def _split_tag(rest: str) -> tuple[str, str | None]:
     """'host:5000/a/b:tag' -> ('host:5000/a/b', 'tag'): the tag starts at the first ':' after the last '/'."""
     colon = rest.find(":", rest.rfind("/") + 1)
-    return (rest, None) if colon < 0 else (rest[:colon], rest[colon + 1:])
+    return (rest, None) if colon < 0 else (rest[:colon], rest[colon + 1 :])
 
 
 def _digest_problem(digest: str) -> str | None:
@@ -62,8 +62,10 @@ def _digest_problem(digest: str) -> str | None:
         if _SHA256_HEX.fullmatch(encoded):
             return None
         what = "uppercase hex digits" if _SHA256_HEX.fullmatch(encoded.lower()) else f"{len(encoded)} characters"
-        return (f"a sha256 digest is 64 lowercase hex digits, got {what} ({shown(encoded)}): write the full "
-                f"digest; {_DIGEST_HELP}")
+        return (
+            f"a sha256 digest is 64 lowercase hex digits, got {what} ({shown(encoded)}): write the full "
+            f"digest; {_DIGEST_HELP}"
+        )
     if not colon or not _DIGEST.fullmatch(digest):
         return f"the digest {shown(digest)} is not <algorithm>:<hex>: write @sha256:<64 hex digits>; {_DIGEST_HELP}"
     if algorithm in ("sha384", "sha512"):
@@ -76,23 +78,31 @@ def _tag_problem(name: str, tag: str, digest: str | None) -> str | None:
     if not tag:
         return f"the tag after ':' is empty: name a tag ({name}:v1.0.4{suffix}) or drop the ':'"
     if ":" in tag:
-        return ("it has more than one ':' after the last '/': a reference is name[:tag][@digest], and a ':' before "
-                f"the first '/' is a registry port; use {name}:{tag.split(':', 1)[0]}{suffix}")
+        return (
+            "it has more than one ':' after the last '/': a reference is name[:tag][@digest], and a ':' before "
+            f"the first '/' is a registry port; use {name}:{tag.split(':', 1)[0]}{suffix}"
+        )
     if len(tag) > MAX_TAG_LENGTH:
         return f"the tag is {len(tag)} characters, at most {MAX_TAG_LENGTH} are allowed: use a shorter tag or a digest"
     if not _TAG.fullmatch(tag):
-        return (f"the tag {shown(tag)} may hold only letters, digits, '_', '.' and '-', and must not start with "
-                "'.' or '-': fix the tag")
+        return (
+            f"the tag {shown(tag)} may hold only letters, digits, '_', '.' and '-', and must not start with "
+            "'.' or '-': fix the tag"
+        )
     return None
 
 
 def _name_problem(name: str, tag: str | None, digest: str | None) -> str | None:
     if not name:
-        return ("there is no repository name before the tag or digest: write the image's repository first, e.g. "
-                "ghcr.io/inclusionai/areal-runtime:v1.0.4")
+        return (
+            "there is no repository name before the tag or digest: write the image's repository first, e.g. "
+            "ghcr.io/inclusionai/areal-runtime:v1.0.4"
+        )
     if len(name) > MAX_NAME_LENGTH:
-        return (f"the repository name is {len(name)} characters, at most {MAX_NAME_LENGTH} are allowed: use a shorter "
-                "repository path")
+        return (
+            f"the repository name is {len(name)} characters, at most {MAX_NAME_LENGTH} are allowed: use a shorter "
+            "repository path"
+        )
     if _NAME.fullmatch(name):
         return None
     components = name.split("/")
@@ -102,14 +112,18 @@ def _name_problem(name: str, tag: str | None, digest: str | None) -> str | None:
         return f"the repository name has an empty path component ('//'): use {re.sub('/+', '/', name)}"
     domain = components[0] if len(components) > 1 and _is_domain(components[0]) else None
     if domain is not None and not _DOMAIN_RE.fullmatch(domain):
-        return (f"the registry {shown(domain)} is not a host name or [IPv6] address with an optional :port: fix the "
-                "registry part before the first '/'")
+        return (
+            f"the registry {shown(domain)} is not a host name or [IPv6] address with an optional :port: fix the "
+            "registry part before the first '/'"
+        )
     path = components[1:] if domain is not None else components
     if any(component != component.lower() for component in path):
         return "the repository path must be lowercase" + _lowercase_hint(components, tag, digest)
     bad = next((component for component in path if not _PATH_COMPONENT_RE.fullmatch(component)), name)
-    return (f"the path component {shown(bad)} must be lowercase letters and digits, separated by one '.', one or two "
-            "'_' or any number of '-': fix or remove the other characters")
+    return (
+        f"the path component {shown(bad)} must be lowercase letters and digits, separated by one '.', one or two "
+        "'_' or any number of '-': fix or remove the other characters"
+    )
 
 
 def _is_domain(first: str) -> bool:

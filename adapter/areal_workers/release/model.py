@@ -76,8 +76,9 @@ class ReleaseModel:
 
     def dependents(self, role: str) -> list[str]:
         """Colocations, then forks, that live on `role` (they go before it and pin its replica count)."""
-        return (sorted(r for r, target in self.colocations.items() if target == role)
-                + sorted(r for r, fork in self.forks.items() if fork["target"] == role))
+        return sorted(r for r, target in self.colocations.items() if target == role) + sorted(
+            r for r, fork in self.forks.items() if fork["target"] == role
+        )
 
     def pod_role(self, role: str) -> str:
         """The role whose pods run `role`'s workers (a process fork lives in its target's pods)."""

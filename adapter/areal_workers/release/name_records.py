@@ -60,8 +60,11 @@ def _clear_nfs(record_root: Path, roots: list[str]) -> list[str]:
 
 def _clear_etcd3(address: str, roots: list[str]) -> list[str]:
     if importlib.util.find_spec("areal") is None or importlib.util.find_spec("etcd3") is None:
-        logger.warning("name_resolve records in etcd3 at %s are not cleared: it needs areal and etcd3 installed "
-                       "in the controller's environment", address)
+        logger.warning(
+            "name_resolve records in etcd3 at %s are not cleared: it needs areal and etcd3 installed "
+            "in the controller's environment",
+            address,
+        )
         return []
     from areal.api.cli_args import NameResolveConfig
     from areal.utils import name_resolve

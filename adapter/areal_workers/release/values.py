@@ -22,24 +22,39 @@ DEFAULT_COMMAND = "python -m areal.infra.rpc.rpc_server"
 # What a Job with no tasks gets (AReaL's LocalScheduler uses cpu=1, gpu=0, port_count=2 and the rpc_server);
 # memory is in GiB here and 1 GiB is the smallest sensible worker.
 DEFAULT_TASK: dict[str, Any] = {"cpu": 1, "gpu": 0, "mem": 1, "port_count": 2, "cmd": DEFAULT_COMMAND}
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                    "NUMEXPR_NUM_THREADS")
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 MAX_PORTS = 101  # the guard and the chart's extraPorts maximum of 100
 NAME_RESOLVE_TYPES = ("nfs", "etcd3")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # Variables the chart sets from the pod and the role (its worker identity); a role may not override them.
-RESERVED_ENV = frozenset({"POD_NAME", "POD_NAMESPACE", "POD_IP", "AREAL_WORKER_INDEX", "AREAL_EXPERIMENT_NAME",
-                          "AREAL_TRIAL_NAME", "AREAL_ROLE", "AREAL_WORKER_ID"})
+RESERVED_ENV = frozenset(
+    {
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "POD_IP",
+        "AREAL_WORKER_INDEX",
+        "AREAL_EXPERIMENT_NAME",
+        "AREAL_TRIAL_NAME",
+        "AREAL_ROLE",
+        "AREAL_WORKER_ID",
+    }
+)
 
 # Slurm/Ray-only SchedulingSpec fields, each with the Kubernetes way to get the same effect.
 SLURM_ONLY = {
     "nodelist": "choose nodes with KubernetesSchedulerConfig.node_selector or the chart's "
-                "workerDefaults.nodeSelector / affinity (values_files)",
+    "workerDefaults.nodeSelector / affinity (values_files)",
     "exclude": "keep workers off nodes with a node affinity NotIn rule or taints in the chart's values (values_files)",
     "srun_additional_args": "there is no srun on Kubernetes; set pod options through the chart's values (values_files)",
     "mount": "mount storage with the chart's workerDefaults.extraVolumes and extraVolumeMounts (values_files)",
     "ray_placement_strategy": "Ray placement does not apply; spread workers with the chart's "
-                              "topologySpreadConstraints or affinity",
+    "topologySpreadConstraints or affinity",
 }
 
 
@@ -52,8 +67,10 @@ class TopologyError(ValueError):
 
 
 def _spec_defaults() -> dict[str, Any]:
-    return {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
-            for f in dataclasses.fields(SchedulingSpec)}
+    return {
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
+        for f in dataclasses.fields(SchedulingSpec)
+    }
 
 
 def resolve_spec(job: Job) -> SchedulingSpec:
@@ -71,14 +88,20 @@ def resolve_spec(job: Job) -> SchedulingSpec:
     if not tasks:
         return SchedulingSpec(**DEFAULT_TASK)
     if len(tasks) not in (1, replicas):
-        raise TopologyError(role, "Invalid configuration",
-                            f"schedulings length ({len(tasks)}) must be 1 or equal to replicas ({replicas})")
+        raise TopologyError(
+            role,
+            "Invalid configuration",
+            f"schedulings length ({len(tasks)}) must be 1 or equal to replicas ({replicas})",
+        )
     first = tasks[0]
     different = [i for i, task in enumerate(tasks) if task != first]
     if different:
-        raise TopologyError(role, "Invalid configuration",
-                            f"workers {different} have a SchedulingSpec different from worker 0; a role is one "
-                            f"StatefulSet with one pod template: give all workers the same spec or split the role")
+        raise TopologyError(
+            role,
+            "Invalid configuration",
+            f"workers {different} have a SchedulingSpec different from worker 0; a role is one "
+            f"StatefulSet with one pod template: give all workers the same spec or split the role",
+        )
     return first
 
 
@@ -90,13 +113,18 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
         if value not in (None, "", defaults[name]):
             raise TopologyError(role, f"SchedulingSpec.{name} is Slurm/Ray-only", f"got {value!r}; {alternative}")
     if spec.task_type != "worker":
-        raise TopologyError(role, "Unsupported task_type",
-                            f"task_type {spec.task_type!r}: the Kubernetes scheduler starts 'worker' tasks; "
-                            f"engines are created on workers with create_engine")
+        raise TopologyError(
+            role,
+            "Unsupported task_type",
+            f"task_type {spec.task_type!r}: the Kubernetes scheduler starts 'worker' tasks; "
+            f"engines are created on workers with create_engine",
+        )
     for name in ("cpu", "gpu", "mem", "port_count"):
         value = getattr(spec, name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise TopologyError(role, "Invalid resources", f"SchedulingSpec.{name} must be a number >= 0, got {value!r}")
+            raise TopologyError(
+                role, "Invalid resources", f"SchedulingSpec.{name} must be a number >= 0, got {value!r}"
+            )
     if spec.cpu <= 0:
         raise TopologyError(role, "Invalid resources", f"SchedulingSpec.cpu must be > 0, got {spec.cpu}")
     if spec.mem <= 0:
@@ -104,18 +132,25 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
     if int(spec.gpu) != spec.gpu:
         raise TopologyError(role, "Invalid resources", f"SchedulingSpec.gpu must be a whole number, got {spec.gpu}")
     if not 1 <= spec.port_count <= MAX_PORTS:
-        raise TopologyError(role, "Invalid configuration",
-                            f"SchedulingSpec.port_count must be within 1..{MAX_PORTS} (the first port is the guard), "
-                            f"got {spec.port_count}")
+        raise TopologyError(
+            role,
+            "Invalid configuration",
+            f"SchedulingSpec.port_count must be within 1..{MAX_PORTS} (the first port is the guard), "
+            f"got {spec.port_count}",
+        )
     if spec.cmd and "--port" in spec.cmd:
-        raise TopologyError(role, "Custom command should not include --port argument",
-                            "The scheduler automatically allocates and provides the port.")
+        raise TopologyError(
+            role,
+            "Custom command should not include --port argument",
+            "The scheduler automatically allocates and provides the port.",
+        )
     for key in spec.env_vars or {}:
         if not ENV_NAME.match(key):
             raise TopologyError(role, "Invalid env_vars", f"{key!r} is not a valid environment variable name")
         if key in RESERVED_ENV:
-            raise TopologyError(role, "Invalid env_vars",
-                                f"{key} is set by the chart from the pod itself; use another name")
+            raise TopologyError(
+                role, "Invalid env_vars", f"{key} is set by the chart from the pod itself; use another name"
+            )
     if spec.image != defaults["image"]:
         image_problem(role, spec.image)
 
@@ -123,26 +158,35 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
 def image_problem(role: str, image: str) -> None:
     """Rejects an image the kubelet cannot pull or the chart cannot render back (see `image_reference_problem`)."""
     if not image or not isinstance(image, str):
-        raise TopologyError(role, "Invalid image", "SchedulingSpec.image is empty; set a container image "
-                            "(e.g. ghcr.io/inclusionai/areal-runtime:v1.0.4) or KubernetesSchedulerConfig.image")
+        raise TopologyError(
+            role,
+            "Invalid image",
+            "SchedulingSpec.image is empty; set a container image "
+            "(e.g. ghcr.io/inclusionai/areal-runtime:v1.0.4) or KubernetesSchedulerConfig.image",
+        )
     if image.endswith(".sif") or image.startswith("/"):
-        raise TopologyError(role, "Apptainer images are Slurm-only",
-                            f"{image!r} is a file path; Kubernetes pulls container images: set SchedulingSpec.image "
-                            f"or KubernetesSchedulerConfig.image to e.g. ghcr.io/inclusionai/areal-runtime:v1.0.4")
+        raise TopologyError(
+            role,
+            "Apptainer images are Slurm-only",
+            f"{image!r} is a file path; Kubernetes pulls container images: set SchedulingSpec.image "
+            f"or KubernetesSchedulerConfig.image to e.g. ghcr.io/inclusionai/areal-runtime:v1.0.4",
+        )
     if any(c.isspace() for c in image) or image != image.strip():
         raise TopologyError(role, "Invalid image", f"{image!r} contains whitespace")
     problem = image_reference_problem(image)
     if problem:
-        raise TopologyError(role, "Invalid image",
-                            f"{shown(image, 300)} is not a container image reference: {problem}")
+        raise TopologyError(role, "Invalid image", f"{shown(image, 300)} is not a container image reference: {problem}")
 
 
 def worker_command(spec: SchedulingSpec, python_executable: str) -> list[str]:
     """spec.cmd as argv; a controller-side interpreter path (AReaL may put sys.executable there) means 'python'
     in the image, which is config.python_executable."""
     argv = shlex.split(spec.cmd or DEFAULT_COMMAND)
-    if argv and PurePosixPath(argv[0]).name.startswith("python") and (
-            "/" in argv[0] or argv[0] in ("python", "python3")):
+    if (
+        argv
+        and PurePosixPath(argv[0]).name.startswith("python")
+        and ("/" in argv[0] or argv[0] in ("python", "python3"))
+    ):
         argv[0] = python_executable
     return argv
 
@@ -169,8 +213,13 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def base_values(config: KubernetesSchedulerConfig, experiment: str, trial: str,
-                cluster: Mapping[str, Any] | None = None, offload: bool = False) -> dict[str, Any]:
+def base_values(
+    config: KubernetesSchedulerConfig,
+    experiment: str,
+    trial: str,
+    cluster: Mapping[str, Any] | None = None,
+    offload: bool = False,
+) -> dict[str, Any]:
     """Release-wide values: names, image, guard port, name-resolve settings, pod options from the config, and
     AReaL's enable_offload (torch_memory_saver preloaded into every worker, as AReaL's schedulers do)."""
     values: dict[str, Any] = {"experiment": experiment, "trial": trial, "guard": {"port": config.guard_port}}
@@ -199,8 +248,9 @@ def base_values(config: KubernetesSchedulerConfig, experiment: str, trial: str,
     if cluster:
         values["cluster"] = copy.deepcopy(dict(cluster))
     if config.owner_pod:  # the trainer runs in a pod: its workers go with it (garbage collection)
-        values["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": config.owner_pod,
-                                      "uid": config.owner_pod_uid}]
+        values["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": config.owner_pod, "uid": config.owner_pod_uid}
+        ]
     return values
 
 
@@ -214,13 +264,18 @@ def cluster_values(exp_config: Any) -> dict[str, Any]:
         values["fileroot"] = str(cluster.fileroot)
     name_resolve = getattr(cluster, "name_resolve", None)
     if name_resolve is not None:
-        resolve = {"type": getattr(name_resolve, "type", None),
-                   "nfsRecordRoot": getattr(name_resolve, "nfs_record_root", None),
-                   "etcd3Addr": getattr(name_resolve, "etcd3_addr", None)}
+        resolve = {
+            "type": getattr(name_resolve, "type", None),
+            "nfsRecordRoot": getattr(name_resolve, "nfs_record_root", None),
+            "etcd3Addr": getattr(name_resolve, "etcd3_addr", None),
+        }
         values["nameResolve"] = {k: str(v) for k, v in resolve.items() if v}
         kind = values["nameResolve"].get("type")
         if kind is not None and kind not in NAME_RESOLVE_TYPES:
-            raise TopologyError("cluster.name_resolve", f"name_resolve type {kind!r} does not work on Kubernetes",
-                                f"use one of {', '.join(NAME_RESOLVE_TYPES)}: workers in pods reach an NFS path or "
-                                f"an etcd3 server, not the controller's Ray cluster")
+            raise TopologyError(
+                "cluster.name_resolve",
+                f"name_resolve type {kind!r} does not work on Kubernetes",
+                f"use one of {', '.join(NAME_RESOLVE_TYPES)}: workers in pods reach an NFS path or "
+                f"an etcd3 server, not the controller's Ray cluster",
+            )
     return values

@@ -58,20 +58,23 @@ def kube_client(config: KubernetesSchedulerConfig) -> client.ApiClient:
     return client.ApiClient()
 
 
-def connect(config: KubernetesSchedulerConfig, release: str, liveness: Liveness,
-            api_client: client.ApiClient | None = None) -> Backend:
+def connect(
+    config: KubernetesSchedulerConfig, release: str, liveness: Liveness, api_client: client.ApiClient | None = None
+) -> Backend:
     """`api_client`: an existing client of the same cluster (None: one from the config's kubeconfig)."""
     api_client = api_client or kube_client(config)
     core = client.CoreV1Api(api_client)
     return Backend(
         releases=Releases(config),
         pods=PodWatch(core, config.namespace),
-        inspector=ReleaseInspector(core, config.namespace, release,
-                                   AdmissionReader(client.CustomObjectsApi(api_client), config.namespace)),
+        inspector=ReleaseInspector(
+            core, config.namespace, release, AdmissionReader(client.CustomObjectsApi(api_client), config.namespace)
+        ),
         statefulsets=client.AppsV1Api(api_client),
         # A pod check costs an API request: made before retries and after connection errors, not per call.
         guard=GuardClient(liveness=liveness, check_first_attempt=False),
         lease=ReleaseLease(client.CoordinationV1Api(api_client), config.namespace, release, config.lease_grace_seconds)
-        if config.lease_grace_seconds > 0 and config.ownership == "managed" else None,
+        if config.lease_grace_seconds > 0 and config.ownership == "managed"
+        else None,
         check_access=lambda: cluster_access.check_namespace(core, config.namespace),
     )

@@ -38,18 +38,27 @@ def renew_interval(grace_seconds: float) -> float:
     return max(0.2, min(MAX_RENEW_SECONDS, grace_seconds / 4))
 
 
-def lease_body(release: str, holder: str, grace_seconds: float, now: datetime,
-               acquired: datetime | None = None) -> client.V1Lease:
+def lease_body(
+    release: str, holder: str, grace_seconds: float, now: datetime, acquired: datetime | None = None
+) -> client.V1Lease:
     return client.V1Lease(
-        metadata=client.V1ObjectMeta(name=lease_name(release), labels={
-            LEASE_LABEL: release, naming.LABEL_INSTANCE: release, "app.kubernetes.io/part-of": "areal"}),
-        spec=client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=max(1, round(grace_seconds)),
-                                acquire_time=acquired or now, renew_time=now))
+        metadata=client.V1ObjectMeta(
+            name=lease_name(release),
+            labels={LEASE_LABEL: release, naming.LABEL_INSTANCE: release, "app.kubernetes.io/part-of": "areal"},
+        ),
+        spec=client.V1LeaseSpec(
+            holder_identity=holder,
+            lease_duration_seconds=max(1, round(grace_seconds)),
+            acquire_time=acquired or now,
+            renew_time=now,
+        ),
+    )
 
 
 class ReleaseLease:
-    def __init__(self, coordination: client.CoordinationV1Api, namespace: str, release: str,
-                 grace_seconds: float) -> None:
+    def __init__(
+        self, coordination: client.CoordinationV1Api, namespace: str, release: str, grace_seconds: float
+    ) -> None:
         self.coordination, self.namespace, self.release = coordination, namespace, release
         self.grace_seconds = grace_seconds
         self.holder = holder_identity()
@@ -66,13 +75,20 @@ class ReleaseLease:
         try:
             self.renew()
         except (ApiException, HTTPError, OSError) as error:
-            cause = cluster_access.api_failure(error, self.namespace, self.coordination.api_client.configuration.host,
-                                               "keep the trainer's Lease (leases in coordination.k8s.io)")
+            cause = cluster_access.api_failure(
+                error,
+                self.namespace,
+                self.coordination.api_client.configuration.host,
+                "keep the trainer's Lease (leases in coordination.k8s.io)",
+            )
             if cause is None:
                 raise
-            raise ClusterAccessError(cause.cause, f"{cause}; or set lease_grace_seconds=0 "
-                                                  f"(AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and "
-                                                  f"without the reaper's clean-up)") from error
+            raise ClusterAccessError(
+                cause.cause,
+                f"{cause}; or set lease_grace_seconds=0 "
+                f"(AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and "
+                f"without the reaper's clean-up)",
+            ) from error
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.release}", daemon=True)
         self._thread.start()
@@ -85,14 +101,20 @@ class ReleaseLease:
         except ApiException as error:
             if error.status != 404:
                 raise
-            self.coordination.create_namespaced_lease(self.namespace,
-                                                      lease_body(self.release, self.holder, self.grace_seconds, now))
+            self.coordination.create_namespaced_lease(
+                self.namespace, lease_body(self.release, self.holder, self.grace_seconds, now)
+            )
             return
         taken_over = current.spec.holder_identity != self.holder
         if taken_over:
             logger.info("taking over the lease of release %s from %s", self.release, current.spec.holder_identity)
-        body = lease_body(self.release, self.holder, self.grace_seconds, now,
-                          acquired=None if taken_over else current.spec.acquire_time)
+        body = lease_body(
+            self.release,
+            self.holder,
+            self.grace_seconds,
+            now,
+            acquired=None if taken_over else current.spec.acquire_time,
+        )
         body.metadata.resource_version = current.metadata.resource_version
         body.spec.lease_transitions = (current.spec.lease_transitions or 0) + int(taken_over)
         self.coordination.replace_namespaced_lease(name, self.namespace, body)

@@ -37,9 +37,16 @@ def lease_states(leases: list[client.V1Lease]) -> list[LeaseState]:
         if not release:
             continue
         spec = lease.spec
-        states.append(LeaseState(release, lease.metadata.name, spec.holder_identity or "",
-                                 spec.renew_time or spec.acquire_time, int(spec.lease_duration_seconds or 0),
-                                 lease.metadata.resource_version))
+        states.append(
+            LeaseState(
+                release,
+                lease.metadata.name,
+                spec.holder_identity or "",
+                spec.renew_time or spec.acquire_time,
+                int(spec.lease_duration_seconds or 0),
+                lease.metadata.resource_version,
+            )
+        )
     return sorted(states, key=lambda state: state.release)
 
 
@@ -50,8 +57,13 @@ class Outcome:
     overdue_seconds: float
 
 
-def reap(coordination: client.CoordinationV1Api, namespace: str, uninstall: Callable[[str], None],
-         dry_run: bool = False, now: datetime | None = None) -> list[Outcome]:
+def reap(
+    coordination: client.CoordinationV1Api,
+    namespace: str,
+    uninstall: Callable[[str], None],
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> list[Outcome]:
     """Every Lease of the namespace with what was done about it; `uninstall(release)` removes a release and waits
     for its pods to go."""
     leases = coordination.list_namespaced_lease(namespace, label_selector=LEASE_LABEL).items
@@ -66,8 +78,13 @@ def reap(coordination: client.CoordinationV1Api, namespace: str, uninstall: Call
             outcomes.append(Outcome(state, "would reap", overdue))
             continue
         try:
-            coordination.delete_namespaced_lease(state.name, namespace, body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(resource_version=state.resource_version)))
+            coordination.delete_namespaced_lease(
+                state.name,
+                namespace,
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(resource_version=state.resource_version)
+                ),
+            )
         except ApiException as error:
             if error.status in (404, 409):  # renewed (or reaped) since it was listed: its trainer is back
                 outcomes.append(Outcome(state, "renewed meanwhile", overdue))

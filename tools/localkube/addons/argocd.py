@@ -33,8 +33,9 @@ PART_OF = {"app.kubernetes.io/part-of": "argocd"}
 def redis_server() -> str:
     path = shutil.which("redis-server")
     if path is None:
-        raise ClusterError("redis-server is missing: install Debian's redis-server (apt-get install redis-server; "
-                           ".ci/run does it)")
+        raise ClusterError(
+            "redis-server is missing: install Debian's redis-server (apt-get install redis-server; .ci/run does it)"
+        )
     return path
 
 
@@ -44,33 +45,83 @@ def components(state: Path, ports: Ports, kubeconfig: Path) -> list[Component]:
     home = state / "argocd"
     redis = f"127.0.0.1:{ports.argocd_redis}"
     # repo-server runs git, helm and the wrappers from PATH; its checkouts go to TMPDIR, inside the state.
-    tool_env = {"PATH": f"{ETC}:{TOOLS_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                "TMPDIR": str(home / "tmp"), "HOME": str(home / "home"), "ARGOCD_GPG_ENABLED": "false"}
+    tool_env = {
+        "PATH": f"{ETC}:{TOOLS_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "TMPDIR": str(home / "tmp"),
+        "HOME": str(home / "home"),
+        "ARGOCD_GPG_ENABLED": "false",
+    }
     return [
-        Component("argocd-redis", [
-            shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(ports.argocd_redis),
-            "--dir", str(home), "--save", "", "--appendonly", "no", "--protected-mode", "yes",
-        ], state, health_url=f"tcp://{redis}"),
-        Component("argocd-repo-server", [
-            str(TOOLS_BIN / "argocd-repo-server"), f"--redis={redis}",
-            "--address=127.0.0.1", f"--port={ports.argocd_repo_server}",
-            "--metrics-address=127.0.0.1", f"--metrics-port={ports.argocd_repo_server_metrics}",
-            # Plain gRPC on loopback; an empty client CA path turns mTLS off.
-            "--disable-tls", "--client-ca-path=", "--loglevel=warn",
-        ], state, health_url=f"http://127.0.0.1:{ports.argocd_repo_server_metrics}/healthz", env=tool_env),
-        Component("argocd-application-controller", [
-            str(TOOLS_BIN / "argocd-application-controller"), f"--kubeconfig={kubeconfig}", f"--namespace={NAMESPACE}",
-            f"--redis={redis}", f"--repo-server=127.0.0.1:{ports.argocd_repo_server}", "--repo-server-plaintext",
-            # Its metrics listener is patched to 127.0.0.1 at build time (tools/install/tools.sh).
-            f"--metrics-port={ports.argocd_controller_metrics}", "--status-processors=2", "--operation-processors=2",
-            "--loglevel=warn",
-        ], state, health_url=f"http://127.0.0.1:{ports.argocd_controller_metrics}/healthz", env=tool_env),
+        Component(
+            "argocd-redis",
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(ports.argocd_redis),
+                "--dir",
+                str(home),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+            ],
+            state,
+            health_url=f"tcp://{redis}",
+        ),
+        Component(
+            "argocd-repo-server",
+            [
+                str(TOOLS_BIN / "argocd-repo-server"),
+                f"--redis={redis}",
+                "--address=127.0.0.1",
+                f"--port={ports.argocd_repo_server}",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={ports.argocd_repo_server_metrics}",
+                # Plain gRPC on loopback; an empty client CA path turns mTLS off.
+                "--disable-tls",
+                "--client-ca-path=",
+                "--loglevel=warn",
+            ],
+            state,
+            health_url=f"http://127.0.0.1:{ports.argocd_repo_server_metrics}/healthz",
+            env=tool_env,
+        ),
+        Component(
+            "argocd-application-controller",
+            [
+                str(TOOLS_BIN / "argocd-application-controller"),
+                f"--kubeconfig={kubeconfig}",
+                f"--namespace={NAMESPACE}",
+                f"--redis={redis}",
+                f"--repo-server=127.0.0.1:{ports.argocd_repo_server}",
+                "--repo-server-plaintext",
+                # Its metrics listener is patched to 127.0.0.1 at build time (tools/install/tools.sh).
+                f"--metrics-port={ports.argocd_controller_metrics}",
+                "--status-processors=2",
+                "--operation-processors=2",
+                "--loglevel=warn",
+            ],
+            state,
+            health_url=f"http://127.0.0.1:{ports.argocd_controller_metrics}/healthz",
+            env=tool_env,
+        ),
     ]
 
 
 def check_installed() -> None:
-    missing = [str(path) for path in (TOOLS_BIN / "argocd-repo-server", TOOLS_BIN / "argocd-application-controller",
-                                      *(ETC / crd for crd in CRDS)) if not path.exists()]
+    missing = [
+        str(path)
+        for path in (
+            TOOLS_BIN / "argocd-repo-server",
+            TOOLS_BIN / "argocd-application-controller",
+            *(ETC / crd for crd in CRDS),
+        )
+        if not path.exists()
+    ]
     if missing:
         raise ClusterError(f"Argo CD is not installed ({', '.join(missing)} missing): run `make tools`")
     redis_server()
@@ -88,24 +139,45 @@ def settings_manifests(server: str, pki: Path) -> list[dict[str, Any]]:
     """What an Argo CD install creates besides its workloads: namespace, argocd-cm, argocd-secret, the default
     AppProject (any repository, any destination) and the cluster Secret holding the apiserver's URL and the admin
     client certificate."""
-    tls = {"caData": _b64((pki / "ca.crt").read_bytes()), "certData": _b64((pki / "admin.crt").read_bytes()),
-           "keyData": _b64((pki / "admin.key").read_bytes())}
+    tls = {
+        "caData": _b64((pki / "ca.crt").read_bytes()),
+        "certData": _b64((pki / "admin.crt").read_bytes()),
+        "keyData": _b64((pki / "admin.key").read_bytes()),
+    }
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-cm", "namespace": NAMESPACE,
-                                                               "labels": PART_OF}, "data": {}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "argocd-secret", "namespace": NAMESPACE,
-                                                            "labels": PART_OF},
-         "stringData": {"server.secretkey": secrets.token_urlsafe(32)}},
-        {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
-         "metadata": {"name": "default", "namespace": NAMESPACE},
-         "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
-                  "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]}},
-        {"apiVersion": "v1", "kind": "Secret",
-         "metadata": {"name": f"cluster-{CLUSTER_NAME}", "namespace": NAMESPACE,
-                      "labels": {**PART_OF, "argocd.argoproj.io/secret-type": "cluster"}},
-         "stringData": {"name": CLUSTER_NAME, "server": server,
-                        "config": json.dumps({"tlsClientConfig": tls})}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "argocd-cm", "namespace": NAMESPACE, "labels": PART_OF},
+            "data": {},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "argocd-secret", "namespace": NAMESPACE, "labels": PART_OF},
+            "stringData": {"server.secretkey": secrets.token_urlsafe(32)},
+        },
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AppProject",
+            "metadata": {"name": "default", "namespace": NAMESPACE},
+            "spec": {
+                "sourceRepos": ["*"],
+                "destinations": [{"server": "*", "namespace": "*"}],
+                "clusterResourceWhitelist": [{"group": "*", "kind": "*"}],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"cluster-{CLUSTER_NAME}",
+                "namespace": NAMESPACE,
+                "labels": {**PART_OF, "argocd.argoproj.io/secret-type": "cluster"},
+            },
+            "stringData": {"name": CLUSTER_NAME, "server": server, "config": json.dumps({"tlsClientConfig": tls})},
+        },
     ]
 
 
@@ -120,8 +192,7 @@ def ensure(cluster: Cluster, timeout: float = 120.0) -> None:
     processes.stop(argocd_components)
     for directory in ("argocd/tmp", "argocd/home"):
         (cluster.state / directory).mkdir(parents=True, exist_ok=True)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts",
-                 *(f"--filename={crd}" for crd in crd_files()))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={crd}" for crd in crd_files()))
     _wait_established(cluster, ["applications.argoproj.io", "appprojects.argoproj.io"], time.monotonic() + 60)
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(settings_manifests(cluster.server, cluster.pki)))
     deadline = time.monotonic() + timeout
@@ -131,9 +202,11 @@ def ensure(cluster: Cluster, timeout: float = 120.0) -> None:
         cluster.wait_healthy(component, deadline)
         say(f"{component.name} ready ({time.monotonic() - started:.1f}s)")
 
+
 def _wait_established(cluster: Cluster, crds: list[str], deadline: float) -> None:
     """(`kubectl wait` and a jsonpath filter fail outright on a CRD whose status has no conditions yet, as just
     after its creation.)"""
+
     def established(crd: str) -> bool:
         status = json.loads(cluster.kubectl("get", f"crd/{crd}", "-o=json")).get("status") or {}
         return any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or [])

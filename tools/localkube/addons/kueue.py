@@ -32,8 +32,10 @@ from repo_paths import REPO, TOOLS_BIN
 
 KUEUE_CONFIG = REPO / ".tools" / "etc" / "kueue"
 MANAGED_NAMESPACE_LABEL = "areal-workers.local/kueue"
-WEBHOOK_CONFIGURATIONS = (("MutatingWebhookConfiguration", "areal-workers-kueue-mutating"),
-                          ("ValidatingWebhookConfiguration", "areal-workers-kueue-validating"))
+WEBHOOK_CONFIGURATIONS = (
+    ("MutatingWebhookConfiguration", "areal-workers-kueue-mutating"),
+    ("ValidatingWebhookConfiguration", "areal-workers-kueue-validating"),
+)
 # The workload kinds Kueue manages here: a role's StatefulSet and the pods it creates.
 FRAMEWORKS = ("pod", "statefulset")
 FRAMEWORK_RESOURCES = {"pods", "statefulsets"}
@@ -74,8 +76,10 @@ def webhook_configurations(manifests: list[dict[str, Any]], url: str, ca_bundle:
         if manifest.get("kind") not in names:
             continue
         configuration = copy.deepcopy(manifest)
-        configuration["metadata"] = {"name": names[manifest["kind"]],
-                                     "labels": {"app.kubernetes.io/part-of": "areal-workers-local-cluster"}}
+        configuration["metadata"] = {
+            "name": names[manifest["kind"]],
+            "labels": {"app.kubernetes.io/part-of": "areal-workers-local-cluster"},
+        }
         kept = []
         for webhook in configuration["webhooks"]:
             resources = {r for rule in webhook.get("rules", []) for r in rule.get("resources", [])}
@@ -114,12 +118,21 @@ def prepare(state: Path, pki: Path, ports: Ports) -> Path:
 def component(state: Path, ports: Ports, kubeconfig: Path) -> Component:
     """Kueue's controller manager, in a mount namespace of its own with /etc overlaid (see the module docstring)."""
     home = kueue_dir(state)
-    overlay = (f"lowerdir=/etc,upperdir={home / 'etc-upper' / 'etc'},workdir={home / 'etc-work'}")
+    overlay = f"lowerdir=/etc,upperdir={home / 'etc-upper' / 'etc'},workdir={home / 'etc-work'}"
     # Not binary(): stopping and status build this too, also where `make tools` never built Kueue.
-    kueue = [str(TOOLS_BIN / "kueue"), f"--config={home / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--zap-log-level=2"]
+    kueue = [
+        str(TOOLS_BIN / "kueue"),
+        f"--config={home / 'config.yaml'}",
+        f"--kubeconfig={kubeconfig}",
+        "--zap-log-level=2",
+    ]
     script = f"mount -t overlay overlay -o {shlex.quote(overlay)} /etc && exec {shlex.join(kueue)}"
-    return Component("kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script], state,
-                     health_url=f"http://127.0.0.1:{ports.kueue_health}/readyz")
+    return Component(
+        "kueue",
+        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
+        state,
+        health_url=f"http://127.0.0.1:{ports.kueue_health}/readyz",
+    )
 
 
 def crd_files() -> list[Path]:
@@ -144,19 +157,31 @@ def ensure(cluster: Cluster, deadline: float) -> None:
         raise ClusterError(f"no Kueue CRDs in {KUEUE_CONFIG}: run `make tools`")
     started = time.monotonic()
     cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={crd}" for crd in crds))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds))
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds),
+    )
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}),
+    )
     prepare(cluster.state, cluster.pki, cluster.ports)
     processes.start(kueue)
     cluster.wait_healthy(kueue, deadline)
     ca_bundle = base64.b64encode((cluster.pki / "ca.crt").read_bytes()).decode()
     configurations = webhook_configurations(
-        webhook_manifests(), f"https://127.0.0.1:{cluster.ports.kueue_webhook}", ca_bundle)
+        webhook_manifests(), f"https://127.0.0.1:{cluster.ports.kueue_webhook}", ca_bundle
+    )
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configurations))
-    say(f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
-         f"{MANAGED_NAMESPACE_LABEL}=true)")
+    say(
+        f"kueue ready ({time.monotonic() - started:.1f}s; its webhooks act in namespaces labelled "
+        f"{MANAGED_NAMESPACE_LABEL}=true)"
+    )
+
 
 def stop(cluster: Cluster) -> None:
     """Its webhook configurations go first: with them and without Kueue, labelled namespaces refuse pods."""

@@ -19,16 +19,16 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def bash_script(parser: argparse.ArgumentParser, program: str = "areal-workers") -> str:
     commands = _subcommands(parser)
     function = "_" + program.replace("-", "_")
-    cases = "\n".join(f"        {name}) opts=\"{' '.join(_options(sub))}\" ;;" for name, sub in commands.items())
+    cases = "\n".join(f'        {name}) opts="{" ".join(_options(sub))}" ;;' for name, sub in commands.items())
     return f"""# {program} completion for bash (zsh: autoload -U +X bashcompinit && bashcompinit first)
 {function}() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" sub="" word opts
-    local commands="{' '.join(commands)}"
+    local commands="{" ".join(commands)}"
     for word in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
         case " $commands " in *" $word "*) sub="$word"; break ;; esac
     done
     if [ -z "$sub" ]; then
-        COMPREPLY=( $(compgen -W "$commands {' '.join(_options(parser))}" -- "$cur") )
+        COMPREPLY=( $(compgen -W "$commands {" ".join(_options(parser))}" -- "$cur") )
         return
     fi
     case "$sub" in

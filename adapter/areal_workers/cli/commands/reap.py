@@ -23,23 +23,43 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
                 session.pods().wait(naming.release_selector(release), none_left, timeout)
             except WaitTimedOut as left:
                 names = ", ".join(pod.metadata.name for pod in left.pods.values())
-                raise CliError(f"{release} uninstalled, but pods still terminating after {timeout:.0f}s: {names}",
-                               EXIT_TIMEOUT) from None
+                raise CliError(
+                    f"{release} uninstalled, but pods still terminating after {timeout:.0f}s: {names}", EXIT_TIMEOUT
+                ) from None
 
     coordination = client.CoordinationV1Api(session.api)
-    outcomes = session.kube(reaper.reap, f"reaping in namespace {session.namespace}", coordination,
-                            session.namespace, uninstall, dry_run)
+    outcomes = session.kube(
+        reaper.reap, f"reaping in namespace {session.namespace}", coordination, session.namespace, uninstall, dry_run
+    )
     if fmt != "table":
-        emit({"namespace": session.namespace, "leases": [
-            {**asdict(o.lease), "action": o.action, "overdue_seconds": round(o.overdue_seconds, 1)}
-            for o in outcomes]}, fmt)
+        emit(
+            {
+                "namespace": session.namespace,
+                "leases": [
+                    {**asdict(o.lease), "action": o.action, "overdue_seconds": round(o.overdue_seconds, 1)}
+                    for o in outcomes
+                ],
+            },
+            fmt,
+        )
         return EXIT_OK
     if not outcomes:
         console().print(f"no trainer lease in namespace {session.namespace}")
         return EXIT_OK
-    console().print(table(["RELEASE", "HOLDER", "LAST RENEWAL", "GRACE", "STATE"], [
-        [o.lease.release, o.lease.holder, o.lease.renewed.isoformat(timespec="seconds") if o.lease.renewed else "-",
-         f"{o.lease.grace_seconds}s",
-         f"{o.action} ({abs(o.overdue_seconds):.0f}s {'past' if o.overdue_seconds > 0 else 'left of'} the grace)"]
-        for o in outcomes]))
+    console().print(
+        table(
+            ["RELEASE", "HOLDER", "LAST RENEWAL", "GRACE", "STATE"],
+            [
+                [
+                    o.lease.release,
+                    o.lease.holder,
+                    o.lease.renewed.isoformat(timespec="seconds") if o.lease.renewed else "-",
+                    f"{o.lease.grace_seconds}s",
+                    f"{o.action} ({abs(o.overdue_seconds):.0f}s "
+                    f"{'past' if o.overdue_seconds > 0 else 'left of'} the grace)",
+                ]
+                for o in outcomes
+            ],
+        )
+    )
     return EXIT_OK

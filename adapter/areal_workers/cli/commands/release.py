@@ -25,14 +25,34 @@ def history(session: Session, fmt: Format) -> int:
     release = session.release()
     entries = _history(session, release, "show the helm history of")
     ready = session.kube(session.inspector(release).ready_revision, f"reading the topology of {release}")
-    rows = [{"revision": e.revision, "updated": e.updated.isoformat(), "status": e.status.value,
-             "all_ready": e.revision == ready, "description": e.description or ""} for e in entries]
+    rows = [
+        {
+            "revision": e.revision,
+            "updated": e.updated.isoformat(),
+            "status": e.status.value,
+            "all_ready": e.revision == ready,
+            "description": e.description or "",
+        }
+        for e in entries
+    ]
     if fmt != "table":
         emit({"release": release, "ready_revision": ready, "revisions": rows}, fmt)
         return EXIT_OK
-    console().print(table(["REVISION", "UPDATED", "STATUS", "LAST ALL-READY", "DESCRIPTION"],
-                          [[r["revision"], r["updated"][:19].replace("T", " "), r["status"],
-                            "yes" if r["all_ready"] else "", r["description"]] for r in rows]))
+    console().print(
+        table(
+            ["REVISION", "UPDATED", "STATUS", "LAST ALL-READY", "DESCRIPTION"],
+            [
+                [
+                    r["revision"],
+                    r["updated"][:19].replace("T", " "),
+                    r["status"],
+                    "yes" if r["all_ready"] else "",
+                    r["description"],
+                ]
+                for r in rows
+            ],
+        )
+    )
     return EXIT_OK
 
 
@@ -51,25 +71,36 @@ def rollback(session: Session, revision: int | None, wait: bool, timeout: float,
     release = session.release()
     revisions = [e.revision for e in _history(session, release, "roll back")]
     if revision is not None and revision not in revisions:
-        raise CliError(f"release {release} keeps revisions {', '.join(map(str, revisions))}; no revision "
-                       f"{revision} (areal-workers history)", EXIT_NOT_FOUND)
+        raise CliError(
+            f"release {release} keeps revisions {', '.join(map(str, revisions))}; no revision "
+            f"{revision} (areal-workers history)",
+            EXIT_NOT_FOUND,
+        )
     driver = session.driver(release)
     before = driver.model.revision
     target = revision if revision is not None else _default_target(driver, revisions)
     err = console(stderr=True)
     with err.status(f"rolling back {release} from revision {before} to {target}"):
         replaced = driver.restore(target)
-    outcome: dict[str, Any] = {"release": release, "from_revision": before, "to_revision": target,
-                               "new_revision": driver.model.revision, "replaced_pods": replaced, "ready": None}
+    outcome: dict[str, Any] = {
+        "release": release,
+        "from_revision": before,
+        "to_revision": target,
+        "new_revision": driver.model.revision,
+        "replaced_pods": replaced,
+        "ready": None,
+    }
     if wait:
         outcome["ready"] = _wait_ready(session, driver, timeout)
         driver.mark_good()
     if fmt != "table":
         emit(outcome, fmt)
     else:
-        console().print(f"rolled back {release} to revision {target} (now revision {driver.model.revision})"
-                        + (f"; replaced pods stuck on the abandoned revision: {', '.join(replaced)}" if replaced else "")
-                        + ("; every worker is ready" if wait else ""))
+        console().print(
+            f"rolled back {release} to revision {target} (now revision {driver.model.revision})"
+            + (f"; replaced pods stuck on the abandoned revision: {', '.join(replaced)}" if replaced else "")
+            + ("; every worker is ready" if wait else "")
+        )
     return EXIT_OK
 
 
@@ -82,17 +113,22 @@ def _wait_ready(session: Session, driver: ReleaseDriver, timeout: float) -> bool
     for workload in workloads:
         replicas = model.replicas(workload)
         with err.status(f"waiting for {workload}: 0/{replicas} ready") as spinner:
+
             def progress(pods: dict[str, Any], name: str = workload, wanted: int = replicas) -> bool:
                 spinner.update(f"waiting for {name}: {sum(map(is_ready, pods.values()))}/{wanted} ready")
                 return all_ready(wanted)(pods)
 
             try:
-                driver.pods.wait(naming.role_selector(driver.name, workload), progress,
-                                 max(1.0, deadline - time.monotonic()))
+                driver.pods.wait(
+                    naming.role_selector(driver.name, workload), progress, max(1.0, deadline - time.monotonic())
+                )
             except WaitTimedOut as timed_out:
                 text = driver.inspector.timeout_diagnosis(workload, replicas, timed_out.pods)
-                raise CliError(f"rolled back to revision {model.revision}, but {workload} was not ready within "
-                               f"{timeout:.0f}s:\n{text}", EXIT_TIMEOUT) from None
+                raise CliError(
+                    f"rolled back to revision {model.revision}, but {workload} was not ready within "
+                    f"{timeout:.0f}s:\n{text}",
+                    EXIT_TIMEOUT,
+                ) from None
     return True
 
 
@@ -101,9 +137,11 @@ def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
     model = session.model(release)
     session.refuse_external(release, model, "delete")
     pods, _ = session.kube(session.pods().list, "listing worker pods", naming.release_selector(release))
-    summary = (f"release {release} (experiment {model.topology.get('experiment')}, trial "
-               f"{model.topology.get('trial')}) in namespace {session.namespace}: {len(pods)} worker pod(s), "
-               f"roles {', '.join(sorted(model.workloads())) or 'none'}")
+    summary = (
+        f"release {release} (experiment {model.topology.get('experiment')}, trial "
+        f"{model.topology.get('trial')}) in namespace {session.namespace}: {len(pods)} worker pod(s), "
+        f"roles {', '.join(sorted(model.workloads())) or 'none'}"
+    )
     if not yes:
         if not sys.stdin.isatty():
             raise CliError(f"would delete {summary}; pass --yes to confirm without a terminal", EXIT_USAGE)
@@ -117,8 +155,11 @@ def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
             for role in sorted(model.roles):
                 driver.scale_down_to_rank_zero(role)
         driver.uninstall()
-    outcome = {"release": release, "namespace": session.namespace, "deleted_pods": sorted(
-        p.metadata.name for p in pods)}
+    outcome = {
+        "release": release,
+        "namespace": session.namespace,
+        "deleted_pods": sorted(p.metadata.name for p in pods),
+    }
     if fmt != "table":
         emit(outcome, fmt)
     else:

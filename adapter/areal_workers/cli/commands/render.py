@@ -33,8 +33,10 @@ def _strict(data: Any, kind: type, where: str) -> dict[str, Any]:
         raise CliError(f"{where} must be a mapping of {kind.__name__} fields, got {type(data).__name__}", EXIT_USAGE)
     unknown = sorted(set(data) - _fields(kind))
     if unknown:
-        raise CliError(f"{where}: unknown field(s) {', '.join(unknown)}; {kind.__name__} has "
-                       f"{', '.join(sorted(_fields(kind)))}", EXIT_USAGE)
+        raise CliError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; {kind.__name__} has {', '.join(sorted(_fields(kind)))}",
+            EXIT_USAGE,
+        )
     return data
 
 
@@ -42,10 +44,13 @@ def parse_job(data: Any, where: str) -> Job:
     raw = _strict(data, Job, where)
     if "role" not in raw:
         raise CliError(f"{where}: a job needs a role", EXIT_USAGE)
-    tasks = [SchedulingSpec(**_strict(task, SchedulingSpec, f"{where}.tasks[{i}]"))
-             for i, task in enumerate(raw.get("tasks") or [])]
-    strategy = SchedulingStrategy(**_strict(raw.get("scheduling_strategy") or {}, SchedulingStrategy,
-                                            f"{where}.scheduling_strategy"))
+    tasks = [
+        SchedulingSpec(**_strict(task, SchedulingSpec, f"{where}.tasks[{i}]"))
+        for i, task in enumerate(raw.get("tasks") or [])
+    ]
+    strategy = SchedulingStrategy(
+        **_strict(raw.get("scheduling_strategy") or {}, SchedulingStrategy, f"{where}.scheduling_strategy")
+    )
     replicas = raw.get("replicas", 1)
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
         raise CliError(f"{where}: replicas must be an integer >= 1, got {replicas!r}", EXIT_USAGE)
@@ -61,8 +66,10 @@ def load_job_file(path: Path) -> tuple[dict[str, str], list[Job]]:
     if isinstance(data, dict) and "jobs" in data:
         unknown = sorted(set(data) - FILE_KEYS)
         if unknown:
-            raise CliError(f"{path}: unknown key(s) {', '.join(unknown)}; a job file has "
-                           f"{', '.join(sorted(FILE_KEYS))}", EXIT_USAGE)
+            raise CliError(
+                f"{path}: unknown key(s) {', '.join(unknown)}; a job file has {', '.join(sorted(FILE_KEYS))}",
+                EXIT_USAGE,
+            )
         names = {key: str(data[key]) for key in ("experiment", "trial") if data.get(key)}
         return names, [parse_job(job, f"{path}: jobs[{i}]") for i, job in enumerate(data["jobs"] or [])]
     return {}, [parse_job(data, str(path))]
@@ -75,13 +82,15 @@ def trial_names(names: dict[str, str], experiment: str | None, trial: str | None
     flags = {key: value for key, value in (("experiment", experiment), ("trial", trial)) if value}
     for key, flag in flags.items():
         if names.get(key, flag) != flag:
-            raise CliError(f"--{key} {flag} conflicts with {key} {names[key]} in {source}: drop --{key}, or change "
-                           f"{key} in the file", EXIT_USAGE)
+            raise CliError(
+                f"--{key} {flag} conflicts with {key} {names[key]} in {source}: drop --{key}, or change "
+                f"{key} in the file",
+                EXIT_USAGE,
+            )
     return {**names, **flags}
 
 
-def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str) \
-        -> dict[str, Any]:
+def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str) -> dict[str, Any]:
     """The release values after create_workers(job) for each job in order, as the scheduler builds them."""
     values: dict[str, Any] = {}
     try:
@@ -102,11 +111,17 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
                 elif config.fork_mode == "pod":
                     values = model.with_fork(job.role, {"target": strategy.target, "mode": "pod"})
                 else:
-                    print(f"note: {job.role} forks processes in {strategy.target}'s pods at run time; the ports "
-                          f"they get are recorded in a later revision, not rendered here", file=sys.stderr)
+                    print(
+                        f"note: {job.role} forks processes in {strategy.target}'s pods at run time; the ports "
+                        f"they get are recorded in a later revision, not rendered here",
+                        file=sys.stderr,
+                    )
             else:
-                raise CliError(f"{job.role}: scheduling_strategy {strategy.type!r} with target {strategy.target!r}: "
-                               f"a colocation's target must be a role created earlier in the file", EXIT_USAGE)
+                raise CliError(
+                    f"{job.role}: scheduling_strategy {strategy.type!r} with target {strategy.target!r}: "
+                    f"a colocation's target must be a role created earlier in the file",
+                    EXIT_USAGE,
+                )
     except job_values.TopologyError as error:
         raise CliError(f"{error.worker_key}: {error.reason}: {error.details}", EXIT_USAGE) from None
     return values
@@ -120,15 +135,19 @@ def values_alone(session: Session, experiment: str | None, trial: str | None) ->
         raise CliError("nothing to render: give a job file (-f job.yaml) or values files (--values FILE)", EXIT_USAGE)
     values = copy.deepcopy(session.releases.file_values)
     if not values.get("roles"):
-        raise CliError(f"{files}: no roles (a values file alone renders the roles under its roles: key, e.g. roles: "
-                       f"{{actor: {{replicas: 2}}}}); add roles there, or render a job file with -f", EXIT_USAGE)
+        raise CliError(
+            f"{files}: no roles (a values file alone renders the roles under its roles: key, e.g. roles: "
+            f"{{actor: {{replicas: 2}}}}); add roles there, or render a job file with -f",
+            EXIT_USAGE,
+        )
     names = {key: str(values[key]) for key in DEFAULT_NAMES if values.get(key)}
     named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, files)}
     return named, {**values, **named}
 
 
-def render(session: Session, job_file: str | None, experiment: str | None, trial: str | None, show: str,
-           fmt: Format) -> int:
+def render(
+    session: Session, job_file: str | None, experiment: str | None, trial: str | None, show: str, fmt: Format
+) -> int:
     if job_file:
         names, jobs = load_job_file(Path(job_file))
         named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, job_file)}

@@ -68,8 +68,16 @@ def _follow_until_finished(session: Session, pod: str, selector: str, start_time
     return next(p for p in finished.values() if p.status.phase in FINISHED)
 
 
-def submit(session: Session, spec_file: str | None, overrides: dict[str, Any], command: list[str], dry_run: bool,
-           detach: bool, start_timeout: float, fmt: Format) -> int:
+def submit(
+    session: Session,
+    spec_file: str | None,
+    overrides: dict[str, Any],
+    command: list[str],
+    dry_run: bool,
+    detach: bool,
+    start_timeout: float,
+    fmt: Format,
+) -> int:
     manifest = trainer_job(load_spec(Path(spec_file) if spec_file else None, overrides), command, session.namespace)
     if dry_run:
         if fmt == "json":
@@ -83,8 +91,11 @@ def submit(session: Session, spec_file: str | None, overrides: dict[str, Any], c
         batch.create_namespaced_job(session.namespace, manifest)
     except ApiException as error:
         if error.status == 409:
-            raise CliError(f"job {name} already exists in namespace {session.namespace}: delete it (kubectl delete "
-                           f"job {name}) or choose another name (--name)", EXIT_USAGE) from None
+            raise CliError(
+                f"job {name} already exists in namespace {session.namespace}: delete it (kubectl delete "
+                f"job {name}) or choose another name (--name)",
+                EXIT_USAGE,
+            ) from None
         raise
     err = console(stderr=True)
     err.print(f"submitted job {name} in namespace {session.namespace}")
@@ -97,8 +108,11 @@ def submit(session: Session, spec_file: str | None, overrides: dict[str, Any], c
             started = pods.wait(selector, _started_or_failed, start_timeout)
     except WaitTimedOut as waited:
         states = "; ".join(f"{p.metadata.name}: {p.status.phase}" for p in waited.pods.values()) or "no pod yet"
-        raise CliError(f"the trainer did not start within {start_timeout:.0f}s ({states}); kubectl describe job "
-                       f"{name} -n {session.namespace}", EXIT_TIMEOUT) from None
+        raise CliError(
+            f"the trainer did not start within {start_timeout:.0f}s ({states}); kubectl describe job "
+            f"{name} -n {session.namespace}",
+            EXIT_TIMEOUT,
+        ) from None
     try:
         pod = _follow_until_finished(session, next(iter(started)), selector, start_timeout)
     except KeyboardInterrupt:

@@ -30,15 +30,17 @@ def _diagnosis(error: BaseException) -> str:
     return f"{error}\n{notes}".strip()
 
 
-def up(session: Session, job_file: str, experiment: str | None, trial: str | None, wait: bool, timeout: float,
-       fmt: Format) -> int:
+def up(
+    session: Session, job_file: str, experiment: str | None, trial: str | None, wait: bool, timeout: float, fmt: Format
+) -> int:
     names, jobs = load_job_file(Path(job_file))
     named = trial_names(names, experiment, trial, job_file)
     if "experiment" not in named or "trial" not in named:
-        raise CliError("up needs the trial's names: experiment and trial in the job file, or --experiment and "
-                       "--trial", EXIT_USAGE)
+        raise CliError(
+            "up needs the trial's names: experiment and trial in the job file, or --experiment and --trial", EXIT_USAGE
+        )
     experiment, trial = named["experiment"], named["trial"]
-    session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
+    _ = session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
     err = console(stderr=True)
     created: list[dict[str, Any]] = []
     config = replace(session.config, release_name=session.selection.release or session.config.release_name)
@@ -68,14 +70,21 @@ def up(session: Session, job_file: str, experiment: str | None, trial: str | Non
         raise CliError(_diagnosis(error), EXIT_USAGE if "Invalid" in str(error) else EXIT_PROBLEM) from None
     finally:
         scheduler.close()
-    outcome = {"release": scheduler.release, "namespace": session.namespace, "experiment": experiment,
-               "trial": trial, "workers": created}
+    outcome = {
+        "release": scheduler.release,
+        "namespace": session.namespace,
+        "experiment": experiment,
+        "trial": trial,
+        "workers": created,
+    }
     if fmt != "table":
         emit(outcome, fmt)
     else:
-        console().print(f"release {scheduler.release} in namespace {session.namespace} (experiment {experiment}, "
-                        f"trial {trial})")
+        console().print(
+            f"release {scheduler.release} in namespace {session.namespace} (experiment {experiment}, trial {trial})"
+        )
         if created:
-            console().print(table(["WORKER", "ADDRESS"], [[w["id"], f"{w['ip']}:{','.join(w['ports'])}"]
-                                                         for w in created]))
+            console().print(
+                table(["WORKER", "ADDRESS"], [[w["id"], f"{w['ip']}:{','.join(w['ports'])}"] for w in created])
+            )
     return EXIT_OK

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime, timezone
 from dataclasses import asdict
+from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client
@@ -63,8 +63,9 @@ class TrialReader:
     def trainer(self, release: str) -> str:
         """The trainer's Lease in words ("" when there is none or it cannot be read: helm or Argo CD releases)."""
         try:
-            lease = client.CoordinationV1Api(self.session.api).read_namespaced_lease(lease_name(release),
-                                                                                     self.session.namespace)
+            lease = client.CoordinationV1Api(self.session.api).read_namespaced_lease(
+                lease_name(release), self.session.namespace
+            )
         except ApiException:
             return ""
         [state] = reaper.lease_states([lease]) or [None]
@@ -72,8 +73,10 @@ class TrialReader:
             return ""
         overdue = state.overdue_seconds(datetime.now(timezone.utc))
         if overdue > 0:
-            return (f"trainer {state.holder} silent: lease expired {overdue:.0f}s ago "
-                    f"(areal-workers reap removes the release)")
+            return (
+                f"trainer {state.holder} silent: lease expired {overdue:.0f}s ago "
+                f"(areal-workers reap removes the release)"
+            )
         return f"trainer {state.holder} alive (lease renewed {state.grace_seconds + overdue:.0f}s ago)"
 
 
@@ -134,8 +137,9 @@ def _resolve(model: ReleaseModel, target: str) -> tuple[str, list[int] | None]:
         known = ", ".join(sorted(model.workloads())) or "none"
         raise CliError(f"no role {role!r} in this trial (roles: {known})", EXIT_NOT_FOUND)
     if index is not None and not 0 <= index < model.replicas(role):
-        raise CliError(f"{role} has {model.replicas(role)} workers (0..{model.replicas(role) - 1}); "
-                       f"no {target}", EXIT_NOT_FOUND)
+        raise CliError(
+            f"{role} has {model.replicas(role)} workers (0..{model.replicas(role) - 1}); no {target}", EXIT_NOT_FOUND
+        )
     return role, [index] if index is not None else None
 
 
@@ -144,8 +148,12 @@ def _statefulset_events(session: Session, model: ReleaseModel, workload: str) ->
     name = entry.get("statefulset")
     if not name:
         return []
-    events = session.kube(session.core.list_namespaced_event, "reading events", session.namespace,
-                          field_selector=f"involvedObject.kind=StatefulSet,involvedObject.name={name}").items
+    events = session.kube(
+        session.core.list_namespaced_event,
+        "reading events",
+        session.namespace,
+        field_selector=f"involvedObject.kind=StatefulSet,involvedObject.name={name}",
+    ).items
     return [f"{e.type} {e.reason}: {e.message}" for e in events[-5:]]
 
 
@@ -162,15 +170,32 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
     for index in indices if indices is not None else range(model.replicas(role)):
         worker, pod = naming.worker_id(role, index), by_index.get(index)
         if pod is None:
-            findings.append({"worker": worker, "pod": None, "ready": False, "problem": {
-                "reason": "NoPod", "fatal": False,
-                "message": "the StatefulSet has not created this pod", "events": _statefulset_events(
-                    session, model, pod_role)}})
+            findings.append(
+                {
+                    "worker": worker,
+                    "pod": None,
+                    "ready": False,
+                    "problem": {
+                        "reason": "NoPod",
+                        "fatal": False,
+                        "message": "the StatefulSet has not created this pod",
+                        "events": _statefulset_events(session, model, pod_role),
+                    },
+                }
+            )
             continue
-        problem = diagnosis.diagnose_pod(pod, nodes=nodes, events=inspector.events(pod),
-                                         log_tail=inspector.log_tail(pod))
-        findings.append({"worker": worker, "pod": pod.metadata.name, "ready": is_ready(pod),
-                         "problem": asdict(problem) if problem else None, "text": problem.render() if problem else ""})
+        problem = diagnosis.diagnose_pod(
+            pod, nodes=nodes, events=inspector.events(pod), log_tail=inspector.log_tail(pod)
+        )
+        findings.append(
+            {
+                "worker": worker,
+                "pod": pod.metadata.name,
+                "ready": is_ready(pod),
+                "problem": asdict(problem) if problem else None,
+                "text": problem.render() if problem else "",
+            }
+        )
     healthy = all(f["ready"] and f["problem"] is None for f in findings)
     if fmt != "table":
         emit({"release": release, "target": target, "healthy": healthy, "workers": findings}, fmt)
@@ -178,8 +203,11 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
         out = console()
         for finding in findings:
             if finding["problem"] is None:
-                out.print(f"{finding['worker']} ({finding['pod']}): ready, no problem found" if finding["ready"]
-                          else f"{finding['worker']} ({finding['pod']}): starting, nothing wrong seen yet")
+                out.print(
+                    f"{finding['worker']} ({finding['pod']}): ready, no problem found"
+                    if finding["ready"]
+                    else f"{finding['worker']} ({finding['pod']}): starting, nothing wrong seen yet"
+                )
             elif finding["pod"] is None:
                 events = "\n".join(f"    {line}" for line in finding["problem"]["events"]) or "    (no events)"
                 out.print(f"{finding['worker']}: no pod; the StatefulSet has not created it. Its events:\n{events}")
@@ -198,8 +226,9 @@ def worker_pod(session: Session, release: str, target: str) -> str:
     model = TrialReader(session, [release]).read(release)[0]
     role, indices = _resolve(model, target)
     assert indices is not None
-    pods, _ = session.kube(session.pods().list, "listing worker pods",
-                           naming.role_selector(release, model.pod_role(role)))
+    pods, _ = session.kube(
+        session.pods().list, "listing worker pods", naming.role_selector(release, model.pod_role(role))
+    )
     found = [p for p in pods if pod_index(p) == indices[0] and p.metadata.deletion_timestamp is None]
     if not found:
         raise CliError(f"worker {target} has no pod right now (areal-workers diagnose {target})", EXIT_NOT_FOUND)
@@ -210,8 +239,9 @@ def logs(session: Session, target: str, follow: bool, tail: int | None, previous
     release = session.release()
     pod = worker_pod(session, release, target)
     try:
-        response = session.core.read_namespaced_pod_log(pod, session.namespace, follow=follow, tail_lines=tail,
-                                                        previous=previous, _preload_content=False)
+        response = session.core.read_namespaced_pod_log(
+            pod, session.namespace, follow=follow, tail_lines=tail, previous=previous, _preload_content=False
+        )
     except ApiException as error:
         if error.status == 404:
             raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
@@ -226,4 +256,3 @@ def logs(session: Session, target: str, follow: bool, tail: int | None, previous
     finally:
         log_stream.stop_copy(response, reader)
     return EXIT_OK
-

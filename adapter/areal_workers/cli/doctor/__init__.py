@@ -14,5 +14,13 @@ from .permissions import ROLE_FILE, Access, permission_check, role_accesses
 from .probe import probe_worker
 from .run import run_doctor
 
-__all__ = ["Access", "Check", "ROLE_FILE", "gpu_capacity", "permission_check", "probe_worker", "role_accesses",
-           "run_doctor"]
+__all__ = [
+    "Access",
+    "Check",
+    "ROLE_FILE",
+    "gpu_capacity",
+    "permission_check",
+    "probe_worker",
+    "role_accesses",
+    "run_doctor",
+]

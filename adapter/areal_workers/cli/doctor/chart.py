@@ -44,11 +44,23 @@ def render_chart(config: KubernetesSchedulerConfig, gpus: int, workers: int) -> 
     except TopologyError as error:
         return Check(name, "fail", str(error), "fix KubernetesSchedulerConfig (the value named above)"), []
     except HelmError as error:
-        return Check(name, "fail", f"helm template {config.chart}{sources}: {helm_error_text(error)}",
-                     "fix the values files (or the chart) where helm's error points"), []
+        return Check(
+            name,
+            "fail",
+            f"helm template {config.chart}{sources}: {helm_error_text(error)}",
+            "fix the values files (or the chart) where helm's error points",
+        ), []
     except (OSError, ValueError, yaml.YAMLError) as error:
-        return Check(name, "fail", f"cannot load the values files: {error}",
-                     "values_files must name readable YAML files, each a mapping at the top level"), []
+        return Check(
+            name,
+            "fail",
+            f"cannot load the values files: {error}",
+            "values_files must name readable YAML files, each a mapping at the top level",
+        ), []
     kinds = sorted({manifest.get("kind", "?") for manifest in manifests})
-    return Check(name, "pass", f"helm template {config.chart}{sources}: {len(manifests)} objects "
-                               f"({', '.join(kinds)}), values accepted by the chart's schema"), manifests
+    return Check(
+        name,
+        "pass",
+        f"helm template {config.chart}{sources}: {len(manifests)} objects "
+        f"({', '.join(kinds)}), values accepted by the chart's schema",
+    ), manifests

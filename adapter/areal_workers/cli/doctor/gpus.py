@@ -36,8 +36,13 @@ def _workers_on(fit: NodeFit, resource: str, gpus: int) -> int:
     return max(0, int(free // gpus))
 
 
-def gpu_capacity(pod: client.V1Pod, nodes: Sequence[client.V1Node],
-                 pods_by_node: Mapping[str, Sequence[client.V1Pod]] | None, gpus: int, workers: int) -> Check:
+def gpu_capacity(
+    pod: client.V1Pod,
+    nodes: Sequence[client.V1Node],
+    pods_by_node: Mapping[str, Sequence[client.V1Pod]] | None,
+    gpus: int,
+    workers: int,
+) -> Check:
     """How many workers of `gpus` GPUs fit the nodes `pod` (the chart's pod template) may use, on the GPUs not
     requested by pods already there (`pods_by_node` None: unknown, allocatable is counted)."""
     name = "GPU capacity"
@@ -49,8 +54,10 @@ def gpu_capacity(pod: client.V1Pod, nodes: Sequence[client.V1Node],
     holding = sum(1 for count in per_node.values() if count)
     fitting = sum(per_node.values())
     measure = "free" if pods_by_node is not None else "allocatable"
-    detail = (f"{holding}/{len(nodes)} nodes have {resource}: {gpus} {measure}; {fitting} worker(s) of {gpus} GPUs "
-              f"fit, {workers} wanted")
+    detail = (
+        f"{holding}/{len(nodes)} nodes have {resource}: {gpus} {measure}; {fitting} worker(s) of {gpus} GPUs "
+        f"fit, {workers} wanted"
+    )
     if usable:
         amounts = [f"{fit.name} {_gpus_text(fit, resource)}" for fit in usable[:LISTED]]
         detail += f" ({measure} {resource}: {', '.join(amounts)}{more(usable)})"
@@ -58,8 +65,13 @@ def gpu_capacity(pod: client.V1Pod, nodes: Sequence[client.V1Node],
         detail += "; not usable: " + ", ".join(f"{node} ({why})" for node, why in excluded[:LISTED])
     if fitting >= workers:
         if pods_by_node is None:
-            return Check(name, "warn", detail, "counted allocatable GPUs: other pods may hold some; grant list on "
-                                               "pods at cluster scope to count free ones")
+            return Check(
+                name,
+                "warn",
+                detail,
+                "counted allocatable GPUs: other pods may hold some; grant list on "
+                "pods at cluster scope to count free ones",
+            )
         return Check(name, "pass", detail)
     return Check(name, "fail", detail, _gpu_fix(usable, resource, gpus, fitting))
 
@@ -72,21 +84,28 @@ def _gpus_text(fit: NodeFit, resource: str) -> str:
 
 def _gpu_fix(usable: Sequence[NodeFit], resource: str, gpus: int, fitting: int) -> str:
     if not usable:
-        return ("no node can be used (see above): label nodes to match node_selector, tolerate their taints in "
-                "values_files, uncordon them, or add nodes")
+        return (
+            "no node can be used (see above): label nodes to match node_selector, tolerate their taints in "
+            "values_files, uncordon them, or add nodes"
+        )
     largest = max(fit.allocatable.get(resource, Decimal(0)) for fit in usable)
     if largest < 1:
-        return (f"no usable node offers {resource}: install its device plugin, or set the chart's "
-                "resources.gpuResourceName")
+        return (
+            f"no usable node offers {resource}: install its device plugin, or set the chart's resources.gpuResourceName"
+        )
     if largest < gpus:
-        return (f"lower the GPUs per worker (SchedulingSpec.gpu) to <= {int(largest)}, or add nodes with {gpus} "
-                f"{resource}")
-    return (f"lower the workers to <= {fitting} or their GPUs, wait for pods using {resource} to finish, or add nodes "
-            f"with {gpus} {resource} free")
+        return (
+            f"lower the GPUs per worker (SchedulingSpec.gpu) to <= {int(largest)}, or add nodes with {gpus} {resource}"
+        )
+    return (
+        f"lower the workers to <= {fitting} or their GPUs, wait for pods using {resource} to finish, or add nodes "
+        f"with {gpus} {resource} free"
+    )
 
 
-def check_gpus(core: client.CoreV1Api, manifests: Sequence[Mapping[str, Any]], role: str, gpus: int,
-               workers: int) -> Check:
+def check_gpus(
+    core: client.CoreV1Api, manifests: Sequence[Mapping[str, Any]], role: str, gpus: int, workers: int
+) -> Check:
     """The nodes against `role`'s pod template as the chart rendered it (selector, tolerations, GPUs)."""
     name = "GPU capacity"
     statefulsets = role_statefulsets(manifests, role)
@@ -95,8 +114,12 @@ def check_gpus(core: client.CoreV1Api, manifests: Sequence[Mapping[str, Any]], r
     try:
         nodes = core.list_node().items
     except ApiException as error:
-        return Check(name, "skip", f"nodes cannot be listed: HTTP {error.status} {error.reason}",
-                     "grant list on nodes (see 'permission list nodes') to check GPU capacity")
+        return Check(
+            name,
+            "skip",
+            f"nodes cannot be listed: HTTP {error.status} {error.reason}",
+            "grant list on nodes (see 'permission list nodes') to check GPU capacity",
+        )
     pod = template_pod(statefulsets[0])
     pods_by_node, unknown = _pods_by_node(core)
     check = gpu_capacity(pod, nodes, pods_by_node, gpus, workers)

@@ -64,38 +64,58 @@ def permission_check(access: Access, allowed: bool, reason: str, namespace: str,
         return Check(access.name, "pass", f"allowed {where}")
     found = f"missing: {access.verb} {access.resource_text} {where}" + (f" ({reason})" if reason else "")
     if not access.required:  # listing nodes
-        return Check(access.name, "warn", found + "; optional: diagnoses lose node details, the GPU check is skipped",
-                     f"a ClusterRole bound to this identity grants it, e.g. for ServiceAccount {role}: kubectl create "
-                     f"clusterrole areal-node-reader --verb=get,list --resource=nodes && kubectl create "
-                     f"clusterrolebinding areal-node-reader --clusterrole=areal-node-reader "
-                     f"--serviceaccount={namespace}:{role}")
-    return Check(access.name, "fail", found,
-                 f"granted by {ROLE_FILE_NAME} (Role {role}); apply it: kubectl apply -n {namespace} -f {RBAC_DIR}/ "
-                 f"and run the controller as ServiceAccount {role}, or bind the Role to this identity")
+        return Check(
+            access.name,
+            "warn",
+            found + "; optional: diagnoses lose node details, the GPU check is skipped",
+            f"a ClusterRole bound to this identity grants it, e.g. for ServiceAccount {role}: kubectl create "
+            f"clusterrole areal-node-reader --verb=get,list --resource=nodes && kubectl create "
+            f"clusterrolebinding areal-node-reader --clusterrole=areal-node-reader "
+            f"--serviceaccount={namespace}:{role}",
+        )
+    return Check(
+        access.name,
+        "fail",
+        found,
+        f"granted by {ROLE_FILE_NAME} (Role {role}); apply it: kubectl apply -n {namespace} -f {RBAC_DIR}/ "
+        f"and run the controller as ServiceAccount {role}, or bind the Role to this identity",
+    )
 
 
 def _review(authorization: client.AuthorizationV1Api, access: Access, namespace: str) -> tuple[bool, str]:
     attributes = client.V1ResourceAttributes(
-        namespace=namespace if access.namespaced else None, verb=access.verb, group=access.group,
-        resource=access.resource, subresource=access.subresource or None)
+        namespace=namespace if access.namespaced else None,
+        verb=access.verb,
+        group=access.group,
+        resource=access.resource,
+        subresource=access.subresource or None,
+    )
     review = authorization.create_self_subject_access_review(
-        client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)))
+        client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes))
+    )
     status = review.status
     return bool(status.allowed), status.evaluation_error or status.reason or ""
 
 
-def check_permissions(authorization: client.AuthorizationV1Api, namespace: str,
-                      role_file: Path = ROLE_FILE) -> list[Check]:
+def check_permissions(
+    authorization: client.AuthorizationV1Api, namespace: str, role_file: Path = ROLE_FILE
+) -> list[Check]:
     role, accesses = role_accesses(role_file.read_text())
     checks = []
     for access in [*accesses, NODE_LIST]:
         try:
             allowed, reason = _review(authorization, access, namespace)
         except ApiException as error:
-            return [*checks, Check("permissions", "fail",
-                                   f"SelfSubjectAccessReview of {access.verb} {access.resource_text} failed: "
-                                   f"HTTP {error.status} {error.reason}",
-                                   "the API server must serve authorization.k8s.io/v1 to every authenticated user "
-                                   "(ClusterRole system:basic-user): ask the cluster's administrators")]
+            return [
+                *checks,
+                Check(
+                    "permissions",
+                    "fail",
+                    f"SelfSubjectAccessReview of {access.verb} {access.resource_text} failed: "
+                    f"HTTP {error.status} {error.reason}",
+                    "the API server must serve authorization.k8s.io/v1 to every authenticated user "
+                    "(ClusterRole system:basic-user): ask the cluster's administrators",
+                ),
+            ]
         checks.append(permission_check(access, allowed, reason, namespace, role))
     return checks

@@ -40,9 +40,12 @@ def http_health(ip: str, port: str) -> str | None:
     return problem
 
 
-def probe_worker(config: KubernetesSchedulerConfig, make_scheduler: Callable[[KubernetesSchedulerConfig, str, str],
-                 KubernetesScheduler], health: Callable[[str, str], str | None] = http_health,
-                 progress: Callable[[str], None] = lambda message: None) -> Check:
+def probe_worker(
+    config: KubernetesSchedulerConfig,
+    make_scheduler: Callable[[KubernetesSchedulerConfig, str, str], KubernetesScheduler],
+    health: Callable[[str, str], str | None] = http_health,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Check:
     """One worker in a release of its own, its /health from here, and the release deleted whatever happened."""
     probe_config = replace(config, release_name=None, ownership="managed")
     trial = uuid.uuid4().hex[:8]
@@ -51,8 +54,12 @@ def probe_worker(config: KubernetesSchedulerConfig, make_scheduler: Callable[[Ku
     try:
         scheduler = make_scheduler(probe_config, PROBE_EXPERIMENT, trial)
     except (SchedulerError, ApiException) as error:
-        return Check("worker reachable", "fail", f"the scheduler could not start: {error}",
-                     "fix the cause above (permissions and chart checks name most)")
+        return Check(
+            "worker reachable",
+            "fail",
+            f"the scheduler could not start: {error}",
+            "fix the cause above (permissions and chart checks name most)",
+        )
     try:
         check = _create_and_call(scheduler, probe_config, release, health, progress)
     finally:
@@ -60,8 +67,9 @@ def probe_worker(config: KubernetesSchedulerConfig, make_scheduler: Callable[[Ku
         left = _delete(scheduler)
     if left:
         status: Status = "fail" if check.status == "fail" else "warn"
-        fix = "; ".join(part for part in (check.fix, f"delete it: helm uninstall {release} -n {config.namespace}")
-                        if part)
+        fix = "; ".join(
+            part for part in (check.fix, f"delete it: helm uninstall {release} -n {config.namespace}") if part
+        )
         return Check(check.name, status, _then(check.detail, f"release {release} was not deleted: {left}"), fix)
     return replace(check, detail=_then(check.detail, f"release {release} deleted"))
 
@@ -70,8 +78,13 @@ def _then(detail: str, more: str) -> str:
     return detail + ("\n" if "\n" in detail else "; ") + more
 
 
-def _create_and_call(scheduler: KubernetesScheduler, config: KubernetesSchedulerConfig, release: str,
-                     health: Callable[[str, str], str | None], progress: Callable[[str], None]) -> Check:
+def _create_and_call(
+    scheduler: KubernetesScheduler,
+    config: KubernetesSchedulerConfig,
+    release: str,
+    health: Callable[[str, str], str | None],
+    progress: Callable[[str], None],
+) -> Check:
     name = "worker reachable"
     what = DEFAULT_COMMAND + (f", image {config.image}" if config.image else "")
     try:
@@ -80,24 +93,40 @@ def _create_and_call(scheduler: KubernetesScheduler, config: KubernetesScheduler
         worker = scheduler.get_workers(PROBE_ROLE, timeout=config.ready_timeout)[0]
     except SchedulerError as error:
         diagnosis = getattr(error, "diagnosis", None) or str(error)
-        return Check(name, "fail", f"the probe worker ({what}) did not become Ready: {diagnosis}",
-                     "follow the advice in the diagnosis: the trainer's workers would fail the same way (image, "
-                     "values_files, node selection, ready_timeout for slow image pulls)")
+        return Check(
+            name,
+            "fail",
+            f"the probe worker ({what}) did not become Ready: {diagnosis}",
+            "follow the advice in the diagnosis: the trainer's workers would fail the same way (image, "
+            "values_files, node selection, ready_timeout for slow image pulls)",
+        )
     except ApiException as error:
-        return Check(name, "fail", f"the probe failed on an API call: HTTP {error.status} {error.reason}",
-                     "fix the permissions reported above")
+        return Check(
+            name,
+            "fail",
+            f"the probe failed on an API call: HTTP {error.status} {error.reason}",
+            "fix the permissions reported above",
+        )
     address = f"{worker.ip}:{worker.worker_ports[0]}"
     progress(f"probe: GET http://{address}/health")
     problem = health(worker.ip, worker.worker_ports[0])
     if problem is None:
         return Check(name, "pass", f"worker {worker.id} (pod IP {address}) answered GET /health from this machine")
     if problem.startswith("HTTP "):
-        return Check(name, "fail", f"worker {worker.id} at {address} answered GET /health with {problem}",
-                     "the worker server is unhealthy: check its log (kubectl logs) and the image's AReaL version")
-    return Check(name, "fail", f"pod IP {address} not reachable from this machine: {problem}",
-                 "run the trainer inside the cluster (a pod labelled areal.io/controller=true, which the chart's "
-                 "NetworkPolicy admits) or route pod IPs to this machine and add its address to "
-                 "networkPolicy.controller.cidrs (values_files)")
+        return Check(
+            name,
+            "fail",
+            f"worker {worker.id} at {address} answered GET /health with {problem}",
+            "the worker server is unhealthy: check its log (kubectl logs) and the image's AReaL version",
+        )
+    return Check(
+        name,
+        "fail",
+        f"pod IP {address} not reachable from this machine: {problem}",
+        "run the trainer inside the cluster (a pod labelled areal.io/controller=true, which the chart's "
+        "NetworkPolicy admits) or route pod IPs to this machine and add its address to "
+        "networkPolicy.controller.cidrs (values_files)",
+    )
 
 
 def _delete(scheduler: KubernetesScheduler) -> str:

@@ -25,17 +25,31 @@ def check_cluster(api_client: client.ApiClient) -> Check:
     try:
         version = client.VersionApi(api_client).get_code()
     except ApiException as error:
-        return Check("cluster reachable", "fail", f"{host} answered HTTP {error.status} {error.reason}",
-                     "check the kubeconfig's credentials (kubeconfig, context) for this cluster")
+        return Check(
+            "cluster reachable",
+            "fail",
+            f"{host} answered HTTP {error.status} {error.reason}",
+            "check the kubeconfig's credentials (kubeconfig, context) for this cluster",
+        )
     except urllib3.exceptions.HTTPError as error:
-        return Check("cluster reachable", "fail", f"cannot reach {host}: {error}",
-                     "check the kubeconfig and context, and that this machine reaches the API server")
+        return Check(
+            "cluster reachable",
+            "fail",
+            f"cannot reach {host}: {error}",
+            "check the kubeconfig and context, and that this machine reaches the API server",
+        )
     return Check("cluster reachable", "pass", f"Kubernetes {version.git_version} at {host}")
 
 
-def run_doctor(api_client: client.ApiClient, config: KubernetesSchedulerConfig, *, gpus_per_worker: int = 0,
-               workers: int = 1, probe: bool = True,
-               progress: Callable[[str], None] = lambda message: None) -> list[Check]:
+def run_doctor(
+    api_client: client.ApiClient,
+    config: KubernetesSchedulerConfig,
+    *,
+    gpus_per_worker: int = 0,
+    workers: int = 1,
+    probe: bool = True,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Check]:
     """Every check, in order; a check whose precondition failed is skipped with the reason. Synchronous: call it
     from a thread without a running asyncio loop."""
     progress("connecting to the cluster")
@@ -59,10 +73,23 @@ def run_doctor(api_client: client.ApiClient, config: KubernetesSchedulerConfig, 
     if not probe:
         checks.append(Check("worker reachable", "skip", "not asked for (probe=False)"))
     elif blockers:
-        checks.append(Check("worker reachable", "skip",
-                            f"not tried: {len(blockers)} check(s) above failed ({listed(blockers)})", "fix those first"))
+        checks.append(
+            Check(
+                "worker reachable",
+                "skip",
+                f"not tried: {len(blockers)} check(s) above failed ({listed(blockers)})",
+                "fix those first",
+            )
+        )
     else:
         connect = functools.partial(backend.connect, api_client=api_client)
-        checks.append(probe_worker(config, lambda probe_config, experiment, trial: KubernetesScheduler(
-            config=probe_config, experiment_name=experiment, trial_name=trial, connect=connect), progress=progress))
+        checks.append(
+            probe_worker(
+                config,
+                lambda probe_config, experiment, trial: KubernetesScheduler(
+                    config=probe_config, experiment_name=experiment, trial_name=trial, connect=connect
+                ),
+                progress=progress,
+            )
+        )
     return checks

@@ -1,0 +1,77 @@
+"""Which trial `areal-workers render` and `up` act on when a job file and the command line both name one: the
+names must agree (exit 2 naming both values otherwise), and a flag fills in what the file leaves out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from areal_workers.cli.commands import up
+from areal_workers.cli.commands.render import trial_names
+from areal_workers.cli.main import main
+from areal_workers.cli.session import EXIT_USAGE, CliError
+
+JOB = {"experiment": "gsm8k", "trial": "run-7", "jobs": [{"role": "actor", "replicas": 1}]}
+
+
+@pytest.fixture
+def job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    unreachable = tmp_path / "kubeconfig"  # nothing here may reach a cluster
+    unreachable.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+                "users": [{"name": "x", "user": {}}],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(unreachable))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(JOB))
+    return path
+
+
+@pytest.mark.parametrize("command", ["render", "up"])
+@pytest.mark.parametrize(("flag", "value", "files"), [("--trial", "run-8", "run-7"), ("--experiment", "math", "gsm8k")])
+def test_a_flag_naming_another_trial_than_the_job_file_is_refused_with_both_values(
+    job_file, capsys, command, flag, value, files
+):
+    assert main([command, "-f", str(job_file), flag, value]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{flag} {value} conflicts with {flag[2:]} {files} in {job_file}" in err and f"drop {flag}" in err
+
+
+def test_flags_fill_in_the_names_a_job_file_leaves_out_and_may_repeat_the_ones_it_gives():
+    assert trial_names({"experiment": "e"}, None, "t", "job.yaml") == {"experiment": "e", "trial": "t"}
+    assert trial_names({"experiment": "e", "trial": "t"}, "e", "t", "job.yaml") == {"experiment": "e", "trial": "t"}
+    assert trial_names({}, "e", None, "job.yaml") == {"experiment": "e"}
+    with pytest.raises(CliError) as refused:
+        trial_names({"trial": "run-7"}, None, "run-8", "job.yaml")
+    assert refused.value.exit_code == EXIT_USAGE and "run-7" in str(refused.value) and "run-8" in str(refused.value)
+
+
+def test_up_creates_the_release_release_names(job_file, tmp_path, monkeypatch):
+    helm = tmp_path / "bin" / "helm"  # up checks for helm before it starts the scheduler
+    helm.parent.mkdir()
+    helm.write_text("#!/bin/sh\nprintf v3.19.0\n")
+    helm.chmod(0o755)
+    monkeypatch.setenv("PATH", str(helm.parent))
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def scheduler(config, experiment_name, trial_name):
+        seen.update(release=config.release_name, experiment=experiment_name, trial=trial_name)
+        raise Stop
+
+    monkeypatch.setattr(up, "KubernetesScheduler", scheduler)
+    with pytest.raises(Stop):
+        main(["up", "-f", str(job_file), "--release", "aw-mine", "--trial", "run-7"])
+    assert seen == {"release": "aw-mine", "experiment": "gsm8k", "trial": "run-7"}

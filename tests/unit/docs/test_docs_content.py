@@ -1,0 +1,148 @@
+"""The reference pages cover what the code does: troubleshooting has an entry for every reason the diagnosis can
+give a worker, and the RBAC page a row for every verb of the controller's Role; in both languages."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+import yaml
+
+from areal_workers.diagnosis import container_checks, pod_checks
+from docslib import DOCS, LANGUAGES, REPO, parse
+
+DIAGNOSIS = REPO / "adapter" / "areal_workers" / "diagnosis"
+# Every Problem.reason the diagnosis can produce: Kubernetes' waiting, termination, pod and event reasons it
+# passes through, and its own (RestartedAfterReady, NodeGone, NodeNotReady, Disrupted, Terminating, Failed).
+EMITTED_REASONS = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CrashLoopBackOff",
+    "OOMKilled",
+    "Error",
+    "Completed",
+    "RestartedAfterReady",
+    "Unknown",
+    "ContainerStatusUnknown",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "StartError",
+    "ContainerCannotRun",
+    "PreStartHookError",
+    "PostStartHookError",
+    "PreCreateHookError",
+    "FailedMount",
+    "FailedAttachVolume",
+    "FailedCreatePodSandBox",
+    "ProbeFailing",
+    "Unschedulable",
+    "SchedulingGated",
+    "NodeNotReady",
+    "NodeGone",
+    "Evicted",
+    "Preempted",
+    "Disrupted",
+    "Terminating",
+    "DeadlineExceeded",
+    "OutOfcpu",
+    "OutOfmemory",
+    "Shutdown",
+    "Terminated",
+    "NodeShutdown",
+    "NodeAffinity",
+    "Failed",
+)
+# Reasons the diagnosis compares against but reports under another name, or reads as evidence only.
+READ_NOT_REPORTED = {
+    "": "an empty pod reason: the container statuses say more",
+    "Pulling": "image pull progress events",
+    "Pulled": "image pull progress events",
+    "Created": "container progress events",
+    "Started": "container progress events",
+    "FailedScheduling": "the scheduler's event, read for Unschedulable's message",
+    "Unhealthy": "the kubelet's probe event, reported as ProbeFailing",
+    "TriggeredScaleUp": "cluster-autoscaler's event: makes Unschedulable wait",
+    "NodeLost": "reported as NodeNotReady",
+    "Preempting": "reported as Preempted",
+}
+
+
+def _compared_reasons() -> set[str]:
+    """String constants the diagnosis compares a `reason` with, or passes as `reason=`."""
+    found: set[str] = set()
+    for path in DIAGNOSIS.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "reason" and isinstance(node.value, ast.Constant):
+                found.add(node.value.value)
+            if isinstance(node, ast.Compare):
+                left = node.left
+                name = left.id if isinstance(left, ast.Name) else getattr(left, "attr", "")
+                if "reason" in name:
+                    found |= {
+                        constant.value
+                        for comparator in node.comparators
+                        for constant in ast.walk(comparator)
+                        if isinstance(constant, ast.Constant) and isinstance(constant.value, str)
+                    }
+    return found
+
+
+def test_the_list_of_reasons_is_the_codes():
+    known = set(EMITTED_REASONS) | set(READ_NOT_REPORTED)
+    from_code = (
+        _compared_reasons()
+        | container_checks._FATAL_WAITING
+        | container_checks._RUNTIME_LOST
+        | set(pod_checks._DISRUPTIONS.values())
+    )
+    unknown = sorted(from_code - known)
+    assert not unknown, (
+        f"the diagnosis knows reasons this test does not: {unknown}; add each to EMITTED_REASONS "
+        "(and to docs/*/troubleshooting.md) or to READ_NOT_REPORTED"
+    )
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_troubleshooting_has_an_entry_for_every_reason(lang):
+    headings = [heading.text for heading in parse(DOCS / lang / "troubleshooting.md").headings if heading.level == 3]
+    missing = [
+        reason
+        for reason in EMITTED_REASONS
+        if not any(re.search(rf"(?<!\w){re.escape(reason)}(?!\w)", text) for text in headings)
+    ]
+    assert not missing, f"docs/{lang}/troubleshooting.md has no ### entry for {missing}"
+
+
+def _role_verbs() -> set[tuple[str, str, str]]:
+    role = yaml.safe_load((REPO / "rbac" / "role.yaml").read_text())
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _table_verbs(lang: str) -> set[tuple[str, str, str]]:
+    rows = set()
+    for line in (DOCS / lang / "rbac.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`") and not cells[0].startswith("`rbac/"):
+            group = cells[0].strip("`").strip('"')
+            for resource in cells[1].split(","):
+                rows.add((group, resource.strip(), cells[2]))
+    return rows
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_rbac_page_explains_every_verb_of_the_role(lang):
+    documented, granted = _table_verbs(lang), _role_verbs()
+    assert documented == granted, (
+        f"docs/{lang}/rbac.md: missing {sorted(granted - documented)}, "
+        f"not in rbac/role.yaml {sorted(documented - granted)}"
+    )

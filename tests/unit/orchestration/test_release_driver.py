@@ -1,0 +1,314 @@
+"""ReleaseDriver (orchestration/driver.py) on the in-memory cluster: epochs, what is pending against the last
+all-ready revision, a failed upgrade undone, helm's failures as AReaL's errors, adoption, the rollback and the
+StatefulSet work a rollback or a Kueue requeue needs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from areal_workers import naming
+from areal_workers.config import KubernetesSchedulerConfig
+from areal_workers.errors import SchedulerError, WorkerCreationError
+from areal_workers.orchestration.driver import ReleaseDriver
+from areal_workers.release.client import HelmError
+from areal_workers.runtime.loop_thread import LoopThread
+from memory_backend import MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
+
+RELEASE = "aw-exp-trial-1a2b3c4d"
+NAMESPACE = "rl"
+
+
+def values(**roles: dict[str, Any]) -> dict[str, Any]:
+    return {"experiment": "exp", "trial": "trial", "roles": {name: dict(entry) for name, entry in roles.items()}}
+
+
+ACTOR = {"replicas": 2, "image": {"repository": "example.com/areal", "tag": "1"}}
+CRITIC = {"replicas": 1, "image": {"repository": "example.com/areal", "tag": "1"}}
+
+
+@pytest.fixture
+def loop():
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster(RELEASE)
+
+
+def make_driver(
+    cluster: MemoryCluster,
+    loop: LoopThread,
+    releases: Any = None,
+    statefulsets: Any = None,
+    pods: Any = None,
+    **settings: Any,
+) -> ReleaseDriver:
+    config = KubernetesSchedulerConfig(namespace=NAMESPACE, release_name=RELEASE, **settings)
+    fakes: list[Any] = [
+        releases or MemoryReleases(cluster),
+        MemoryInspector(cluster),
+        pods or MemoryPods(cluster),
+        statefulsets or MemoryStatefulSets(),
+    ]
+    return ReleaseDriver(RELEASE, config, *fakes, loop)
+
+
+# --- epochs and what is pending ----------------------------------------------------------------------------------
+
+
+def test_an_epoch_changes_only_when_a_workloads_pods_may_have_been_replaced(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    first = driver.epoch("actor")
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    assert driver.epoch("actor") == first and driver.epoch("critic") not in (None, first)
+    driver.apply(values(actor={**ACTOR, "replicas": 3}, critic=CRITIC), "scale actor", "actor")
+    scaled = driver.epoch("actor")
+    assert scaled != first
+    driver.uninstall()
+    assert driver.epoch("actor") is None
+    driver.apply(values(actor={**ACTOR, "replicas": 3}), "create actor", "actor")
+    assert driver.epoch("actor") not in (None, first, scaled)  # helm numbers revisions from 1 again, epochs never
+
+
+def test_pending_is_what_changed_since_the_last_all_ready_revision(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    assert driver.pending() == {"actor"}
+    driver.confirm_ready("actor")
+    assert (driver.good_revision, cluster.ready_revision, driver.pending()) == (1, 1, set())
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    assert driver.pending() == {"critic"}
+
+
+def test_a_good_revision_pruned_from_the_history_leaves_every_workload_pending(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    driver.confirm_ready("actor")
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    cluster.revisions = [r for r in cluster.revisions if r.revision != 1]  # history_max dropped it
+    fresh = make_driver(cluster, loop)
+    fresh.adopt()
+    assert fresh.good_revision == 1 and fresh.pending() == {"actor", "critic"}
+
+
+def test_a_revision_is_not_good_while_another_pending_workload_is_not_ready(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR, critic={**CRITIC, "image": {"repository": "slow", "tag": "1"}}), "create", "a")
+    driver.confirm_ready("actor")
+    assert driver.good_revision is None and cluster.ready_revision is None
+
+
+def test_a_change_that_only_removes_a_workload_is_as_good_as_its_predecessor(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create", "actor")
+    driver.confirm_ready("actor")
+    driver.apply(values(actor=ACTOR), "delete critic", "critic")
+    driver.settle()
+    assert driver.good_revision == 2
+
+
+# --- a failed upgrade and helm's errors ------------------------------------------------------------------------
+
+
+class WritingThenFailing(MemoryReleases):
+    """helm upgrade --wait that writes its revision, then fails: the release is left on the failed revision."""
+
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> tuple[int, dict[str, Any]]:
+        self.cluster.write(values, description)
+        raise HelmError(1, b"", b"Error: context deadline exceeded")
+
+
+def test_a_failed_upgrade_is_rolled_back_to_the_revision_before_it(cluster, loop):
+    make_driver(cluster, loop).apply(values(actor=ACTOR), "create actor", "actor")
+    driver = make_driver(cluster, loop, releases=WritingThenFailing(cluster))
+    driver.adopt()
+    with pytest.raises(WorkerCreationError) as failed:
+        driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    assert failed.value.reason == "helm upgrade failed" and failed.value.details == "context deadline exceeded"
+    assert cluster.current().values == values(actor=ACTOR)
+    assert [r.description for r in cluster.revisions] == ["create actor", "create critic", "Rollback to 1"]
+
+
+def test_a_failed_install_is_uninstalled(cluster, loop):
+    driver = make_driver(cluster, loop, releases=WritingThenFailing(cluster))
+    with pytest.raises(WorkerCreationError):
+        driver.apply(values(actor=ACTOR), "create actor", "actor")
+    assert not cluster.installed and not driver.model.installed
+
+
+class FailingReads(MemoryReleases):
+    async def snapshot(self, name: str) -> Any:
+        raise HelmError(1, b"", b"Error: Kubernetes cluster unreachable")
+
+
+def test_helms_failure_is_a_scheduler_error_with_helms_own_message(cluster, loop):
+    driver = make_driver(cluster, loop, releases=FailingReads(cluster))
+    with pytest.raises(SchedulerError) as failed:
+        driver.reload()
+    assert str(failed.value) == (
+        f"helm failed for release {RELEASE} in namespace {NAMESPACE}: Kubernetes cluster unreachable"
+    )
+    with pytest.raises(WorkerCreationError) as keyed:
+        driver.helm(FailingReads(cluster).snapshot(RELEASE), "actor")
+    assert (keyed.value.worker_key, keyed.value.reason) == ("actor", "helm failed")
+
+
+# --- adoption ------------------------------------------------------------------------------------------------
+
+
+def test_a_restarted_controller_adopts_the_recorded_ready_revision(cluster, loop):
+    first = make_driver(cluster, loop)
+    first.apply(values(actor=ACTOR), "create actor", "actor")
+    first.confirm_ready("actor")
+    first.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    again = make_driver(cluster, loop)
+    model = again.adopt()
+    assert (model.revision, again.good_revision, again.pending()) == (2, 1, {"critic"})
+
+
+def test_a_deployed_release_without_a_record_counts_as_good_when_adopted(cluster, loop):
+    make_driver(cluster, loop).apply(values(actor=ACTOR), "create actor", "actor")
+    driver = make_driver(cluster, loop)
+    driver.adopt()
+    assert driver.good_revision == 1
+
+
+def test_an_external_release_without_a_helm_record_is_adopted_from_its_topology(cluster, loop):
+    make_driver(cluster, loop).apply(values(actor=ACTOR), "create actor", "actor")
+    cluster.helm_record = False  # what Argo CD's sync leaves
+    model = make_driver(cluster, loop, ownership="external").adopt()
+    assert model.installed and model.revision is None and model.replicas("actor") == 2
+
+
+def test_an_external_release_that_is_not_there_names_what_to_install(cluster, loop):
+    with pytest.raises(SchedulerError, match=f"release '{RELEASE}' not found in namespace '{NAMESPACE}'"):
+        make_driver(cluster, loop, ownership="external").adopt()
+
+
+# --- rollback ------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_change_rolls_back_to_the_last_all_ready_revision(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    driver.confirm_ready("actor")
+    driver.apply(values(actor={**ACTOR, "image": {"repository": "broken", "tag": "1"}}), "update actor", "actor")
+    error = RuntimeError("actor/0 crashed")
+    driver.roll_back(error)
+    assert cluster.current().values == values(actor=ACTOR)
+    assert driver.good_revision == 3 and cluster.ready_revision == 3
+    assert error.__notes__ == [f"rolled back release {RELEASE} to revision 1"]
+
+
+def test_a_release_that_was_never_all_ready_is_uninstalled_instead(cluster, loop):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor={**ACTOR, "image": {"repository": "broken", "tag": "1"}}), "create actor", "actor")
+    error = RuntimeError("actor/0 crashed")
+    driver.roll_back(error)
+    assert not cluster.installed and driver.good_revision is None
+    assert error.__notes__ == [f"uninstalled release {RELEASE}: no revision ever had all workers ready"]
+
+
+# --- StatefulSets --------------------------------------------------------------------------------------------
+
+
+def statefulset(name: str, role: str, update_revision: str = "r2", replicas: int = 2) -> client.V1StatefulSet:
+    labels = {naming.LABEL_INSTANCE: RELEASE, naming.LABEL_ROLE: role}
+    return client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name=name, generation=2, labels=labels),
+        spec=client.V1StatefulSetSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels=labels),
+            service_name=name,
+            template=client.V1PodTemplateSpec(),
+        ),
+        status=client.V1StatefulSetStatus(replicas=replicas, observed_generation=2, update_revision=update_revision),
+    )
+
+
+class StatefulSets:
+    """AppsV1Api's StatefulSet calls over a dict, recording deletes and scales."""
+
+    def __init__(self, *items: client.V1StatefulSet) -> None:
+        self.items = {item.metadata.name: item for item in items}
+        self.deleted: list[str] = []
+        self.scaled: list[tuple[str, int]] = []
+
+    def list_namespaced_stateful_set(self, namespace: str, label_selector: str = "", **kwargs: Any) -> Any:
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        return client.V1StatefulSetList(
+            items=[copy.deepcopy(s) for s in self.items.values() if wanted.items() <= s.metadata.labels.items()]
+        )
+
+    def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        if name not in self.items:
+            raise ApiException(status=404, reason="NotFound")
+        return copy.deepcopy(self.items[name])
+
+    def patch_namespaced_stateful_set_scale(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        self.scaled.append((name, body["spec"]["replicas"]))
+
+    def delete_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        self.deleted.append(name)
+        del self.items[name]
+
+
+def pod(name: str, role: str, index: int, revision: str, ready: bool) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            labels={
+                naming.LABEL_INSTANCE: RELEASE,
+                naming.LABEL_ROLE: role,
+                naming.LABEL_POD_INDEX: str(index),
+                "controller-revision-hash": revision,
+            },
+            annotations={"spec": ""},
+        ),
+        status=client.V1PodStatus(
+            phase="Running",
+            pod_ip=f"10.0.0.{index + 1}",
+            conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
+        ),
+    )
+
+
+def test_after_a_rollback_only_pods_stuck_not_ready_on_another_revision_are_replaced(cluster, loop):
+    cluster.pods = {
+        p.metadata.name: p
+        for p in (
+            pod("stuck", "actor", 0, "r1", ready=False),
+            pod("ready-old", "actor", 1, "r1", ready=True),
+            pod("starting-new", "actor", 2, "r2", ready=False),
+        )
+    }
+    driver = make_driver(cluster, loop, statefulsets=StatefulSets(statefulset("actor-sts", "actor")))
+    assert driver.replace_stuck_pods() == ["stuck"]
+    assert sorted(cluster.pods) == ["ready-old", "starting-new"]
+
+
+def test_scaling_down_to_rank_zero_leaves_one_worker_per_statefulset(cluster, loop):
+    statefulsets = StatefulSets(statefulset("actor-sts", "actor", replicas=4), statefulset("one", "actor", replicas=1))
+    cluster.pods = {"a0": pod("a0", "actor", 0, "r2", ready=True)}
+    make_driver(cluster, loop, statefulsets=statefulsets).scale_down_to_rank_zero("actor")
+    assert statefulsets.scaled == [("actor-sts", 1)]
+
+
+def test_a_queued_workload_that_changes_is_deleted_before_the_revision_that_recreates_it(cluster, loop):
+    """Kueue fixes a queued workload's shape while its StatefulSet exists: it is re-created, not updated."""
+    queued = {**ACTOR, "kueue": {"queueName": "rl"}}
+    statefulsets = StatefulSets(statefulset("actor-sts", "actor"), statefulset("critic-sts", "critic"))
+    driver = make_driver(cluster, loop, statefulsets=statefulsets, kueue_queue="rl")
+    driver.apply(values(actor=queued, critic=CRITIC), "create", "actor")
+    assert driver.requeue(values(actor={**queued, "replicas": 3}, critic=CRITIC)) == ["actor"]
+    assert statefulsets.deleted == ["actor-sts"]
+    assert cluster.waits[-1] == naming.role_selector(RELEASE, "actor")

@@ -1,0 +1,87 @@
+"""release/name_records.py: a trial's stale name_resolve records are cleared where the chart's flags point, for
+the controller's user and the users the worker pods run as, and nothing else is touched."""
+
+from __future__ import annotations
+
+import getpass
+import importlib.util
+import logging
+from pathlib import Path
+
+import pytest
+
+from areal_workers.release import name_records
+
+
+@pytest.fixture(autouse=True)
+def controller_user(monkeypatch):
+    monkeypatch.setattr(getpass, "getuser", lambda: "ctl")
+
+
+def nfs_flags(root: Path) -> list[str]:
+    return ["--name-resolve-type", "nfs", "--nfs-record-root", str(root), "--fileroot", "/data"]
+
+
+def statefulset(*containers: dict) -> dict:
+    return {"kind": "StatefulSet", "spec": {"template": {"spec": {"containers": list(containers)}}}}
+
+
+def test_flag_values_pairs_each_flag_with_the_value_after_it():
+    assert name_records.flag_values(["--a", "1", "--b", 2]) == {"--a": "1", "--b": "2"}
+    assert name_records.flag_values([]) == {}
+
+
+def test_pod_users_are_the_user_variables_of_the_rendered_worker_containers():
+    manifests = [
+        statefulset(
+            {"env": [{"name": "USER", "value": "areal"}, {"name": "HOME", "value": "/home/areal"}]},
+            {"env": [{"name": "USER", "value": "sidecar"}]},
+        ),
+        statefulset({"env": [{"name": "USER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}, {}),
+        {"kind": "ConfigMap", "data": {"USER": "not-a-container"}},
+    ]
+    assert name_records.pod_users(manifests) == {"areal", "sidecar"}
+
+
+def test_an_nfs_trial_is_cleared_for_the_controller_and_the_pod_users_only(tmp_path):
+    for kept_or_not in (
+        "ctl/exp/t1/actor",
+        "areal/exp/t1/actor",
+        "areal/exp/t2/actor",
+        "other/exp/t1/actor",
+        "areal/exp2/t1/actor",
+    ):
+        (tmp_path / kept_or_not).mkdir(parents=True)
+    cleared = name_records.clear_trial(nfs_flags(tmp_path), "exp", "t1", {"areal"})
+    assert cleared == [str(tmp_path / "areal/exp/t1"), str(tmp_path / "ctl/exp/t1")]
+    assert not (tmp_path / "areal/exp/t1").exists() and not (tmp_path / "ctl/exp/t1").exists()
+    for kept in ("areal/exp/t2/actor", "other/exp/t1/actor", "areal/exp2/t1/actor"):
+        assert (tmp_path / kept).is_dir(), kept
+
+
+def test_a_trial_without_records_clears_nothing(tmp_path):
+    assert name_records.clear_trial(nfs_flags(tmp_path), "exp", "t1", {"areal"}) == []
+
+
+def test_an_nfs_root_the_controller_cannot_see_is_left_with_a_note(tmp_path, caplog):
+    missing = tmp_path / "not-mounted"
+    with caplog.at_level(logging.INFO, logger=name_records.__name__):
+        assert name_records.clear_trial(nfs_flags(missing), "exp", "t1", set()) == []
+    assert f"{missing} is not visible from the controller" in caplog.text
+
+
+def test_flags_without_a_name_resolve_type_clear_nothing(tmp_path):
+    (tmp_path / "ctl/exp/t1").mkdir(parents=True)
+    assert name_records.clear_trial(["--fileroot", str(tmp_path)], "exp", "t1", set()) == []
+    assert (tmp_path / "ctl/exp/t1").is_dir()
+
+
+def test_etcd3_records_need_areal_and_etcd3_in_the_controller(monkeypatch, caplog):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "etcd3" else find_spec(name, *args)
+    )
+    flags = ["--name-resolve-type", "etcd3", "--etcd3-addr", "etcd.example:2379"]
+    with caplog.at_level(logging.WARNING, logger=name_records.__name__):
+        assert name_records.clear_trial(flags, "exp", "t1", {"areal"}) == []
+    assert "etcd3 at etcd.example:2379 are not cleared" in caplog.text
