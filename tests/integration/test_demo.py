@@ -124,6 +124,10 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
         env=newcomer_environment(tmp_path),
     )
     output = result.stdout
+    # Kept for whoever reads the run afterwards: what a newcomer's terminal showed.
+    kept = REPO / ".tools" / "lanes" / "fresh-clone-make-demo.log"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(f"{output}\n--- stderr ---\n{result.stderr}")
     assert result.returncode == 0, f"exit {result.returncode}\n{output[-20000:]}\n{result.stderr[-5000:]}"
     assert (fresh_clone / ".venv" / "bin" / "python").exists() and (fresh_clone / ".tools" / "bin" / "helm").exists()
     print(f"fresh clone's make demo: {time.monotonic() - started:.0f} s")
