@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kubernetes import client
@@ -328,17 +329,18 @@ def remove_fault_node(core, name: str) -> None:
 
 def make_node_not_ready(core, node_name: str) -> None:
     """KWOK stops managing the node (HOLD) and its status says what a node controller says of a silent kubelet.
-    A status update KWOK had in flight when HOLD landed can still report Ready, so the condition is written until
-    it has read back Unknown three times in a row."""
+    A heartbeat KWOK scheduled before HOLD landed still fires up to 20 s later (localkube/kwok-stages.yaml:
+    node-heartbeat, 15 s + 5 s jitter) and reports Ready again, so the condition is written until it has read back
+    Unknown for longer than that window."""
     core.patch_node(node_name, {"metadata": {"annotations": HOLD}})
-    unknown_reads, deadline = 0, time.monotonic() + 60
-    while unknown_reads < 3:
+    unknown_since, deadline = None, time.monotonic() + 120
+    while unknown_since is None or time.monotonic() - unknown_since < 25:
         assert time.monotonic() < deadline, f"node {node_name} did not stay Ready=Unknown"
         ready = next(c for c in core.read_node_status(node_name).status.conditions if c.type == "Ready")
         if ready.status == "Unknown":
-            unknown_reads += 1
+            unknown_since = unknown_since or time.monotonic()
         else:
-            unknown_reads = 0
+            unknown_since = None
             core.patch_node_status(
                 node_name,
                 {
@@ -379,7 +381,6 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
         scheduler.create_workers(job("actor", 1))
         scheduler.get_workers("pinned")
         scheduler.get_workers("actor")
-        make_node_not_ready(core, node_name)
         [pinned] = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=pinned").items
         core.patch_namespaced_pod(
             pinned.metadata.name,
@@ -387,7 +388,11 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
             {"metadata": {"annotations": {**HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}},
         )  # localkube/kwok-stages.yaml: never finalized
         with caplog.at_level(logging.INFO, logger="areal_workers.orchestration.driver"):
-            scheduler.delete_workers()
+            # The node stops answering while delete_workers() already waits for the pods: the wait sees it.
+            with ThreadPoolExecutor(1) as pool:
+                deleting = pool.submit(scheduler.delete_workers)
+                make_node_not_ready(core, node_name)
+                deleting.result(timeout=120)
         assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text
         assert "still terminating after" not in caplog.text
         [left] = core.list_namespaced_pod(scheduler.namespace).items  # the actor's pod is gone, waited for

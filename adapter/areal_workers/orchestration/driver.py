@@ -31,6 +31,7 @@ from ..runtime.backend import StatefulSets
 from ..runtime.loop_thread import LoopThread
 
 logger = logging.getLogger(__name__)
+NODES_REREAD_SECONDS = 5.0  # how often wait_gone looks again for nodes that stopped answering
 
 
 class ReleaseDriver:
@@ -295,15 +296,23 @@ class ReleaseDriver:
     def wait_gone(self, selector: str) -> None:
         """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
         confirm their end (Kubernetes removes them when the node returns or is deleted), so waiting for them would
-        only run into the time-out. Without read access to nodes every pod is waited for."""
+        only run into the time-out. The nodes are read again every few seconds of the wait: a node that stops
+        answering meanwhile strands its pods too. Without read access to nodes every pod is waited for."""
         nodes = self.inspector.nodes()
+
+        def read_nodes_again(_pods: dict[str, client.V1Pod]) -> None:
+            nonlocal nodes
+            nodes = self.inspector.nodes()
 
         def stranded(pod: client.V1Pod) -> bool:
             return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
 
         try:
             left = self.pods.wait(
-                selector, lambda pods: all(stranded(p) for p in pods.values()), self.config.helm_timeout
+                selector,
+                lambda pods: all(stranded(p) for p in pods.values()),
+                self.config.helm_timeout,
+                on_idle=(NODES_REREAD_SECONDS, read_nodes_again),
             )
         except WaitTimedOut:
             names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
