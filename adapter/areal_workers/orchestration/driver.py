@@ -98,9 +98,9 @@ class ReleaseDriver:
         problem = ownership.foreign_chart_problem(self.name, self.namespace, chart)
         if problem is not None:
             raise InvalidSchedulerSetupError(
-                f"{problem}. Set release_name (AREAL_K8S_RELEASE_NAME) to a name no other release of the namespace "
-                f"uses (helm list -n {self.namespace}), or leave it unset: the release is then named after the "
-                f"experiment and trial"
+                f"{problem}; nothing was changed. Set release_name (AREAL_K8S_RELEASE_NAME) to a name no other "
+                f"release of the namespace uses (helm list -n {self.namespace}), or leave it unset: the release is "
+                f"then named after the experiment and trial"
             )
 
     def _adopt_rendered(self) -> ReleaseModel:
@@ -180,7 +180,7 @@ class ReleaseDriver:
             self._check_capacity(manifests, workloads, nodes, key)
             self._check_queues(manifests, workloads, key)
             if before is None:
-                self._clear_name_records(manifests)
+                self._clear_name_records(manifests, key)
         self.requeue(values)
         try:
             written = self.loop.run(self.releases.apply(self.name, values, description))
@@ -251,7 +251,7 @@ class ReleaseDriver:
                     raise
                 time.sleep(0.2)
 
-    def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
+    def _clear_name_records(self, manifests: list[dict[str, Any]], key: str) -> None:
         topology_maps = [
             m
             for m in manifests
@@ -261,12 +261,15 @@ class ReleaseDriver:
         if not topology_maps:
             return
         topology = json.loads(topology_maps[0]["data"]["topology.json"])
-        cleared = name_records.clear_trial(
-            topology.get("worker_flags", []),
-            topology["experiment"],
-            topology["trial"],
-            name_records.pod_users(manifests),
-        )
+        try:
+            cleared = name_records.clear_trial(
+                topology.get("worker_flags", []),
+                topology["experiment"],
+                topology["trial"],
+                name_records.pod_users(manifests),
+            )
+        except name_records.UnsafeRecordPath as error:  # before the install: nothing is in the cluster yet
+            raise WorkerCreationError(key, "unsafe name_resolve record path", str(error)) from error
         if cleared:
             logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
@@ -293,7 +296,7 @@ class ReleaseDriver:
             except ApiException as error:
                 if error.status != 404:
                     raise
-        self.wait_gone(naming.release_selector(self.name))
+        self.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
         self.reload()
         self.good_revision = None
 

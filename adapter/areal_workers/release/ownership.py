@@ -15,5 +15,5 @@ def foreign_chart_problem(release: str, namespace: str, chart: str | None) -> st
         return None
     return (
         f"release {release} in namespace {namespace} is a release of chart {chart!r}, not {naming.CHART_NAME!r}: "
-        f"areal-workers changes only releases of its own chart, so nothing was changed"
+        f"areal-workers changes only releases of its own chart"
     )
