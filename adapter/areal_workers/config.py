@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from . import naming
+
 BUNDLED_CHART = Path(__file__).resolve().parent / "chart"
 
 ForkMode = Literal["process", "pod"]
@@ -123,6 +125,11 @@ class KubernetesSchedulerConfig:
             raise ConfigError(f"fork_mode must be 'process' or 'pod', got {self.fork_mode!r}")
         if self.ownership not in ("managed", "external"):
             raise ConfigError(f"ownership must be 'managed' or 'external', got {self.ownership!r}")
+        if self.release_name is not None and (problem := naming.release_name_problem(self.release_name)):
+            raise ConfigError(
+                f"release_name (AREAL_K8S_RELEASE_NAME): {problem}; or leave it unset, and the release is named "
+                f"after the experiment and trial"
+            )
         if self.ownership == "external" and not self.release_name:
             raise ConfigError(
                 "ownership='external' needs release_name: the name of the release installed "

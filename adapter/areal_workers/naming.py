@@ -1,14 +1,19 @@
-"""Names and label selectors shared by the adapter and the chart (charts/areal-workers/templates/_helpers.tpl)."""
+"""Names and label selectors shared by the adapter and the chart (charts/areal-workers/templates/_helpers.tpl), and
+the checks of names that reach Kubernetes object names or the filesystem."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 
+CHART_NAME = "areal-workers"  # charts/areal-workers/Chart.yaml: the chart whose releases this adapter may change
 RELEASE_NAME_MAX = 53  # helm's limit
+# DNS-1035 label: what a Service name must be, and the release name starts every object name the chart renders.
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ROLE_PATTERN = re.compile(r"^[a-z]([-_a-z0-9]*[a-z0-9])?$")
 ROLE_MAX = 40
 
+LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_ROLE = "areal.io/role"
@@ -40,13 +45,45 @@ def role_problem(role: str) -> str | None:
     return None
 
 
+def release_name_problem(release: str) -> str | None:
+    """Why `release` cannot name a release of the chart, or None when it can. Helm accepts more (`1abc`, `a.b`)
+    than the Services the chart names after it, which would fail half-way through an install."""
+    if not release:
+        return "the release name is empty"
+    if len(release) > RELEASE_NAME_MAX:
+        return f"release name {release!r} is {len(release)} characters; helm allows at most {RELEASE_NAME_MAX}"
+    if not DNS1035_LABEL.match(release):
+        suggestion = re.sub(r"[^a-z0-9]+", "-", release.lower()).strip("-")
+        suggestion = suggestion if suggestion[:1].isalpha() else f"aw-{suggestion}".rstrip("-")
+        return (
+            f"release name {release!r} must be a DNS-1035 label, as the Services named after it: lowercase letters, "
+            f"digits and '-', starting with a letter and ending with a letter or digit "
+            f"(e.g. {suggestion[:RELEASE_NAME_MAX].rstrip('-')!r})"
+        )
+    return None
+
+
+def path_component_problem(what: str, value: str) -> str | None:
+    """Why `value` (an experiment, trial or user name, which become directories of name_resolve's record root and
+    the fileroot) cannot be one path component, or None when it can."""
+    if not isinstance(value, str) or not value:
+        return f"{what} must be a non-empty string"
+    if value in (".", ".."):
+        return f"{what} {value!r} would name a directory outside the trial's own; choose another name"
+    for character, reason in (("/", "a path separator"), ("\x00", "a NUL byte")):
+        if character in value:
+            return f"{what} {value!r} contains {reason}, so it is not one directory name; remove it"
+    return None
+
+
+def selector(labels: dict[str, str], role: str | None = None) -> str:
+    """A label selector of exactly `labels` (and the role): the chart's selector labels, as it rendered them."""
+    terms = {**labels, **({LABEL_ROLE: role} if role is not None else {})}
+    return ",".join(f"{key}={value}" for key, value in sorted(terms.items()))
+
+
 def release_selector(release: str) -> str:
     return f"{LABEL_INSTANCE}={release}"
-
-
-def helm_test_pods_selector(release: str) -> str:
-    """The release's `helm test` hook Pods (kept after a run for `helm test --logs`; helm uninstall leaves them)."""
-    return f"{LABEL_INSTANCE}={release},{LABEL_COMPONENT}=test"
 
 
 def role_selector(release: str, role: str) -> str:

@@ -62,6 +62,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 "experiment_name and trial_name must be provided: pass exp_config (with experiment_name and "
                 "trial_name) or experiment_name= and trial_name="
             )
+        for what, name in (("experiment_name", self.experiment_name), ("trial_name", self.trial_name)):
+            problem = naming.path_component_problem(what, str(name))
+            if problem is not None:  # before the cluster is contacted: nothing is written
+                raise InvalidSchedulerSetupError(
+                    f"{problem} (it names directories of name_resolve's records and the fileroot, as in AReaL's "
+                    f"schedulers)"
+                )
         self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
         self.loop = LoopThread(f"areal-workers-{self.release}")

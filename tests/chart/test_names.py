@@ -58,7 +58,7 @@ def test_colliding_sanitized_names_fail(render_error):
 
 
 def test_label_values_are_sanitized_and_raw_names_annotated(render):
-    experiment = "GSM8K grpo/run #1 " + "x" * 80
+    experiment = "GSM8K grpo:run #1 " + "x" * 80  # one directory name ("/" is refused: it would be two)
     docs = render({"experiment": experiment, "trial": "_trial.", "roles": {"a": role()}})
     for doc in docs:
         labels = doc["metadata"]["labels"]

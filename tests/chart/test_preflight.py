@@ -138,6 +138,14 @@ FAILURES = {
         {"roles": {"a": role(kueue={"priorityClass": "high"})}},
         'a: kueue.priorityClass "high" is set without kueue.queueName (in roles.a or workerDefaults); set kueue.queueName to the role\'s LocalQueue or remove kueue.priorityClass',
     ),
+    "trial ..": (
+        {"trial": ".."},
+        'trial is "..": it becomes a directory of name_resolve\'s records and the fileroot, and ".." names another one; choose another name',
+    ),
+    "experiment .": (
+        {"experiment": "."},
+        'experiment is ".": it becomes a directory of name_resolve\'s records and the fileroot, and "." names another one; choose another name',
+    ),
     "reaper without an image": (
         {"reaper": {"enabled": True, "image": {"repository": " "}}},
         "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0",
@@ -151,13 +159,27 @@ def test_preflight_fails_with_a_message_naming_the_value(values, message, render
     assert "execution error at " in err and message in err, err
 
 
+# (release name, the exact message): helm accepts them, the Services named after them cannot have them
+RELEASE_FAILURES = {
+    "1abc": 'release name "1abc" cannot start the chart\'s Service names: use a DNS-1035 label (lowercase letters, digits and \'-\', starting with a letter and ending with a letter or digit), e.g. "aw-1abc"',
+    "a.b": 'release name "a.b" cannot start the chart\'s Service names: use a DNS-1035 label (lowercase letters, digits and \'-\', starting with a letter and ending with a letter or digit), e.g. "aw-a-b"',
+}
+
+
+@pytest.mark.parametrize("release,message", RELEASE_FAILURES.items(), ids=RELEASE_FAILURES.keys())
+def test_a_release_name_the_services_cannot_carry_fails_with_a_name_that_works(release, message, render_error):
+    err = render_error({"roles": {"a": role()}}, release=release)
+    assert "execution error at " in err and message in err, err
+
+
 def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 21
+    assert len(formats) == 23
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):
             pattern = pattern.replace(re.escape(verb), ".+")
-        assert any(re.fullmatch(pattern, message) for _, message in FAILURES.values()), fmt
+        messages = [message for _, message in FAILURES.values()] + list(RELEASE_FAILURES.values())
+        assert any(re.fullmatch(pattern, message) for message in messages), fmt

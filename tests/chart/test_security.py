@@ -1,6 +1,8 @@
+import json
+
 import pytest
 
-from chartlib import find, one, role, sts
+from chartlib import find, one, render, render_error, role, sts
 
 # Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards), as code.
 BASELINE_CAPABILITIES = {
@@ -123,3 +125,53 @@ def test_opt_in_features_need_the_documented_level(settings, level, render):
     spec = pod_spec(sts(render({"roles": {"a": role(**settings)}}), "a"))
     assert restricted_violations(spec)
     assert bool(baseline_violations(spec)) == (level == "privileged")
+
+
+# --- values and names that reach YAML or paths --------------------------------------------------------------------
+
+INJECTION = "cluster.local\n          privileged: true"
+
+
+def test_a_cluster_domain_that_is_not_a_dns_name_is_refused_by_the_schema():
+    err = render_error({"clusterDomain": INJECTION, "roles": {"actor": role()}})
+    assert "/clusterDomain" in err and "does not match pattern" in err
+
+
+def test_the_test_pod_writes_every_url_quoted_and_has_no_privileged_field():
+    """The schema is the first line; the template quotes what it writes all the same (a schema-less render, e.g.
+    `helm template --skip-schema-validation`, keeps the newline inside the string)."""
+    docs = render({"clusterDomain": INJECTION, "roles": {"actor": role()}}, extra=("--skip-schema-validation",))
+    pod = one(docs, "Pod")
+    container = pod["spec"]["containers"][0]
+    assert "privileged" not in container["securityContext"]
+    assert all(isinstance(arg, str) for arg in container["args"])
+    assert any(INJECTION in arg for arg in container["args"][1:])
+
+
+@pytest.mark.parametrize(("release", "suggestion"), [("1abc", "aw-1abc"), ("a.b", "aw-a-b")])
+def test_a_release_name_the_services_cannot_carry_is_refused_before_anything_is_applied(release, suggestion):
+    err = render_error({"roles": {"actor": role()}}, release=release)
+    assert f'release name "{release}" cannot start the chart\'s Service names' in err and f'"{suggestion}"' in err
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"trial": ".."}, 'trial is "..": it becomes a directory'),
+        ({"experiment": "."}, 'experiment is ".": it becomes a directory'),
+        ({"trial": "a/b"}, "/trial"),
+        ({"fullnameOverride": "1abc"}, "/fullnameOverride"),
+    ],
+)
+def test_names_that_would_leave_their_directory_or_break_object_names_are_refused(values, fragment):
+    assert fragment in render_error({**values, "roles": {"actor": role()}})
+
+
+def test_the_topology_records_the_charts_own_selector_labels():
+    docs = render({"roles": {"actor": role()}})
+    configmap = next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"].endswith("-topology"))
+    topology = json.loads(configmap["data"]["topology.json"])
+    labels = configmap["metadata"]["labels"]
+    wanted = {key: labels[key] for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    assert topology["selector"] == wanted
+    assert wanted.items() <= sts(docs, "actor")["spec"]["selector"]["matchLabels"].items()

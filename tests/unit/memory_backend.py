@@ -44,6 +44,7 @@ class MemoryCluster:
         self.ready_revision: int | None = None
         self.waits: list[str] = []  # selectors waited on
         self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
+        self.chart = naming.CHART_NAME  # the chart helm records for the release
         self.applied: list[dict[str, Any]] = []
         self.fail_next_apply: str | None = None  # helm's stderr for the next install/upgrade, which then fails
         self._uids = itertools.count(1)
@@ -92,6 +93,7 @@ class MemoryCluster:
                 entry.update(guard_port=GUARD_PORT, extra_ports=[])
             forks[name] = entry
         return {
+            "selector": self.selector_labels(),
             "roles": roles,
             "forks": forks,
             "colocations": dict(values.get("colocations") or {}),
@@ -99,6 +101,9 @@ class MemoryCluster:
             "experiment": values.get("experiment"),
             "trial": values.get("trial"),
         }
+
+    def selector_labels(self) -> dict[str, str]:
+        return {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: self.release}
 
     # --- the pods -------------------------------------------------------------------------------
 
@@ -138,7 +143,7 @@ class MemoryCluster:
                 uid=f"uid-{uid}",
                 annotations={"spec": spec},
                 labels={
-                    naming.LABEL_INSTANCE: self.release,
+                    **self.selector_labels(),
                     naming.LABEL_ROLE: workload,
                     naming.LABEL_POD_INDEX: str(index),
                 },
@@ -165,6 +170,9 @@ class MemoryReleases:
 
     async def current(self, name: str) -> Revision | None:
         return self.cluster.current() if self.cluster.helm_record else None
+
+    async def chart_name(self, name: str) -> str | None:
+        return None if await self.current(name) is None else self.cluster.chart
 
     async def recover(self, name: str) -> Revision | None:
         return await self.current(name)

@@ -363,3 +363,17 @@ def test_capacity_check_modes(mode):
 def test_capacity_check_rejects_other_words():
     with pytest.raises(ConfigError, match="capacity_check must be one of reject, warn, off"):
         KubernetesSchedulerConfig(capacity_check="strict")
+
+
+@pytest.mark.parametrize("release", ["1abc", "a.b", "Upper", "x" * 54])
+def test_a_release_name_the_charts_services_cannot_carry_is_refused(release):
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig(release_name=release)
+    assert str(info.value).startswith("release_name (AREAL_K8S_RELEASE_NAME): ")
+    assert repr(release) in str(info.value)
+
+
+def test_a_release_name_from_the_environment_is_checked_too():
+    with pytest.raises(ConfigError) as info:
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_RELEASE_NAME": "a.b"})
+    assert "'a-b'" in str(info.value)

@@ -249,3 +249,53 @@ def test_parse_worker_id_rejects(value):
 
 def test_worker_id():
     assert worker_id("actor", 3) == "actor/3"
+
+
+# --- names the chart and the filesystem accept ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("release", "suggestion"),
+    [("1abc", "aw-1abc"), ("a.b", "a-b"), ("Trial_1", "trial-1"), ("abc-", "abc")],
+)
+def test_release_names_helm_accepts_but_services_reject_are_refused_with_a_name_that_works(release, suggestion):
+    problem = naming.release_name_problem(release)
+    assert problem is not None and "DNS-1035" in problem and f"(e.g. {suggestion!r})" in problem
+    assert naming.release_name_problem(suggestion) is None
+
+
+def test_empty_and_over_long_release_names_are_refused():
+    assert naming.release_name_problem("") == "the release name is empty"
+    assert "at most 53" in naming.release_name_problem("a" * 54)
+
+
+@pytest.mark.parametrize(("experiment", "trial"), [("GSM8K.grpo", "1"), ("a" * 80, "t/../x"), ("..", "..")])
+def test_derived_release_names_are_always_valid(experiment, trial):
+    assert naming.release_name_problem(naming.release_name(experiment, trial)) is None
+
+
+@pytest.mark.parametrize("value", ["exp", "a..b", ".hidden", "trial 1", "名前"])
+def test_one_directory_name_is_a_path_component(value):
+    assert naming.path_component_problem("trial", value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("", "non-empty"), (".", "outside"), ("..", "outside"), ("a/b", "path separator"), ("a\x00", "NUL")],
+)
+def test_names_that_are_not_one_directory_name_are_refused(value, reason):
+    problem = naming.path_component_problem("trial", value)
+    assert problem is not None and reason in problem
+
+
+def test_a_selector_names_exactly_the_labels_given_and_the_role():
+    labels = {naming.LABEL_NAME: "areal-workers", naming.LABEL_INSTANCE: "aw-x"}
+    assert naming.selector(labels) == "app.kubernetes.io/instance=aw-x,app.kubernetes.io/name=areal-workers"
+    assert naming.selector(labels, "actor").endswith(",areal.io/role=actor")
+
+
+def test_the_charts_selector_labels_are_name_and_instance():
+    helpers = HELPERS.read_text()
+    block = helpers[helpers.index('define "areal-workers.selectorLabels"') :]
+    block = block[: block.index("{{- end -}}")]
+    assert f"{naming.LABEL_NAME}: " in block and f"{naming.LABEL_INSTANCE}: " in block

@@ -10,6 +10,7 @@ import pytest
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy
 from areal_workers.errors import (
+    InvalidSchedulerSetupError,
     SchedulerError,
     WorkerCreationError,
     WorkerFailedError,
@@ -350,3 +351,23 @@ def test_a_held_role_that_fails_later_is_reported_not_rolled_back(make_scheduler
         scheduler.get_workers("actor")
     assert len(cluster.revisions) == revisions and cluster.installed
     assert set(scheduler.driver.model.roles) == {"actor", "slowpoke"}
+
+
+@pytest.mark.parametrize(("experiment", "trial", "named"), [("..", "t", "experiment_name"), ("e", "a/b", "trial_name")])
+def test_names_that_are_not_one_directory_name_are_refused_before_the_cluster_is_contacted(experiment, trial, named):
+    def connect(*args, **kwargs):
+        raise AssertionError("the cluster was contacted")
+
+    with pytest.raises(InvalidSchedulerSetupError) as raised:
+        KubernetesScheduler(
+            config=KubernetesSchedulerConfig(), experiment_name=experiment, trial_name=trial, connect=connect
+        )
+    assert str(raised.value).startswith(f"{named} ") and isinstance(raised.value, ValueError)
+
+
+def test_a_release_of_another_chart_under_the_configured_name_is_left_alone(cluster, make_scheduler):
+    cluster.write({"experiment": "exp", "trial": "trial", "roles": {}}, "someone else's")
+    cluster.chart = "redis"
+    with pytest.raises(InvalidSchedulerSetupError) as raised:
+        make_scheduler()
+    assert "'redis'" in str(raised.value) and descriptions(cluster) == ["someone else's"]

@@ -19,6 +19,7 @@ from ..config import ConfigError, KubernetesSchedulerConfig
 from ..orchestration.driver import ReleaseDriver
 from ..pods.inspector import ReleaseInspector
 from ..pods.watch import PodWatch
+from ..release import ownership
 from ..release.client import HelmError, HelmNotFoundError, Releases, helm_error_text
 from ..release.model import ReleaseModel
 from ..runtime import backend
@@ -75,6 +76,12 @@ class Selection:
     release: str | None = None
     experiment: str | None = None
     trial: str | None = None
+
+    def __post_init__(self) -> None:
+        """A --release no release of the chart can have is refused before anything is read or written."""
+        problem = naming.release_name_problem(self.release) if self.release is not None else None
+        if problem is not None:
+            raise CliError(f"--release: {problem}", EXIT_USAGE)
 
     def named(self) -> str | None:
         if self.release:
@@ -250,6 +257,22 @@ class Session:
                 f"cannot {doing} {release}: it was applied without helm (no helm release, only the chart's objects, "
                 f"e.g. synced by Argo CD), so its revisions live in Git: change the values there "
                 f"(`argocd app history` / `argocd app rollback` for the Application), or delete the Application",
+                EXIT_USAGE,
+            )
+
+    def foreign_chart(self, release: str) -> str | None:
+        """Why `release` is not this command's to change (a release of another chart), or None."""
+        chart = self.helm(self.releases.chart_name(release), f"reading the chart of release {release}")
+        return ownership.foreign_chart_problem(release, self.namespace, chart)
+
+    def refuse_foreign(self, release: str, doing: str) -> None:
+        """Releases of another chart are not this command's to change, whatever their objects' labels say."""
+        problem = self.foreign_chart(release)
+        if problem is not None:
+            raise CliError(
+                f"cannot {doing} {release}: {problem}; nothing was changed. Name this trial's own release "
+                f"(areal-workers status -n {self.namespace} lists them); a release of another chart is removed "
+                f"with helm itself (helm uninstall {release} -n {self.namespace})",
                 EXIT_USAGE,
             )
 

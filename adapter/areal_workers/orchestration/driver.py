@@ -20,11 +20,11 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import diagnosis, naming
 from ..config import KubernetesSchedulerConfig
-from ..errors import SchedulerError, WorkerCreationError
+from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
 from ..pods import admission
 from ..pods.inspector import ReleaseInspector
 from ..pods.watch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
-from ..release import capacity, name_records
+from ..release import capacity, name_records, ownership
 from ..release.client import HelmError, Releases, Snapshot, helm_error_text
 from ..release.model import ReleaseModel
 from ..runtime.backend import StatefulSets
@@ -78,7 +78,9 @@ class ReleaseDriver:
 
     def adopt(self) -> ReleaseModel:
         """A controller that restarts finds its release as it left it (a pending operation is recovered); the
-        last all-ready revision is the recorded one, else the adopted revision when it is deployed."""
+        last all-ready revision is the recorded one, else the adopted revision when it is deployed. A release of
+        another chart under this name is refused before anything touches it (recovering may roll it back)."""
+        self.require_own_chart()
         revision = self.helm(self.releases.recover(self.name))
         if revision is None:
             if self.config.ownership == "external":
@@ -90,6 +92,17 @@ class ReleaseDriver:
         deployed = revision.status.value == "deployed"
         self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
         return self.model
+
+    def require_own_chart(self) -> None:
+        """Raises InvalidSchedulerSetupError when helm's release of this name is of another chart."""
+        chart = self.helm(self.releases.chart_name(self.name))
+        problem = ownership.foreign_chart_problem(self.name, self.namespace, chart)
+        if problem is not None:
+            raise InvalidSchedulerSetupError(
+                f"{problem}; nothing was changed. Set release_name (AREAL_K8S_RELEASE_NAME) to a name no other "
+                f"release of the namespace uses (helm list -n {self.namespace}), or leave it unset: the release is "
+                f"then named after the experiment and trial"
+            )
 
     def _adopt_rendered(self) -> ReleaseModel:
         """An external install without a helm record: Argo CD (or any `helm template | kubectl apply`) applies what
@@ -168,7 +181,7 @@ class ReleaseDriver:
             self._check_capacity(manifests, workloads, nodes, key)
             self._check_queues(manifests, workloads, key)
             if before is None:
-                self._clear_name_records(manifests)
+                self._clear_name_records(manifests, key)
         self.requeue(values)
         try:
             written = self.loop.run(self.releases.apply(self.name, values, description))
@@ -213,7 +226,9 @@ class ReleaseDriver:
             if self.model.kueue_queue(w) or self.config.kueue_queue
         )
         for workload in changed:
-            selector = naming.role_selector(self.name, workload)
+            selector = self.model.own_selector(workload)
+            if selector is None:
+                continue
             names = [
                 s.metadata.name
                 for s in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
@@ -237,7 +252,7 @@ class ReleaseDriver:
                     raise
                 time.sleep(0.2)
 
-    def _clear_name_records(self, manifests: list[dict[str, Any]]) -> None:
+    def _clear_name_records(self, manifests: list[dict[str, Any]], key: str) -> None:
         topology_maps = [
             m
             for m in manifests
@@ -247,12 +262,15 @@ class ReleaseDriver:
         if not topology_maps:
             return
         topology = json.loads(topology_maps[0]["data"]["topology.json"])
-        cleared = name_records.clear_trial(
-            topology.get("worker_flags", []),
-            topology["experiment"],
-            topology["trial"],
-            name_records.pod_users(manifests),
-        )
+        try:
+            cleared = name_records.clear_trial(
+                topology.get("worker_flags", []),
+                topology["experiment"],
+                topology["trial"],
+                name_records.pod_users(manifests),
+            )
+        except name_records.UnsafeRecordPath as error:  # before the install: nothing is in the cluster yet
+            raise WorkerCreationError(key, "unsafe name_resolve record path", str(error)) from error
         if cleared:
             logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
@@ -267,31 +285,33 @@ class ReleaseDriver:
             self.helm(self.releases.rollback(self.name, before))
 
     def uninstall(self) -> None:
+        own = self.model.own_selector()
         self.helm(self.releases.uninstall(self.name))
         # The chart keeps its `helm test` Pod after a run and helm uninstall leaves hooks: without this it would
-        # outlive the release (and the wait below would wait for it until the time-out).
-        test_pods, _ = self.pods.list(naming.helm_test_pods_selector(self.name))
+        # outlive the release (and the wait below would wait for it until the time-out). Selected by the chart's
+        # own labels: another chart's pods may carry the same instance label (Argo CD sets it too).
+        test_pods, _ = self.pods.list(f"{own},{naming.LABEL_COMPONENT}=test") if own else ([], "")
         for pod in test_pods:
             try:
                 self.pods.delete(pod.metadata.name)
             except ApiException as error:
                 if error.status != 404:
                     raise
-        self.wait_gone(naming.release_selector(self.name))
+        self.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
         self.reload()
         self.good_revision = None
 
     def scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
-        selector = naming.role_selector(self.name, role)
-        for statefulset in self.statefulsets.list_namespaced_stateful_set(
-            self.namespace, label_selector=selector
-        ).items:
+        own = self.model.own_selector(role)
+        if own is None:  # no topology: nothing of the chart's to scale
+            return
+        for statefulset in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=own).items:
             if (statefulset.spec.replicas or 0) > 1:
                 self.statefulsets.patch_namespaced_stateful_set_scale(
                     statefulset.metadata.name, self.namespace, {"spec": {"replicas": 1}}
                 )
-        self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
+        self.pods.wait(own, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
 
     def wait_gone(self, selector: str) -> None:
         """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
@@ -391,11 +411,15 @@ class ReleaseDriver:
 
     def replace_stuck_pods(self) -> list[str]:
         """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
-        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250)."""
-        replaced = []
-        statefulsets = self.statefulsets.list_namespaced_stateful_set(
-            self.namespace, label_selector=naming.release_selector(self.name)
-        ).items
+        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250). Only the chart's own
+        StatefulSets of this release, by the selector labels it rendered: another chart's objects may carry the
+        same instance label (Argo CD labels what it syncs with it)."""
+        replaced: list[str] = []
+        own = self.model.own_selector()
+        if own is None:
+            logger.warning("release %s has no topology naming its selector labels: no pod replaced", self.name)
+            return replaced
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=own).items
         for statefulset in statefulsets:
             statefulset = self._observed(statefulset)
             selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())

@@ -132,6 +132,11 @@ class Releases:
         except ReleaseNotFoundError:
             return None
 
+    async def chart_name(self, name: str) -> str | None:
+        """The name of the chart of the release's current revision, as helm recorded it (None: no release)."""
+        revision = await self.current(name)
+        return None if revision is None else (await revision.chart_metadata()).name
+
     async def snapshot(self, name: str) -> Snapshot | None:
         """The number and user-supplied values of the current revision (None: no release)."""
         revision = await self.current(name)

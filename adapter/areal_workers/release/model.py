@@ -55,6 +55,17 @@ class ReleaseModel:
         flags = self.topology.get("worker_flags")
         return None if flags is None else tuple(str(flag) for flag in flags)
 
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """The labels the chart selects its own objects by (app.kubernetes.io/name and /instance), as it rendered
+        them ({}: no topology, or a chart too old to record them: then nothing is selected for deletion)."""
+        return {str(key): str(value) for key, value in (self.topology.get("selector") or {}).items()}
+
+    def own_selector(self, role: str | None = None) -> str | None:
+        """The label selector of the chart's own objects of this release (and role); None without selector labels."""
+        labels = self.selector_labels
+        return naming.selector(labels, role) if labels else None
+
     def exists(self, role: str) -> bool:
         return role in self.roles or role in self.forks or role in self.colocations
 

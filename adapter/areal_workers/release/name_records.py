@@ -2,7 +2,8 @@
 
 Stale records of an earlier run of the same trial would point peers at dead addresses. The flags are the ones the
 chart renders for the workers, so this clears exactly where the workers will register. AReaL keys records by the
-OS user (`<user>/<experiment>/<trial>`): the controller's user, and the user the worker pods run as.
+OS user (`<user>/<experiment>/<trial>`): the controller's user, and the user the worker pods run as. Each of the
+three must be one directory name (no '/', NUL, '.' or '..'), checked for all of them before anything is removed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .. import naming
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +37,25 @@ def pod_users(manifests: Iterable[dict[str, Any]]) -> set[str]:
     return users
 
 
+class UnsafeRecordPath(ValueError):
+    """A name that would make a trial's record path leave the record root; the message says which and why."""
+
+
+def record_roots(experiment: str, trial: str, users: Iterable[str]) -> list[str]:
+    """`<user>/<experiment>/<trial>` for each user, once every name is known to be one path component."""
+    names = [("experiment", experiment), ("trial", trial), *(("user", user) for user in sorted(users))]
+    for what, name in names:
+        problem = naming.path_component_problem(what, name)
+        if problem is not None:
+            raise UnsafeRecordPath(f"name_resolve records not cleared: {problem}")
+    return [f"{user}/{experiment}/{trial}" for user in sorted(set(users))]
+
+
 def clear_trial(worker_flags: Sequence[str], experiment: str, trial: str, users: Iterable[str]) -> list[str]:
-    """Removes the trial's records for each user; returns what was removed (where it could be reached)."""
+    """Removes the trial's records for each user; returns what was removed (where it could be reached). Raises
+    UnsafeRecordPath, before removing anything, when a name is not one path component."""
     flags = flag_values(worker_flags)
-    roots = [f"{user}/{experiment}/{trial}" for user in sorted({getpass.getuser(), *users})]
+    roots = record_roots(experiment, trial, {getpass.getuser(), *users})
     kind = flags.get("--name-resolve-type")
     if kind == "nfs":
         return _clear_nfs(Path(flags["--nfs-record-root"]), roots)
@@ -50,6 +68,9 @@ def _clear_nfs(record_root: Path, roots: list[str]) -> list[str]:
     cleared = []
     for root in roots:
         path = record_root / root
+        if not path.resolve().is_relative_to(record_root.resolve()):  # a symlink on the way points elsewhere
+            logger.warning("name_resolve records at %s are not cleared: it resolves outside %s", path, record_root)
+            continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
             cleared.append(str(path))

@@ -9,11 +9,22 @@ Run first by "areal-workers.workloads", which every workload-dependent template 
 {{- $colocations := $v.colocations | default dict -}}
 {{- $roleList := keys $roles | sortAlpha | join ", " | default "none, roles is empty" -}}
 
+{{- /* Helm accepts release names (1abc, a.b) that the Services named after them cannot have: refuse them before
+anything is applied. A DNS-1035 label, as naming.release_name_problem checks it. */ -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
+{{- fail (printf "release name %q cannot start the chart's Service names: use a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), e.g. %q" .Release.Name (printf "aw-%s" (regexReplaceAll "[^a-z0-9]+" (lower .Release.Name) "-") | trimSuffix "-")) -}}
+{{- end -}}
 {{- if not (trim (toString $v.experiment)) -}}
 {{- fail "experiment is empty: set experiment to the AReaL experiment_name (e.g. --set experiment=gsm8k-grpo)" -}}
 {{- end -}}
 {{- if not (trim (toString $v.trial)) -}}
 {{- fail "trial is empty: set trial to the AReaL trial_name (e.g. --set trial=trial0)" -}}
+{{- end -}}
+{{- /* The schema refuses "/" and NUL; "." and ".." are one component that leaves the trial's directory. */ -}}
+{{- range $key := list "experiment" "trial" -}}
+{{- if has (toString (get $v $key)) (list "." "..") -}}
+{{- fail (printf "%s is %q: it becomes a directory of name_resolve's records and the fileroot, and %q names another one; choose another name" $key (toString (get $v $key)) (toString (get $v $key))) -}}
+{{- end -}}
 {{- end -}}
 
 {{- /* One AReaL role name lives in exactly one of roles, colocations, forks. */ -}}

@@ -75,3 +75,16 @@ def test_up_creates_the_release_release_names(job_file, tmp_path, monkeypatch):
     with pytest.raises(Stop):
         main(["up", "-f", str(job_file), "--release", "aw-mine", "--trial", "run-7"])
     assert seen == {"release": "aw-mine", "experiment": "gsm8k", "trial": "run-7"}
+
+
+@pytest.mark.parametrize("release", ["1abc", "a.b"])
+def test_a_release_name_no_release_of_the_chart_can_have_is_refused_before_the_cluster_is_asked(
+    release, capsys, monkeypatch
+):
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("the cluster was contacted")
+
+    monkeypatch.setattr("areal_workers.cli.session.backend.kube_client", no_cluster)
+    assert main(["down", "--release", release, "--yes"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--release: release name {release!r} must be a DNS-1035 label" in err

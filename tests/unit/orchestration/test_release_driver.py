@@ -13,14 +13,17 @@ from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
 from areal_workers.config import KubernetesSchedulerConfig
-from areal_workers.errors import SchedulerError, WorkerCreationError
+from areal_workers.errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
 from areal_workers.orchestration.driver import ReleaseDriver
 from areal_workers.release.client import HelmError
+from areal_workers.release.model import ReleaseModel
 from areal_workers.runtime.loop_thread import LoopThread
 from memory_backend import MemoryCluster, MemoryInspector, MemoryPods, MemoryReleases, MemoryStatefulSets
 
 RELEASE = "aw-exp-trial-1a2b3c4d"
 NAMESPACE = "rl"
+OWN = {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: RELEASE}  # the chart's selector labels
+FOREIGN = {naming.LABEL_NAME: "other-app", naming.LABEL_INSTANCE: RELEASE}  # e.g. an Argo CD app of that name
 
 
 def values(**roles: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +192,18 @@ def test_an_external_release_without_a_helm_record_is_adopted_from_its_topology(
     assert model.installed and model.revision is None and model.replicas("actor") == 2
 
 
+def test_a_release_of_another_chart_is_refused_before_anything_touches_it(cluster, loop):
+    cluster.write(values(actor=ACTOR), "installed by someone else")
+    cluster.chart = "postgresql"
+    before = copy.deepcopy(cluster.revisions)
+    with pytest.raises(InvalidSchedulerSetupError) as raised:
+        make_driver(cluster, loop).adopt()
+    message = str(raised.value)
+    assert f"release {RELEASE} in namespace {NAMESPACE}" in message and "'postgresql'" in message
+    assert "nothing was changed" in message and "AREAL_K8S_RELEASE_NAME" in message
+    assert cluster.revisions == before and cluster.installed
+
+
 def test_an_external_release_that_is_not_there_names_what_to_install(cluster, loop):
     with pytest.raises(SchedulerError, match=f"release '{RELEASE}' not found in namespace '{NAMESPACE}'"):
         make_driver(cluster, loop, ownership="external").adopt()
@@ -221,8 +236,10 @@ def test_a_release_that_was_never_all_ready_is_uninstalled_instead(cluster, loop
 # --- StatefulSets --------------------------------------------------------------------------------------------
 
 
-def statefulset(name: str, role: str, update_revision: str = "r2", replicas: int = 2) -> client.V1StatefulSet:
-    labels = {naming.LABEL_INSTANCE: RELEASE, naming.LABEL_ROLE: role}
+def statefulset(
+    name: str, role: str, update_revision: str = "r2", replicas: int = 2, chart_labels: dict[str, str] = OWN
+) -> client.V1StatefulSet:
+    labels = {**chart_labels, naming.LABEL_ROLE: role}
     return client.V1StatefulSet(
         metadata=client.V1ObjectMeta(name=name, generation=2, labels=labels),
         spec=client.V1StatefulSetSpec(
@@ -262,12 +279,14 @@ class StatefulSets:
         del self.items[name]
 
 
-def pod(name: str, role: str, index: int, revision: str, ready: bool) -> client.V1Pod:
+def pod(
+    name: str, role: str, index: int, revision: str, ready: bool, chart_labels: dict[str, str] = OWN
+) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(
             name=name,
             labels={
-                naming.LABEL_INSTANCE: RELEASE,
+                **chart_labels,
                 naming.LABEL_ROLE: role,
                 naming.LABEL_POD_INDEX: str(index),
                 "controller-revision-hash": revision,
@@ -292,23 +311,49 @@ def test_after_a_rollback_only_pods_stuck_not_ready_on_another_revision_are_repl
         )
     }
     driver = make_driver(cluster, loop, statefulsets=StatefulSets(statefulset("actor-sts", "actor")))
+    driver.model = ReleaseModel(topology={"selector": OWN})
     assert driver.replace_stuck_pods() == ["stuck"]
     assert sorted(cluster.pods) == ["ready-old", "starting-new"]
 
 
+def test_another_charts_statefulset_with_the_same_instance_label_keeps_its_stuck_pods(cluster, loop):
+    """Argo CD labels what it syncs with app.kubernetes.io/instance too: only the chart's own labels select."""
+    cluster.pods = {"theirs-0": pod("theirs-0", "actor", 0, "r1", ready=False, chart_labels=FOREIGN)}
+    foreign = statefulset("theirs", "actor", chart_labels=FOREIGN)
+    driver = make_driver(cluster, loop, statefulsets=StatefulSets(foreign))
+    driver.model = ReleaseModel(topology={"selector": OWN})
+    assert driver.replace_stuck_pods() == [] and list(cluster.pods) == ["theirs-0"]
+
+
+def test_without_the_charts_selector_labels_no_pod_is_replaced(cluster, loop):
+    cluster.pods = {"stuck": pod("stuck", "actor", 0, "r1", ready=False)}
+    driver = make_driver(cluster, loop, statefulsets=StatefulSets(statefulset("actor-sts", "actor")))
+    assert driver.replace_stuck_pods() == [] and list(cluster.pods) == ["stuck"]
+
+
 def test_scaling_down_to_rank_zero_leaves_one_worker_per_statefulset(cluster, loop):
-    statefulsets = StatefulSets(statefulset("actor-sts", "actor", replicas=4), statefulset("one", "actor", replicas=1))
+    statefulsets = StatefulSets(
+        statefulset("actor-sts", "actor", replicas=4),
+        statefulset("one", "actor", replicas=1),
+        statefulset("theirs", "actor", replicas=3, chart_labels=FOREIGN),
+    )
     cluster.pods = {"a0": pod("a0", "actor", 0, "r2", ready=True)}
-    make_driver(cluster, loop, statefulsets=statefulsets).scale_down_to_rank_zero("actor")
+    driver = make_driver(cluster, loop, statefulsets=statefulsets)
+    driver.model = ReleaseModel(topology={"selector": OWN})
+    driver.scale_down_to_rank_zero("actor")
     assert statefulsets.scaled == [("actor-sts", 1)]
 
 
 def test_a_queued_workload_that_changes_is_deleted_before_the_revision_that_recreates_it(cluster, loop):
     """Kueue fixes a queued workload's shape while its StatefulSet exists: it is re-created, not updated."""
     queued = {**ACTOR, "kueue": {"queueName": "rl"}}
-    statefulsets = StatefulSets(statefulset("actor-sts", "actor"), statefulset("critic-sts", "critic"))
+    statefulsets = StatefulSets(
+        statefulset("actor-sts", "actor"),
+        statefulset("critic-sts", "critic"),
+        statefulset("theirs", "actor", chart_labels=FOREIGN),
+    )
     driver = make_driver(cluster, loop, statefulsets=statefulsets, kueue_queue="rl")
     driver.apply(values(actor=queued, critic=CRITIC), "create", "actor")
     assert driver.requeue(values(actor={**queued, "replicas": 3}, critic=CRITIC)) == ["actor"]
     assert statefulsets.deleted == ["actor-sts"]
-    assert cluster.waits[-1] == naming.role_selector(RELEASE, "actor")
+    assert cluster.waits[-1] == naming.selector(OWN, "actor")

@@ -85,3 +85,47 @@ def test_etcd3_records_need_areal_and_etcd3_in_the_controller(monkeypatch, caplo
     with caplog.at_level(logging.WARNING, logger=name_records.__name__):
         assert name_records.clear_trial(flags, "exp", "t1", {"areal"}) == []
     assert "etcd3 at etcd.example:2379 are not cleared" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("experiment", "trial", "users", "named"),
+    [
+        ("..", "t", set(), "experiment '..'"),
+        ("exp", "..", set(), "trial '..'"),
+        ("exp", ".", set(), "trial '.'"),
+        ("exp", "a/b", set(), "trial 'a/b' contains a path separator"),
+        ("e\x00x", "t", set(), "a NUL byte"),
+        ("exp", "t", {"../.."}, "user '../..' contains a path separator"),
+        ("exp", "t", {".."}, "user '..'"),
+    ],
+)
+def test_names_that_leave_the_record_root_are_refused_before_anything_is_removed(
+    tmp_path, experiment, trial, users, named
+):
+    """`..` in experiment and trial together would remove <record root>/<user>, the parent of every trial."""
+    root = tmp_path / "records" / "name_resolve"
+    kept = [root / "ctl" / "exp" / "t", root / "ctl" / "other" / "t", tmp_path / "records" / "outside"]
+    for path in kept:
+        path.mkdir(parents=True)
+    with pytest.raises(name_records.UnsafeRecordPath) as raised:
+        name_records.clear_trial(nfs_flags(root), experiment, trial, users)
+    assert named in str(raised.value) and "not cleared" in str(raised.value)
+    assert all(path.is_dir() for path in kept)
+
+
+def test_dot_dot_in_both_names_does_not_remove_the_users_directory(tmp_path):
+    root = tmp_path / "name_resolve"
+    (root / "ctl" / "exp" / "t").mkdir(parents=True)
+    with pytest.raises(name_records.UnsafeRecordPath):
+        name_records.clear_trial(nfs_flags(root), "..", "..", set())
+    assert (root / "ctl" / "exp" / "t").is_dir()
+
+
+def test_a_trial_directory_that_is_a_symlink_out_of_the_root_is_left_alone(tmp_path, caplog):
+    root, elsewhere = tmp_path / "name_resolve", tmp_path / "elsewhere"
+    (elsewhere / "t").mkdir(parents=True)
+    (root / "ctl").mkdir(parents=True)
+    (root / "ctl" / "exp").symlink_to(elsewhere)
+    with caplog.at_level(logging.WARNING):
+        assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == []
+    assert (elsewhere / "t").is_dir() and "resolves outside" in caplog.text

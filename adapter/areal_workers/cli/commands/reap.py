@@ -8,19 +8,30 @@ from kubernetes import client
 
 from ... import naming
 from ...pods.watch import WaitTimedOut, none_left
+from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ..output import Format, console, emit, table
-from ..session import EXIT_OK, EXIT_TIMEOUT, CliError, Session
+from ..session import EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
 def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
     err = console(stderr=True)
 
     def uninstall(release: str) -> None:
+        # A Lease only names a release: one of another chart is refused before its objects are read or removed.
+        problem = session.foreign_chart(release)
+        if problem is not None:
+            raise CliError(
+                f"cannot reap {release}: {problem}. Its expired Lease was deleted and the release left as it is "
+                f"(helm uninstall {release} -n {session.namespace} removes it, if nobody needs it)",
+                EXIT_USAGE,
+            )
+        topology = session.kube(session.inspector(release).topology, f"reading the topology of {release}")
+        own = ReleaseModel(topology=topology).own_selector() or naming.release_selector(release)
         with err.status(f"uninstalling {release}: its trainer's lease expired"):
             session.helm(session.releases.uninstall(release), f"uninstalling {release}")
             try:
-                session.pods().wait(naming.release_selector(release), none_left, timeout)
+                session.pods().wait(own, none_left, timeout)
             except WaitTimedOut as left:
                 names = ", ".join(pod.metadata.name for pod in left.pods.values())
                 raise CliError(

@@ -70,6 +70,7 @@ def _default_target(driver: ReleaseDriver, revisions: list[int]) -> int:
 def rollback(session: Session, revision: int | None, wait: bool, timeout: float, fmt: Format) -> int:
     release = session.release()
     revisions = [e.revision for e in _history(session, release, "roll back")]
+    session.refuse_foreign(release, "roll back")
     if revision is not None and revision not in revisions:
         raise CliError(
             f"release {release} keeps revisions {', '.join(map(str, revisions))}; no revision "
@@ -136,7 +137,9 @@ def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
     release = session.release()
     model = session.model(release)
     session.refuse_external(release, model, "delete")
-    pods, _ = session.kube(session.pods().list, "listing worker pods", naming.release_selector(release))
+    session.refuse_foreign(release, "delete")
+    own = model.own_selector()
+    pods, _ = session.kube(session.pods().list, "listing worker pods", own) if own else ([], "")
     summary = (
         f"release {release} (experiment {model.topology.get('experiment')}, trial "
         f"{model.topology.get('trial')}) in namespace {session.namespace}: {len(pods)} worker pod(s), "
