@@ -363,3 +363,10 @@ def test_capacity_check_modes(mode):
 def test_capacity_check_rejects_other_words():
     with pytest.raises(ConfigError, match="capacity_check must be one of reject, warn, off"):
         KubernetesSchedulerConfig(capacity_check="strict")
+
+
+def test_lease_takeover_is_off_unless_asked_for():
+    assert KubernetesSchedulerConfig.from_env({}).lease_takeover is False
+    assert KubernetesSchedulerConfig.from_env({"AREAL_K8S_LEASE_TAKEOVER": "true"}).lease_takeover is True
+    with pytest.raises(ConfigError, match="AREAL_K8S_LEASE_TAKEOVER must be true or false"):
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_LEASE_TAKEOVER": "sometimes"})

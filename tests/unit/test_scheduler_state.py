@@ -350,3 +350,16 @@ def test_a_held_role_that_fails_later_is_reported_not_rolled_back(make_scheduler
         scheduler.get_workers("actor")
     assert len(cluster.revisions) == revisions and cluster.installed
     assert set(scheduler.driver.model.roles) == {"actor", "slowpoke"}
+
+
+def test_a_fatal_failure_does_not_undo_another_controllers_revision(make_scheduler, cluster):
+    first = make_scheduler()
+    first.create_workers(job("actor", 1))
+    first.get_workers("actor")
+    first.create_workers(job("critic", 1, image="example.com/broken:1"))
+    second = make_scheduler()  # a second controller of the trial (these have no Lease to refuse it)
+    second.create_workers(job("ref", 1))
+    with pytest.raises(WorkerFailedError) as failed:
+        first.get_workers("critic")
+    assert "revision(s) 3 since then were written by another controller" in "\n".join(failed.value.__notes__)
+    assert len(cluster.revisions) == 3 and set(cluster.revisions[-1].values["roles"]) == {"actor", "critic", "ref"}

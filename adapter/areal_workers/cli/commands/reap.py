@@ -1,4 +1,5 @@
-"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (runtime/reaper.py)."""
+"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (runtime/reaper.py). A
+release that cannot be reaped is reported and the others still are; the command then exits non-zero."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from ... import naming
 from ...pods.watch import WaitTimedOut, none_left
 from ...runtime import reaper
 from ..output import Format, console, emit, table
-from ..session import EXIT_OK, EXIT_TIMEOUT, CliError, Session
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, CliError, Session
 
 
 def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
     err = console(stderr=True)
 
     def uninstall(release: str) -> None:
-        with err.status(f"uninstalling {release}: its trainer's lease expired"):
+        with err.status(f"uninstalling {release}: its trainer's lease stayed unchanged past its grace"):
             session.helm(session.releases.uninstall(release), f"uninstalling {release}")
             try:
                 session.pods().wait(naming.release_selector(release), none_left, timeout)
@@ -31,35 +32,43 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
     outcomes = session.kube(
         reaper.reap, f"reaping in namespace {session.namespace}", coordination, session.namespace, uninstall, dry_run
     )
+    failed = [o for o in outcomes if o.action == "failed"]
+    for outcome in failed:
+        err.print(f"✗ {outcome.lease.release}: {outcome.error}", markup=False)
+    code = EXIT_PROBLEM if failed else EXIT_OK
     if fmt != "table":
         emit(
             {
                 "namespace": session.namespace,
                 "leases": [
-                    {**asdict(o.lease), "action": o.action, "overdue_seconds": round(o.overdue_seconds, 1)}
+                    {
+                        **asdict(o.lease),
+                        "action": o.action,
+                        "silent_seconds": round(o.silent_seconds, 1),
+                        **({"error": o.error} if o.error else {}),
+                    }
                     for o in outcomes
                 ],
             },
             fmt,
         )
-        return EXIT_OK
+        return code
     if not outcomes:
         console().print(f"no trainer lease in namespace {session.namespace}")
-        return EXIT_OK
+        return code
     console().print(
         table(
-            ["RELEASE", "HOLDER", "LAST RENEWAL", "GRACE", "STATE"],
+            ["RELEASE", "HOLDER", "LAST RENEWAL (ITS CLOCK)", "GRACE", "STATE"],
             [
                 [
                     o.lease.release,
                     o.lease.holder,
                     o.lease.renewed.isoformat(timespec="seconds") if o.lease.renewed else "-",
                     f"{o.lease.grace_seconds}s",
-                    f"{o.action} ({abs(o.overdue_seconds):.0f}s "
-                    f"{'past' if o.overdue_seconds > 0 else 'left of'} the grace)",
+                    f"{o.action} (unchanged for {o.silent_seconds:.0f}s)",
                 ]
                 for o in outcomes
             ],
         )
     )
-    return EXIT_OK
+    return code
