@@ -68,9 +68,9 @@ class KubernetesSchedulerConfig:
         ownership: "managed" (the adapter installs and changes the release) or "external" (someone else does;
             the adapter only discovers and calls workers).
         release_name: the release to use (None: derived from experiment and trial).
-        lease_grace_seconds: the trainer renews a Lease for its release while the scheduler lives; once the Lease
-            is this many seconds old (the trainer died), `areal-workers reap` may uninstall the release. 0: no
-            Lease (the release lives until deleted).
+        lease_grace_seconds: the trainer renews a Lease for its release while the scheduler lives; once a reaper
+            has seen the Lease unchanged for this many seconds on its own clock (the trainer died), `areal-workers
+            reap` may uninstall the release. 0: no Lease (the release lives until deleted).
         lease_takeover: take the trial's Lease even from another controller that still renews it (which then stops
             writing and raises on its next call). False: a second live controller of the trial is refused
             (LeaseHeldError); a dead one's Lease is taken over after watching it for two of its renewal intervals.
