@@ -70,9 +70,12 @@ class KubernetesSchedulerConfig:
         ownership: "managed" (the adapter installs and changes the release) or "external" (someone else does;
             the adapter only discovers and calls workers).
         release_name: the release to use (None: derived from experiment and trial).
-        lease_grace_seconds: the trainer renews a Lease for its release while the scheduler lives; once the Lease
-            is this many seconds old (the trainer died), `areal-workers reap` may uninstall the release. 0: no
-            Lease (the release lives until deleted).
+        lease_grace_seconds: the trainer renews a Lease for its release while the scheduler lives; once a reaper
+            has seen the Lease unchanged for this many seconds on its own clock (the trainer died), `areal-workers
+            reap` may uninstall the release. 0: no Lease (the release lives until deleted).
+        lease_takeover: take the trial's Lease even from another controller that still renews it (which then stops
+            writing and raises on its next call). False: a second live controller of the trial is refused
+            (LeaseHeldError); a dead one's Lease is taken over after watching it for two of its renewal intervals.
         owner_pod / owner_pod_uid: the trainer's own pod when it runs in the cluster (set from the downward API by
             `areal-workers submit`): the release's objects get it as ownerReference, so Kubernetes' garbage
             collector deletes the workers when the trainer's pod goes.
@@ -111,6 +114,7 @@ class KubernetesSchedulerConfig:
     ownership: ReleaseOwnership = "managed"
     release_name: str | None = None
     lease_grace_seconds: float = 300.0
+    lease_takeover: bool = False
     owner_pod: str | None = None
     owner_pod_uid: str | None = None
     kueue_queue: str | None = None
@@ -257,6 +261,16 @@ def parse_duration(raw: str, source: str = "seconds") -> float:
     return value
 
 
+def parse_bool(raw: str, source: str = "boolean") -> bool:
+    """`true` or `false` (also `1`/`0`, `yes`/`no`)."""
+    word = raw.strip().lower()
+    if word in ("true", "1", "yes"):
+        return True
+    if word in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{source} must be true or false, got {raw!r}")
+
+
 def parse_names(raw: str, source: str = "names") -> tuple[str, ...]:
     """Comma-separated, e.g. `platform.yaml,gpu.yaml`, or a JSON list of strings."""
     raw = raw.strip()
@@ -292,4 +306,5 @@ ENVIRONMENT_PARSERS = {
     "fork_ready_timeout": parse_duration,
     "destroy_timeout": parse_duration,
     "lease_grace_seconds": parse_duration,
+    "lease_takeover": parse_bool,
 }

@@ -27,6 +27,8 @@ __all__ = [
     "InvalidRequestError",
     "InvalidSchedulerSetupError",
     "ClusterAccessError",
+    "LeaseHeldError",
+    "LeaseLostError",
     "attach_diagnosis",
     "USING_AREAL_EXCEPTIONS",
 ]
@@ -143,6 +145,19 @@ class ClusterAccessError(SchedulerError):  # type: ignore[misc, valid-type]
     def __init__(self, cause: str, message: str) -> None:
         self.cause = cause
         super().__init__(message)
+
+
+class LeaseHeldError(WorkerCreationError):  # type: ignore[misc, valid-type]
+    """Another live controller holds the trial's Lease (it renewed it while this scheduler watched), or a reaper is
+    uninstalling the release: this scheduler writes nothing. AReaL's WorkerCreationError(worker_key, reason,
+    details), the release as the key; `details` says what to do (lease_takeover takes the Lease anyway)."""
+
+
+class LeaseLostError(WorkerCreationError):  # type: ignore[misc, valid-type]
+    """The trial's Lease, held by this scheduler, was deleted by a reaper (which uninstalls the release), marked for
+    reaping or taken over by another controller: this scheduler stopped writing and every later call raises this,
+    never re-creating workers behind the reaper's or the other controller's back. AReaL's WorkerCreationError
+    signature, the release as the key."""
 
 
 def attach_diagnosis(error: BaseException, diagnosis: str) -> BaseException:

@@ -110,6 +110,12 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         if self.lease is not None and not self.lease.running:
             self.lease.start()
 
+    def _require_lease(self) -> None:
+        """Once the Lease this scheduler held is lost (reaped, taken over) every call raises LeaseLostError: its
+        release is no longer its to change, nor its workers to call."""
+        if self.lease is not None:
+            self.lease.require_held()
+
     def _drop_lease(self) -> None:
         """After the release is gone (uninstalled, or a first install that failed)."""
         if self.lease is not None:
@@ -180,6 +186,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def create_workers(self, job: Job, *args: Any, **kwargs: Any) -> list[str]:
         with self._lock:
+            self._require_lease()
             self._require_managed("create_workers")
             spec = self._spec(job)
             role, replicas = job.role, job.replicas
@@ -210,6 +217,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def scale_workers(self, role: str, replicas: int) -> list[str]:
         """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
         with self._lock:
+            self._require_lease()
             self._require_managed("scale_workers")
             model = self.driver.model
             if role not in model.roles:
@@ -236,6 +244,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         """Replaces an existing role's SchedulingSpec (image, command, resources, env, replicas) in one helm
         revision; the StatefulSet rolls its pods. If the new pods fail, get_workers rolls the release back."""
         with self._lock:
+            self._require_lease()
             self._require_managed("update_workers")
             if job.role not in self.driver.model.roles:
                 raise WorkerNotFoundError(job.role)
@@ -278,6 +287,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         """Waits until every worker of `role` answers. The wait holds no lock: engine calls, and waits for other
         roles, go on meanwhile. A fatal diagnosis (WorkerFailedError) rolls a pending change back; a time-out
         changes nothing, so a retry with a longer timeout finds the role as it was (AReaL's behaviour)."""
+        self._require_lease()
         timeout = self.config.ready_timeout if timeout is None else timeout
         model = self.driver.model
         if not model.exists(role):
@@ -308,6 +318,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
         with self._lock:
+            self._require_lease()
             if role is None:
                 self._delete_all(reverse_order)
                 return
@@ -362,6 +373,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
         with self._lock:
+            self._require_lease()
             self._require_managed("fork_workers")
             if target_role not in self.driver.model.roles:
                 raise WorkerNotFoundError(f"Target role '{target_role}' not found for fork")
@@ -390,6 +402,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     # --- engines ---------------------------------------------------------------------------------
 
     def _worker(self, worker_id: str) -> Worker:
+        self._require_lease()
         parsed = naming.parse_worker_id(worker_id)
         if parsed is None:
             raise WorkerNotFoundError(worker_id)
@@ -404,6 +417,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     async def _aworker(self, worker_id: str) -> Worker:
         """_worker for coroutines: a known worker is a dictionary read on the caller's loop; only a wait for
         workers not known yet goes to a thread (a thread hop per call costs more than the call's HTTP)."""
+        self._require_lease()
         parsed = naming.parse_worker_id(worker_id)
         if parsed is not None:
             workers = self.finder.known_workers(parsed[0])

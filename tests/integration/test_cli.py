@@ -421,6 +421,9 @@ def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_ba
     made = json.loads(out)
     assert [w["id"] for w in made["workers"]] == ["actor/0", "actor/1"] and all(w["ip"] for w in made["workers"])
     assert cli("status", "-o", "json")[0] == EXIT_OK
+    # A person's release: no Lease, so no reaper ever removes it (docs/en/decisions.md)
+    code, out, _ = cli("reap", "-o", "json")
+    assert code == EXIT_OK and made["release"] not in [lease["release"] for lease in json.loads(out)["leases"]]
 
     jobs.write_text(
         yaml.safe_dump(

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.cli.main import main
-from areal_workers.cli.session import EXIT_OK, EXIT_USAGE
+from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from areal_workers.config import BUNDLED_CHART, ConfigError
 from areal_workers.runtime.lease import lease_body
 from clusterlib import job
@@ -145,8 +145,8 @@ def test_reap_refuses_a_release_of_another_chart_named_by_a_lease(cli, helm, for
     install_foreign(helm, foreign_chart, "other")
     expire_lease(kube_client, namespace, "other")
     code, _, err = cli("reap")
-    assert code == EXIT_USAGE, err
-    assert "cannot reap other" in err and "release left as it is" in err
+    assert code == EXIT_PROBLEM, err
+    assert "cannot reap other" in err and "release is left as it is" in err
     assert releases(helm)["other"]["status"] == "deployed"
 
 

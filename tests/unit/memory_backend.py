@@ -336,12 +336,15 @@ class MemoryGuard:
 
 
 class MemoryLeases:
-    """create/read/replace/list/delete of Leases with resourceVersions, as the apiserver does them."""
+    """create/read/replace/list/delete of Leases with resourceVersions, as the apiserver does them (a replace with
+    the wrong resourceVersion: 409). `timeouts` holds each request's _request_timeout; `before_write(name)` runs
+    before every replace and delete (another party acting in between)."""
 
     def __init__(self) -> None:
         self.leases: dict[str, client.V1Lease] = {}
         self.version = 0
-        self.before_delete = lambda name: None
+        self.timeouts: list[Any] = []
+        self.before_write: Any = lambda name: None
 
     def _stored(self, lease: client.V1Lease) -> client.V1Lease:
         self.version += 1
@@ -350,22 +353,31 @@ class MemoryLeases:
         self.leases[lease.metadata.name] = lease
         return lease
 
-    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> client.V1Lease:
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         if body.metadata.name in self.leases:
             raise ApiException(status=409, reason="AlreadyExists")
         return self._stored(body)
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+    def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         if name not in self.leases:
             raise ApiException(status=404, reason="NotFound")
         return copy.deepcopy(self.leases[name])
 
-    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease) -> client.V1Lease:
+    def replace_namespaced_lease(
+        self, name: str, namespace: str, body: client.V1Lease, **kwargs: Any
+    ) -> client.V1Lease:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        self.before_write(name)
+        if name not in self.leases:
+            raise ApiException(status=404, reason="NotFound")
         if self.leases[name].metadata.resource_version != body.metadata.resource_version:
             raise ApiException(status=409, reason="Conflict")
         return self._stored(body)
 
-    def list_namespaced_lease(self, namespace: str, label_selector: str) -> client.V1LeaseList:
+    def list_namespaced_lease(self, namespace: str, label_selector: str, **kwargs: Any) -> client.V1LeaseList:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         return client.V1LeaseList(
             items=[
                 copy.deepcopy(lease)
@@ -374,8 +386,11 @@ class MemoryLeases:
             ]
         )
 
-    def delete_namespaced_lease(self, name: str, namespace: str, body: client.V1DeleteOptions | None = None) -> None:
-        self.before_delete(name)
+    def delete_namespaced_lease(
+        self, name: str, namespace: str, body: client.V1DeleteOptions | None = None, **kwargs: Any
+    ) -> None:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        self.before_write(name)
         if name not in self.leases:
             raise ApiException(status=404, reason="NotFound")
         wanted = body.preconditions.resource_version if body and body.preconditions else None

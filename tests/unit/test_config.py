@@ -377,3 +377,10 @@ def test_a_release_name_from_the_environment_is_checked_too():
     with pytest.raises(ConfigError) as info:
         KubernetesSchedulerConfig.from_env({"AREAL_K8S_RELEASE_NAME": "a.b"})
     assert "'a-b'" in str(info.value)
+
+
+def test_lease_takeover_is_off_unless_asked_for():
+    assert KubernetesSchedulerConfig.from_env({}).lease_takeover is False
+    assert KubernetesSchedulerConfig.from_env({"AREAL_K8S_LEASE_TAKEOVER": "true"}).lease_takeover is True
+    with pytest.raises(ConfigError, match="AREAL_K8S_LEASE_TAKEOVER must be true or false"):
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_LEASE_TAKEOVER": "sometimes"})

@@ -88,6 +88,7 @@ CONFIG_FIELDS = [
     "ownership",
     "release_name",
     "lease_grace_seconds",
+    "lease_takeover",
     "owner_pod",
     "owner_pod_uid",
     "kueue_queue",

@@ -1,7 +1,8 @@
 """When a scheduler holds its trainer's Lease: exactly while there is a release for it to keep alive. Building a
 scheduler creates nothing; the first create_workers takes the Lease before it installs; a failed first install and
 delete_workers() give it up; a scheduler that adopts an installed release holds it from the start. A namespace that
-cannot be used stops the constructor before anything is written."""
+cannot be used stops the constructor before anything is written. A scheduler whose Lease was lost gets an error on
+every call, never fresh workers; a second live controller of the trial is refused unless it asks for the takeover."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.areal_types import Job, SchedulingSpec
 from areal_workers.cluster_access import missing_namespace
-from areal_workers.errors import WorkerCreationError
+from areal_workers.errors import LeaseHeldError, LeaseLostError, WorkerCreationError
 from areal_workers.runtime.lease import ReleaseLease, lease_name
 from memory_backend import MemoryCluster, MemoryLeases, memory_connect
 
@@ -34,8 +35,8 @@ def leases() -> MemoryLeases:
 def make_scheduler(leases):
     made: list[KubernetesScheduler] = []
 
-    def make(cluster: MemoryCluster, access_error: BaseException | None = None) -> KubernetesScheduler:
-        lease = ReleaseLease(leases, "ns", RELEASE, grace_seconds=60)  # type: ignore[arg-type]
+    def make(cluster: MemoryCluster, access_error: BaseException | None = None, **lease_options) -> KubernetesScheduler:
+        lease = ReleaseLease(leases, "ns", RELEASE, grace_seconds=60, **lease_options)  # type: ignore[arg-type]
         scheduler = KubernetesScheduler(
             config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
             experiment_name="exp",
@@ -92,3 +93,42 @@ def test_a_namespace_that_cannot_be_used_stops_the_constructor_before_anything_i
     with pytest.raises(ClusterAccessError, match="^namespace ns does not exist: create it"):
         make_scheduler(cluster, access_error=missing_namespace("ns"))
     assert leases.leases == {} and cluster.revisions == []
+
+
+def test_a_trainer_whose_lease_was_deleted_gets_an_error_not_fresh_workers(make_scheduler, leases):
+    cluster = MemoryCluster(RELEASE)
+    scheduler = make_scheduler(cluster)
+    scheduler.create_workers(job("actor"))
+    revisions = len(cluster.revisions)
+    leases.leases.clear()  # a reaper judged it dead (it stalled past the grace) and deleted its Lease
+    scheduler.lease.renew()  # its next renewal
+    assert leases.leases == {} and scheduler.lease.lost  # not re-created; renewals stop
+    with pytest.raises(LeaseLostError, match=f"Lease {lease_name(RELEASE)} was deleted"):
+        scheduler.create_workers(job("critic"))
+    for call in (lambda: scheduler.get_workers("actor"), scheduler.delete_workers):
+        with pytest.raises(LeaseLostError):
+            call()
+    assert len(cluster.revisions) == revisions and cluster.installed  # nothing written: the reaper's to remove
+
+
+def test_a_second_live_controller_of_the_trial_is_refused(make_scheduler, leases):
+    cluster = MemoryCluster(RELEASE)
+    first = make_scheduler(cluster)
+    first.create_workers(job("actor"))
+    with pytest.raises(LeaseHeldError, match="another controller of this trial is alive"):
+        make_scheduler(cluster, sleep=lambda seconds: first.lease.renew())  # first renews while it watches
+    assert leases.leases[lease_name(RELEASE)].spec.holder_identity == first.lease.holder
+    first.scale_workers("actor", 3)  # the first one goes on undisturbed
+
+
+def test_a_takeover_makes_the_previous_controller_stop_writing(make_scheduler, leases):
+    cluster = MemoryCluster(RELEASE)
+    first = make_scheduler(cluster)
+    first.create_workers(job("actor"))
+    second = make_scheduler(cluster, takeover=True)
+    first.lease.renew()
+    with pytest.raises(LeaseLostError, match=f"taken over by {second.lease.holder}"):
+        first.delete_workers()
+    assert cluster.installed  # the second one's workers stay
+    second.delete_workers()
+    assert not cluster.installed and leases.leases == {}

@@ -371,3 +371,16 @@ def test_a_release_of_another_chart_under_the_configured_name_is_left_alone(clus
     with pytest.raises(InvalidSchedulerSetupError) as raised:
         make_scheduler()
     assert "'redis'" in str(raised.value) and descriptions(cluster) == ["someone else's"]
+
+
+def test_a_fatal_failure_does_not_undo_another_controllers_revision(make_scheduler, cluster):
+    first = make_scheduler()
+    first.create_workers(job("actor", 1))
+    first.get_workers("actor")
+    first.create_workers(job("critic", 1, image="example.com/broken:1"))
+    second = make_scheduler()  # a second controller of the trial (these have no Lease to refuse it)
+    second.create_workers(job("ref", 1))
+    with pytest.raises(WorkerFailedError) as failed:
+        first.get_workers("critic")
+    assert "revision(s) 3 since then were written by another controller" in "\n".join(failed.value.__notes__)
+    assert len(cluster.revisions) == 3 and set(cluster.revisions[-1].values["roles"]) == {"actor", "critic", "ref"}

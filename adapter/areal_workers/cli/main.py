@@ -58,7 +58,7 @@ EXAMPLES = {
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
     "submit": "  areal-workers submit -n rl -f trainer.yaml -- python train.py --config gsm8k.yaml\n"
     "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py",
-    "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease past its grace)\n"
+    "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease stale)\n"
     "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
 }
@@ -234,8 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reap_cmd = command(
         "reap",
-        "uninstall the releases whose trainer stopped renewing its lease for longer than the "
-        "grace period (run it by hand or from a CronJob), and wait for their pods to go",
+        "uninstall the releases whose trainer's lease it has seen unchanged for longer than the "
+        "grace period, over two runs at least the grace apart (by hand or from a CronJob), and wait for "
+        "their pods to go; exits 1 if a release could not be reaped (the next run retries it)",
     )
     reap_cmd.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
     reap_cmd.add_argument(

@@ -29,6 +29,7 @@ from ..release.client import HelmError, Releases, Snapshot, helm_error_text
 from ..release.model import ReleaseModel
 from ..runtime.backend import StatefulSets
 from ..runtime.loop_thread import LoopThread
+from .authorship import Authorship, is_own_failed_upgrade
 
 logger = logging.getLogger(__name__)
 NODES_REREAD_SECONDS = 5.0  # how often wait_gone looks again for nodes that stopped answering
@@ -57,6 +58,7 @@ class ReleaseDriver:
         )
         self.model = ReleaseModel()
         self.good_revision: int | None = None
+        self.authorship = Authorship()  # which revisions this driver may undo
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
         self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
         # Not revision numbers: helm numbers revisions from 1 again after an uninstall, epochs never repeat.
@@ -82,6 +84,7 @@ class ReleaseDriver:
         another chart under this name is refused before anything touches it (recovering may roll it back)."""
         self.require_own_chart()
         revision = self.helm(self.releases.recover(self.name))
+        self.authorship.adopt(None if revision is None else revision.revision)
         if revision is None:
             if self.config.ownership == "external":
                 return self._adopt_rendered()
@@ -186,8 +189,10 @@ class ReleaseDriver:
         try:
             written = self.loop.run(self.releases.apply(self.name, values, description))
         except HelmError as error:
-            self._restore(before)
-            raise WorkerCreationError(key, "helm upgrade failed", helm_error_text(error)) from error
+            failure = WorkerCreationError(key, "helm upgrade failed", helm_error_text(error))
+            self._restore(before, failure)
+            raise failure from error
+        self.authorship.wrote(written[0])
         return self.reload(written)
 
     def _check_capacity(
@@ -274,15 +279,24 @@ class ReleaseDriver:
         if cleared:
             logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
-    def _restore(self, before: int | None) -> None:
-        """After a failed upgrade: back to the revision before it (or no release at all after a failed install)."""
+    def _restore(self, before: int | None, failure: BaseException) -> None:
+        """After a failed upgrade: back to the revision before it (or no release at all after a failed install),
+        when the latest revision is the failed one that upgrade wrote; another controller's is left as it is."""
         current = self.helm(self.releases.current(self.name))
         if current is None or current.revision == before:
             return
+        if not is_own_failed_upgrade(before, current.revision, current.status.value):
+            failure.add_note(
+                f"release {self.name} is at revision {current.revision} ({current.status.value}), written after "
+                f"revision {before} by another controller: not undone"
+            )
+            return
         if before is None:
             self.helm(self.releases.uninstall(self.name))
+            self.authorship.forget()
         else:
             self.helm(self.releases.rollback(self.name, before))
+            self.authorship.wrote(current.revision + 1)
 
     def uninstall(self) -> None:
         own = self.model.own_selector()
@@ -298,6 +312,7 @@ class ReleaseDriver:
                 if error.status != 404:
                     raise
         self.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
+        self.authorship.forget()
         self.reload()
         self.good_revision = None
 
@@ -376,9 +391,17 @@ class ReleaseDriver:
 
     def roll_back(self, error: BaseException) -> None:
         """After a change whose workers failed: back to the last revision whose workers were all ready, with the
-        pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken)."""
+        pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken). Revisions of
+        another controller since then are not undone: the release is left as it is, and the error says why."""
         target = self.good_revision
-        if target is None:
+        current = self.helm(self.releases.current(self.name))
+        foreign = self.authorship.foreign(target, current.revision) if current is not None else []
+        if foreign:
+            note = (
+                f"release {self.name} not rolled back to revision {target}: revision(s) "
+                f"{', '.join(map(str, foreign))} since then were written by another controller"
+            )
+        elif target is None:
             self.uninstall()
             note = f"uninstalled release {self.name}: no revision ever had all workers ready"
         else:
@@ -397,6 +420,7 @@ class ReleaseDriver:
         self._requeue_for(target)
         self.helm(self.releases.rollback(self.name, target))
         self.reload()
+        self.authorship.wrote(self.model.revision)
         for workload in before - self.model.workloads():
             self.wait_gone(naming.role_selector(self.name, workload))
         return self.replace_stuck_pods()

@@ -73,7 +73,13 @@ def connect(
         statefulsets=client.AppsV1Api(api_client),
         # A pod check costs an API request: made before retries and after connection errors, not per call.
         guard=GuardClient(liveness=liveness, check_first_attempt=False),
-        lease=ReleaseLease(client.CoordinationV1Api(api_client), config.namespace, release, config.lease_grace_seconds)
+        lease=ReleaseLease(
+            client.CoordinationV1Api(api_client),
+            config.namespace,
+            release,
+            config.lease_grace_seconds,
+            takeover=config.lease_takeover,
+        )
         if config.lease_grace_seconds > 0 and config.ownership == "managed"
         else None,
         check_access=lambda: cluster_access.check_namespace(core, config.namespace),

@@ -1,15 +1,24 @@
 """The trainer's heartbeat for its release: a coordination.k8s.io Lease renewed from a daemon thread while the
-scheduler lives. A trainer that dies (kill -9, OOM, a lost laptop) stops renewing; once the Lease is
-`lease_grace_seconds` old, a reaper (`areal-workers reap`, runtime/reaper.py) uninstalls the release. A trainer that
-restarts within the grace period takes the Lease over and keeps its workers.
+scheduler lives. A trainer that dies (kill -9, OOM, a lost laptop) stops renewing; once a reaper has seen the Lease
+unchanged for longer than `lease_grace_seconds` (runtime/reaper.py), it uninstalls the release.
+
+One controller per trial: a scheduler takes a Lease held by another only once it has watched it stay unchanged for
+two of its holder's renewal intervals (a dead predecessor: a restarted trainer keeps its workers), or at once with
+`lease_takeover`; a holder that renews meanwhile is refused (LeaseHeldError). A Lease this scheduler held that is
+then deleted, marked by a reaper or taken over is lost: renewals stop, nothing is re-created, and `require_held`
+raises LeaseLostError on the scheduler's next call.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import secrets
 import socket
 import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from kubernetes import client
@@ -17,12 +26,18 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from .. import cluster_access, naming
-from ..errors import ClusterAccessError
+from ..errors import ClusterAccessError, LeaseHeldError, LeaseLostError, attach_diagnosis
+from .lease_record import being_reaped, record_of
 
 logger = logging.getLogger(__name__)
 
 LEASE_LABEL = "areal-workers.dev/lease-of"  # the release a Lease keeps alive
 MAX_RENEW_SECONDS = 10.0
+WATCH_POLL_SECONDS = 0.5  # how often a starting scheduler reads another holder's Lease
+TAKEOVER_ADVICE = (
+    "set lease_takeover=true (AREAL_K8S_LEASE_TAKEOVER=true) to take the trial anyway (the other controller then "
+    "stops writing and raises on its next call), or use another trial name"
+)
 
 
 def lease_name(release: str) -> str:
@@ -30,12 +45,18 @@ def lease_name(release: str) -> str:
 
 
 def holder_identity() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}"
+    """Host, process and a random part: two schedulers of one process are two holders."""
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
 
 
 def renew_interval(grace_seconds: float) -> float:
     """A quarter of the grace period (at most MAX_RENEW_SECONDS): three renewals may fail before it runs out."""
     return max(0.2, min(MAX_RENEW_SECONDS, grace_seconds / 4))
+
+
+def request_timeout(grace_seconds: float) -> float:
+    """Of every Lease request: a hung connection costs one renewal, never the grace."""
+    return max(2.0, renew_interval(grace_seconds))
 
 
 def lease_body(
@@ -55,13 +76,34 @@ def lease_body(
     )
 
 
+def loss(current: client.V1Lease | None, holder: str) -> str | None:
+    """Why a Lease `holder` held is no longer its to renew (None: it still is)."""
+    if current is None:
+        return "deleted (by a reaper that found it unrenewed for longer than the grace, or by hand)"
+    if being_reaped(current):
+        return "marked by a reaper, which is uninstalling the release"
+    if current.spec.holder_identity != holder:
+        return f"taken over by {current.spec.holder_identity}"
+    return None
+
+
 class ReleaseLease:
     def __init__(
-        self, coordination: client.CoordinationV1Api, namespace: str, release: str, grace_seconds: float
+        self,
+        coordination: client.CoordinationV1Api,
+        namespace: str,
+        release: str,
+        grace_seconds: float,
+        takeover: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.coordination, self.namespace, self.release = coordination, namespace, release
-        self.grace_seconds = grace_seconds
+        self.grace_seconds, self.takeover, self._sleep = grace_seconds, takeover, sleep
+        self.name = lease_name(release)
         self.holder = holder_identity()
+        self.timeout = request_timeout(grace_seconds)
+        self.lost: str | None = None  # why the Lease this scheduler held is no longer its own
+        self._held = False  # written by this scheduler since it took it (or since it gave it up)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,10 +112,11 @@ class ReleaseLease:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Takes the Lease (creates it, or takes it over from a predecessor) and renews it from now on. A request
-        that fails raises ClusterAccessError naming the cause (API server, namespace, permission)."""
+        """Takes the Lease (creates it, or takes it over from a dead predecessor) and renews it from now on. A
+        live holder raises LeaseHeldError; a request that fails raises ClusterAccessError naming the cause."""
+        self.require_held()
         try:
-            self.renew()
+            self._acquire()
         except (ApiException, HTTPError, OSError) as error:
             cause = cluster_access.api_failure(
                 error,
@@ -93,16 +136,83 @@ class ReleaseLease:
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.release}", daemon=True)
         self._thread.start()
 
-    def renew(self) -> None:
-        now = datetime.now(timezone.utc)
-        name = lease_name(self.release)
+    def require_held(self) -> None:
+        """Raises LeaseLostError once a Lease this scheduler held is lost."""
+        if self.lost is None:
+            return
+        error = LeaseLostError(
+            self.release,
+            f"the trial's Lease {self.name} was {self.lost}",
+            f"this scheduler ({self.holder}) stopped writing to release {self.release} in namespace "
+            f"{self.namespace}: its workers are being removed, or belong to another controller now",
+        )
+        raise attach_diagnosis(
+            error,
+            "A trainer that stalls for longer than lease_grace_seconds (AREAL_K8S_LEASE_GRACE_SECONDS) is taken "
+            "for dead: raise it, or start the trial again (a new scheduler takes a new Lease).",
+        )
+
+    def _read(self) -> client.V1Lease | None:
         try:
-            current = self.coordination.read_namespaced_lease(name, self.namespace)
+            return self.coordination.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
         except ApiException as error:
-            if error.status != 404:
+            if error.status == 404:
+                return None
+            raise
+
+    def _refused(self, reason: str, details: str) -> LeaseHeldError:
+        return LeaseHeldError(self.release, reason, f"{details}; {TAKEOVER_ADVICE}")
+
+    def _acquire(self) -> None:
+        current = self._read()
+        if current is not None and being_reaped(current):
+            raise LeaseHeldError(
+                self.release,
+                "a reaper is uninstalling the release",
+                f"its Lease {self.name} is marked for reaping; start again once the release is gone "
+                f"(helm status {self.release} -n {self.namespace}), or delete the Lease by hand if no reaper runs",
+            )
+        if current is not None and current.spec.holder_identity != self.holder and not self.takeover:
+            current = self._watch_holder(current)
+        try:
+            self._write(current)
+        except ApiException as error:
+            if error.status != 409:
                 raise
+            raise self._refused(
+                "another controller took the trial's Lease at the same moment", f"Lease {self.name}"
+            ) from error
+        self._held = True
+
+    def _watch_holder(self, current: client.V1Lease) -> client.V1Lease | None:
+        """The Lease once it has stayed unchanged for two of its holder's renewal intervals (None: its holder
+        deleted it meanwhile); a renewal meanwhile means a live holder, refused."""
+        window = 2 * renew_interval(current.spec.lease_duration_seconds or self.grace_seconds)
+        record, holder = record_of(current), current.spec.holder_identity
+        looks = math.ceil(window / WATCH_POLL_SECONDS)
+        logger.info("Lease %s is held by %s: watching it for %.0fs before taking it over", self.name, holder, window)
+        for _ in range(looks):
+            self._sleep(window / looks)
+            seen = self._read()
+            if seen is None:
+                return None
+            if record_of(seen) != record:
+                raise self._refused(
+                    "another controller of this trial is alive",
+                    f"{seen.spec.holder_identity} renewed Lease {self.name} of release {self.release} in namespace "
+                    f"{self.namespace} while this scheduler watched it",
+                )
+            current = seen  # a reaper's observation changes the resourceVersion, not the record
+        logger.warning("taking over Lease %s from %s: not renewed for %.0fs", self.name, holder, window)
+        return current
+
+    def _write(self, current: client.V1Lease | None) -> None:
+        now = datetime.now(timezone.utc)
+        if current is None:
             self.coordination.create_namespaced_lease(
-                self.namespace, lease_body(self.release, self.holder, self.grace_seconds, now)
+                self.namespace,
+                lease_body(self.release, self.holder, self.grace_seconds, now),
+                _request_timeout=self.timeout,
             )
             return
         taken_over = current.spec.holder_identity != self.holder
@@ -117,27 +227,58 @@ class ReleaseLease:
         )
         body.metadata.resource_version = current.metadata.resource_version
         body.spec.lease_transitions = (current.spec.lease_transitions or 0) + int(taken_over)
-        self.coordination.replace_namespaced_lease(name, self.namespace, body)
+        self.coordination.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.timeout)
+
+    def renew(self) -> None:
+        """Takes the Lease (see start), or renews the one this scheduler holds; one that is lost is recorded in
+        `lost`, never re-created."""
+        if self.lost is not None:
+            return
+        if not self._held:
+            self._acquire()
+            return
+        current = self._read()
+        lost = loss(current, self.holder)
+        if lost is not None:
+            self.lost = lost
+            self._stop.set()
+            logger.error("the Lease of release %s was %s: this scheduler stops writing", self.release, lost)
+            return
+        self._write(current)
 
     def _loop(self) -> None:
         interval = renew_interval(self.grace_seconds)
         while not self._stop.wait(interval):
             try:
                 self.renew()
-            except (ApiException, HTTPError, OSError) as error:  # apiserver away (restarting, network): the next
-                # renewal retries, the grace covers a few misses; the thread must never die of it
+            except (ApiException, HTTPError, OSError) as error:  # apiserver away (restarting, network, a request
+                # timed out): the next renewal retries, the grace covers a few misses; the thread must never die of it
                 logger.warning("renewing the lease of release %s failed: %s", self.release, error)
 
     def stop(self) -> None:
-        """Stops renewing; the Lease stays (a reaper acts once it is older than the grace period)."""
+        """Stops renewing; the Lease stays (a reaper acts once it has stayed unchanged for the grace period)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
 
     def delete(self) -> None:
+        """Gives the Lease up after the release is gone; one lost to another holder is not this scheduler's."""
+        current = self._read()
+        self._held = False
+        if current is None or current.spec.holder_identity != self.holder:
+            return
         try:
-            self.coordination.delete_namespaced_lease(lease_name(self.release), self.namespace)
+            self.coordination.delete_namespaced_lease(
+                self.name,
+                self.namespace,
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(resource_version=current.metadata.resource_version)
+                ),
+                _request_timeout=self.timeout,
+            )
         except ApiException as error:
-            if error.status != 404:
+            # 409: a reaper's observation came in between; the unrenewed Lease goes with the next reap (its
+            # release is gone, so there is nothing to uninstall)
+            if error.status not in (404, 409):
                 raise

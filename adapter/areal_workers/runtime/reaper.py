@@ -1,9 +1,14 @@
-"""Releases whose trainer died: a Lease (runtime/lease.py) older than its grace period. Reaping deletes the Lease
-first, on the resourceVersion it was judged by, so a trainer that renewed it in between keeps its release; then the
-release is uninstalled. Only releases with a Lease are ever reaped: one installed by helm or Argo CD has none."""
+"""Releases whose trainer died, and reaping them. A trainer is dead once its Lease (runtime/lease.py) has been seen
+unchanged for longer than its grace on the reaper's own clock, over two looks at least (runtime/lease_record.py):
+each look keeps what it saw on the Lease, for the next one. A dead trainer's Lease is first marked for reaping (on
+the resourceVersion it was judged by, so a trainer that renewed in between keeps its release, and one that renews
+later learns that its workers are going); then the release is uninstalled, and only then the Lease deleted, so a
+failed uninstall leaves a marked Lease that the next reap finishes. One release's failure does not stop the others.
+Only releases with a Lease are ever reaped: one installed by helm, Argo CD or `areal-workers up` has none."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -12,6 +17,19 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .lease import LEASE_LABEL
+from .lease_record import (
+    OBSERVED_ANNOTATION,
+    REAPING_ANNOTATION,
+    Verdict,
+    annotations,
+    being_reaped,
+    judge,
+    observation_of,
+    observation_text,
+    record_of,
+)
+
+REQUEST_TIMEOUT = 30.0  # of every Lease request the reaper makes
 
 
 @dataclass(frozen=True)
@@ -19,77 +37,125 @@ class LeaseState:
     release: str
     name: str
     holder: str
-    renewed: datetime | None
+    renewed: datetime | None  # on the trainer's clock: shown, never compared with the reaper's
     grace_seconds: int
     resource_version: str
 
-    def overdue_seconds(self, now: datetime) -> float:
-        """Seconds past the grace period (negative: still within it)."""
-        if self.renewed is None:
-            return float("inf")
-        return (now - self.renewed).total_seconds() - self.grace_seconds
+
+def lease_state(lease: client.V1Lease) -> LeaseState | None:
+    """None for a Lease that keeps no release alive (another program's)."""
+    release = (lease.metadata.labels or {}).get(LEASE_LABEL)
+    if not release:
+        return None
+    spec = lease.spec
+    return LeaseState(
+        release,
+        lease.metadata.name,
+        spec.holder_identity or "",
+        spec.renew_time or spec.acquire_time,
+        int(spec.lease_duration_seconds or 0),
+        lease.metadata.resource_version,
+    )
 
 
-def lease_states(leases: list[client.V1Lease]) -> list[LeaseState]:
-    states = []
-    for lease in leases:
-        release = (lease.metadata.labels or {}).get(LEASE_LABEL)
-        if not release:
-            continue
-        spec = lease.spec
-        states.append(
-            LeaseState(
-                release,
-                lease.metadata.name,
-                spec.holder_identity or "",
-                spec.renew_time or spec.acquire_time,
-                int(spec.lease_duration_seconds or 0),
-                lease.metadata.resource_version,
-            )
-        )
-    return sorted(states, key=lambda state: state.release)
+def verdict(lease: client.V1Lease, now: datetime) -> Verdict:
+    """The reaper's judgement of `lease` at `now`, from the observation kept on it by the previous look."""
+    grace = int(lease.spec.lease_duration_seconds or 0)
+    return judge(record_of(lease), observation_of(lease), grace, now)
 
 
 @dataclass(frozen=True)
 class Outcome:
     lease: LeaseState
-    action: str  # "alive", "reaped", "renewed meanwhile", "would reap"
-    overdue_seconds: float
+    # "alive", "would reap", "reaped", "renewed meanwhile", "gone meanwhile", "failed"
+    action: str
+    silent_seconds: float  # how long the reaper has seen the Lease unchanged
+    error: str = ""  # why reaping failed ("failed"); the Lease stays marked, so the next reap tries again
+
+
+Uninstall = Callable[[str], None]
 
 
 def reap(
     coordination: client.CoordinationV1Api,
     namespace: str,
-    uninstall: Callable[[str], None],
+    uninstall: Uninstall,
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> list[Outcome]:
-    """Every Lease of the namespace with what was done about it; `uninstall(release)` removes a release and waits
-    for its pods to go."""
-    leases = coordination.list_namespaced_lease(namespace, label_selector=LEASE_LABEL).items
+    """Every trainer Lease of the namespace with what was done about it; `uninstall(release)` removes a release and
+    waits for its pods to go. A dry run writes nothing (not even the observations the next look needs)."""
+    leases = coordination.list_namespaced_lease(
+        namespace, label_selector=LEASE_LABEL, _request_timeout=REQUEST_TIMEOUT
+    ).items
     now = now or datetime.now(timezone.utc)
-    outcomes = []
-    for state in lease_states(leases):
-        overdue = state.overdue_seconds(now)
-        if overdue <= 0:
-            outcomes.append(Outcome(state, "alive", overdue))
-            continue
+    looks = [
+        Look(coordination, namespace, lease, state, now)
+        for lease in leases
+        if (state := lease_state(lease)) is not None
+    ]
+    return [look.outcome(uninstall, dry_run) for look in sorted(looks, key=lambda look: look.state.release)]
+
+
+class Look:
+    """One look at one Lease: judge it, keep the observation, or reap its release."""
+
+    def __init__(
+        self,
+        coordination: client.CoordinationV1Api,
+        namespace: str,
+        lease: client.V1Lease,
+        state: LeaseState,
+        now: datetime,
+    ) -> None:
+        self.coordination, self.namespace, self.lease, self.state, self.now = coordination, namespace, lease, state, now
+        self.verdict = verdict(lease, now)
+
+    def _outcome(self, action: str, error: str = "") -> Outcome:
+        return Outcome(self.state, action, self.verdict.silent_seconds, error)
+
+    def outcome(self, uninstall: Uninstall, dry_run: bool) -> Outcome:
+        if being_reaped(self.lease):  # an earlier reap decided and its uninstall did not finish
+            return self._outcome("would reap") if dry_run else self._finish(uninstall)
+        if not self.verdict.dead:
+            if not dry_run and self.verdict.observation != observation_of(self.lease):
+                self._annotate({OBSERVED_ANNOTATION: observation_text(self.verdict.observation)}, tolerate=True)
+            return self._outcome("alive")
         if dry_run:
-            outcomes.append(Outcome(state, "would reap", overdue))
-            continue
+            return self._outcome("would reap")
         try:
-            coordination.delete_namespaced_lease(
-                state.name,
-                namespace,
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=state.resource_version)
-                ),
+            self._annotate({REAPING_ANNOTATION: self.now.isoformat()})
+        except ApiException as error:
+            if error.status == 409:  # renewed since it was listed: its trainer is back
+                return self._outcome("renewed meanwhile")
+            if error.status == 404:  # its trainer deleted it (delete_workers), or another reaper finished
+                return self._outcome("gone meanwhile")
+            raise
+        return self._finish(uninstall)
+
+    def _annotate(self, added: dict[str, str], tolerate: bool = False) -> None:
+        """Writes annotations on the resourceVersion judged (a renewal in between: 409). `tolerate`: an
+        observation that cannot be written is left for the next look."""
+        body = copy.deepcopy(self.lease)
+        body.metadata.annotations = {**annotations(self.lease), **added}
+        try:
+            self.coordination.replace_namespaced_lease(
+                self.state.name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT
             )
         except ApiException as error:
-            if error.status in (404, 409):  # renewed (or reaped) since it was listed: its trainer is back
-                outcomes.append(Outcome(state, "renewed meanwhile", overdue))
-                continue
-            raise
-        uninstall(state.release)
-        outcomes.append(Outcome(state, "reaped", overdue))
-    return outcomes
+            if not (tolerate and error.status in (404, 409)):
+                raise
+
+    def _finish(self, uninstall: Uninstall) -> Outcome:
+        """Uninstalls the release, then deletes its Lease. A failure is reported, not raised: the other releases
+        are still looked at, and the marked Lease makes the next reap try again."""
+        try:
+            uninstall(self.state.release)
+        except Exception as error:  # whatever `uninstall` raises (helm, a time-out): reported with its own text
+            return self._outcome("failed", f"uninstalling {self.state.release}: {error}")
+        try:
+            self.coordination.delete_namespaced_lease(self.state.name, self.namespace, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as error:
+            if error.status != 404:
+                return self._outcome("failed", f"deleting Lease {self.state.name}: {error.status} {error.reason}")
+        return self._outcome("reaped")

@@ -46,6 +46,7 @@ def test_the_variables_are_the_ones_from_env_reads():
         "termination_grace_seconds": "7",
         "image_pull_policy": "Never",
         "lease_grace_seconds": "60",
+        "lease_takeover": "true",
         "values_files": "a.yaml",
         "image_pull_secrets": "s",
         "guard_port": "9000",

@@ -5,6 +5,7 @@ StatefulSet work a rollback or a Kueue requeue needs."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -123,10 +124,11 @@ def test_a_change_that_only_removes_a_workload_is_as_good_as_its_predecessor(clu
 
 
 class WritingThenFailing(MemoryReleases):
-    """helm upgrade --wait that writes its revision, then fails: the release is left on the failed revision."""
+    """helm upgrade --wait that writes its revision, then fails: the release is left on the failed revision (status
+    "failed", as helm records it)."""
 
     async def apply(self, name: str, values: dict[str, Any], description: str) -> tuple[int, dict[str, Any]]:
-        self.cluster.write(values, description)
+        self.cluster.write(values, description).status = SimpleNamespace(value="failed")
         raise HelmError(1, b"", b"Error: context deadline exceeded")
 
 
@@ -139,6 +141,24 @@ def test_a_failed_upgrade_is_rolled_back_to_the_revision_before_it(cluster, loop
     assert failed.value.reason == "helm upgrade failed" and failed.value.details == "context deadline exceeded"
     assert cluster.current().values == values(actor=ACTOR)
     assert [r.description for r in cluster.revisions] == ["create actor", "create critic", "Rollback to 1"]
+
+
+class OtherWritesThenFailing(MemoryReleases):
+    """Another controller writes a revision while this one's upgrade runs; this one then fails before writing."""
+
+    async def apply(self, name: str, values: dict[str, Any], description: str) -> tuple[int, dict[str, Any]]:
+        self.cluster.write(values, "the other controller's change")
+        raise HelmError(1, b"", b"Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress")
+
+
+def test_a_failed_upgrade_leaves_another_controllers_revision_alone(cluster, loop):
+    make_driver(cluster, loop).apply(values(actor=ACTOR), "create actor", "actor")
+    driver = make_driver(cluster, loop, releases=OtherWritesThenFailing(cluster))
+    driver.adopt()
+    with pytest.raises(WorkerCreationError) as failed:
+        driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
+    assert "written after revision 1 by another controller: not undone" in "\n".join(failed.value.__notes__)
+    assert [r.description for r in cluster.revisions] == ["create actor", "the other controller's change"]
 
 
 def test_a_failed_install_is_uninstalled(cluster, loop):

@@ -1,4 +1,5 @@
-"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (runtime/reaper.py)."""
+"""`areal-workers reap`: uninstall the releases whose trainer stopped renewing its Lease (runtime/reaper.py). A
+release that cannot be reaped is reported and the others still are; the command then exits non-zero."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from ... import naming
 from ...pods.watch import WaitTimedOut, none_left
 from ...release.model import ReleaseModel
 from ...runtime import reaper
+from ...runtime.lease import LEASE_LABEL
 from ..output import Format, console, emit, table
-from ..session import EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 
 
 def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
@@ -22,13 +24,14 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
         problem = session.foreign_chart(release)
         if problem is not None:
             raise CliError(
-                f"cannot reap {release}: {problem}. Its expired Lease was deleted and the release left as it is "
-                f"(helm uninstall {release} -n {session.namespace} removes it, if nobody needs it)",
+                f"cannot reap {release}: {problem}. The release is left as it is and its Lease stays marked, so "
+                f"every reap reports it: kubectl delete lease -n {session.namespace} -l {LEASE_LABEL}={release} "
+                f"ends that (helm uninstall {release} -n {session.namespace} removes the release, if nobody needs it)",
                 EXIT_USAGE,
             )
         topology = session.kube(session.inspector(release).topology, f"reading the topology of {release}")
         own = ReleaseModel(topology=topology).own_selector() or naming.release_selector(release)
-        with err.status(f"uninstalling {release}: its trainer's lease expired"):
+        with err.status(f"uninstalling {release}: its trainer's lease stayed unchanged past its grace"):
             session.helm(session.releases.uninstall(release), f"uninstalling {release}")
             try:
                 session.pods().wait(own, none_left, timeout)
@@ -42,35 +45,43 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
     outcomes = session.kube(
         reaper.reap, f"reaping in namespace {session.namespace}", coordination, session.namespace, uninstall, dry_run
     )
+    failed = [o for o in outcomes if o.action == "failed"]
+    for outcome in failed:
+        err.print(f"✗ {outcome.lease.release}: {outcome.error}", markup=False)
+    code = EXIT_PROBLEM if failed else EXIT_OK
     if fmt != "table":
         emit(
             {
                 "namespace": session.namespace,
                 "leases": [
-                    {**asdict(o.lease), "action": o.action, "overdue_seconds": round(o.overdue_seconds, 1)}
+                    {
+                        **asdict(o.lease),
+                        "action": o.action,
+                        "silent_seconds": round(o.silent_seconds, 1),
+                        **({"error": o.error} if o.error else {}),
+                    }
                     for o in outcomes
                 ],
             },
             fmt,
         )
-        return EXIT_OK
+        return code
     if not outcomes:
         console().print(f"no trainer lease in namespace {session.namespace}")
-        return EXIT_OK
+        return code
     console().print(
         table(
-            ["RELEASE", "HOLDER", "LAST RENEWAL", "GRACE", "STATE"],
+            ["RELEASE", "HOLDER", "LAST RENEWAL (ITS CLOCK)", "GRACE", "STATE"],
             [
                 [
                     o.lease.release,
                     o.lease.holder,
                     o.lease.renewed.isoformat(timespec="seconds") if o.lease.renewed else "-",
                     f"{o.lease.grace_seconds}s",
-                    f"{o.action} ({abs(o.overdue_seconds):.0f}s "
-                    f"{'past' if o.overdue_seconds > 0 else 'left of'} the grace)",
+                    f"{o.action} (unchanged for {o.silent_seconds:.0f}s)",
                 ]
                 for o in outcomes
             ],
         )
     )
-    return EXIT_OK
+    return code

@@ -1,5 +1,9 @@
 """`areal-workers up -f job.yaml`: a trial's roles created (or changed) from a job file by KubernetesScheduler
-itself, each waited for until its workers answer — what a trainer's create_workers + get_workers would do."""
+itself, each waited for until its workers answer — what a trainer's create_workers + get_workers would do.
+
+The release is a person's, like one installed with helm: `up` takes no Lease (nobody would renew it after `up`
+exits, and a reaper would uninstall the workers once its grace passed), so it lives until `areal-workers down`. A
+trainer's release (one with a Lease) is refused: `up` would change its workers behind its back."""
 
 from __future__ import annotations
 
@@ -7,9 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
 from ...areal_types import Job
 from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
 from ...release import values as job_values
+from ...runtime.lease import lease_name
 from ...scheduler import KubernetesScheduler
 from ..output import Format, console, emit, table
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
@@ -30,6 +38,22 @@ def _diagnosis(error: BaseException) -> str:
     return f"{error}\n{notes}".strip()
 
 
+def refuse_trainers_release(session: Session, release: str) -> None:
+    """A release with a trainer's Lease belongs to that trainer (alive, or to be reaped)."""
+    try:
+        lease = client.CoordinationV1Api(session.api).read_namespaced_lease(lease_name(release), session.namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return
+        raise
+    raise CliError(
+        f"release {release} is a trainer's: its Lease {lease.metadata.name} is held by {lease.spec.holder_identity}; "
+        f"up changes only releases a person made. Stop the trainer (its delete_workers() removes the release, or a "
+        f"reaper does once its Lease stays unrenewed), or bring up another trial (--trial)",
+        EXIT_USAGE,
+    )
+
+
 def up(
     session: Session, job_file: str, experiment: str | None, trial: str | None, wait: bool, timeout: float, fmt: Format
 ) -> int:
@@ -43,9 +67,15 @@ def up(
     _ = session.releases  # helm and the values files: a clear error now, not one from inside the scheduler
     err = console(stderr=True)
     created: list[dict[str, Any]] = []
-    config = replace(session.config, release_name=session.selection.release or session.config.release_name)
+    # No Lease: a person's release lives until `down` (docs/en/decisions.md, "areal-workers up takes no Lease").
+    config = replace(
+        session.config,
+        release_name=session.selection.release or session.config.release_name,
+        lease_grace_seconds=0,
+    )
     scheduler = KubernetesScheduler(config=config, experiment_name=experiment, trial_name=trial)
     try:
+        session.kube(refuse_trainers_release, f"reading the Lease of {scheduler.release}", session, scheduler.release)
         for job in jobs:
             model = scheduler.driver.model
             if job.role in model.roles and model.values["roles"][job.role] == _entry(job, session):

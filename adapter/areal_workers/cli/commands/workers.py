@@ -18,6 +18,7 @@ from ...pods.watch import WaitTimedOut, is_ready, pod_index
 from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ...runtime.lease import lease_name
+from ...runtime.lease_record import being_reaped, observation_of
 from .. import log_stream
 from ..output import Format, console, emit, status_renderable
 from ..session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
@@ -25,6 +26,28 @@ from ..status_view import TrialStatus, trial_status
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
 EXTERNAL_STATUS = "applied without helm"
+
+
+def trainer_text(lease: client.V1Lease, now: datetime) -> str:
+    """The trainer's Lease in words, as the reaper judges it: by how long it has seen the Lease unchanged (kept on
+    the Lease by its last look), never by the trainer's clock."""
+    state = reaper.lease_state(lease)
+    if state is None:
+        return ""
+    if being_reaped(lease):
+        return f"trainer {state.holder} dead: a reaper is uninstalling the release"
+    verdict = reaper.verdict(lease, now)
+    if verdict.dead:
+        return (
+            f"trainer {state.holder} silent: lease unchanged for {verdict.silent_seconds:.0f}s, past its "
+            f"{state.grace_seconds}s grace (areal-workers reap removes the release)"
+        )
+    if observation_of(lease) is None:
+        return f"trainer {state.holder} renewing (lease renewed since the reaper's last look)"
+    return (
+        f"trainer {state.holder} quiet: lease unchanged for {verdict.silent_seconds:.0f}s of its "
+        f"{state.grace_seconds}s grace"
+    )
 
 
 class TrialReader:
@@ -68,16 +91,7 @@ class TrialReader:
             )
         except ApiException:
             return ""
-        [state] = reaper.lease_states([lease]) or [None]
-        if state is None:
-            return ""
-        overdue = state.overdue_seconds(datetime.now(timezone.utc))
-        if overdue > 0:
-            return (
-                f"trainer {state.holder} silent: lease expired {overdue:.0f}s ago "
-                f"(areal-workers reap removes the release)"
-            )
-        return f"trainer {state.holder} alive (lease renewed {state.grace_seconds + overdue:.0f}s ago)"
+        return trainer_text(lease, datetime.now(timezone.utc))
 
 
 def status(session: Session, fmt: Format, watch: bool, watch_seconds: float | None) -> int:

@@ -1,0 +1,52 @@
+"""`areal-workers reap` reports a release it could not reap, reaps the others and exits 1."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+from areal_workers.cli.commands import reap
+from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, CliError
+from areal_workers.pods.watch import none_left
+from areal_workers.runtime.lease import lease_body, lease_name
+from areal_workers.runtime.lease_record import OBSERVED_ANNOTATION, Observation, observation_text, record_of
+from memory_backend import MemoryLeases
+
+LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)  # on the reaper's clock: the previous look
+
+
+def seen_dead(leases: MemoryLeases, release: str) -> None:
+    """A Lease a previous run saw, unchanged since, long ago."""
+    body = lease_body(release, "laptop/1", 30, LONG_AGO)
+    body.metadata.annotations = {OBSERVED_ANNOTATION: observation_text(Observation(record_of(body), LONG_AGO))}
+    leases.create_namespaced_lease("rl", body)
+
+
+def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1(monkeypatch, capsys):
+    leases = MemoryLeases()
+    seen_dead(leases, "aw-a")
+    seen_dead(leases, "aw-b")
+    monkeypatch.setattr(reap.client, "CoordinationV1Api", lambda api: leases)
+
+    def helm(coroutine, doing):
+        coroutine.close()
+        if "aw-a" in doing:
+            raise CliError("helm uninstall aw-a: Kubernetes cluster unreachable", EXIT_PROBLEM)
+
+    session = SimpleNamespace(
+        api=None,
+        namespace="rl",
+        kube=lambda call, doing, *args: call(*args),
+        helm=helm,
+        releases=SimpleNamespace(uninstall=lambda release: _coroutine()),
+        pods=lambda: SimpleNamespace(wait=lambda selector, until, timeout: {} if until is none_left else None),
+    )
+    assert reap.reap(session, dry_run=False, timeout=10, fmt="json") == EXIT_PROBLEM
+    captured = capsys.readouterr()
+    assert "aw-a: uninstalling aw-a: helm uninstall aw-a: Kubernetes cluster unreachable" in captured.err
+    assert '"action": "reaped"' in captured.out and list(leases.leases) == [lease_name("aw-a")]
+    assert reap.reap(session, dry_run=True, timeout=10, fmt="json") == EXIT_OK  # it would try aw-a again
+
+
+async def _coroutine() -> None:
+    return None
