@@ -76,6 +76,10 @@ class Outcome:
 Uninstall = Callable[[str], None]
 
 
+class UninstallFailed(Exception):
+    """What an `Uninstall` raises when a release could not be removed; its text is reported for that release."""
+
+
 def reap(
     coordination: client.CoordinationV1Api,
     namespace: str,
@@ -84,7 +88,8 @@ def reap(
     now: datetime | None = None,
 ) -> list[Outcome]:
     """Every trainer Lease of the namespace with what was done about it; `uninstall(release)` removes a release and
-    waits for its pods to go. A dry run writes nothing (not even the observations the next look needs)."""
+    waits for its pods to go, or raises UninstallFailed. A dry run writes nothing (not even the observations the
+    next look needs)."""
     leases = coordination.list_namespaced_lease(
         namespace, label_selector=LEASE_LABEL, _request_timeout=REQUEST_TIMEOUT
     ).items
@@ -151,7 +156,7 @@ class Look:
         are still looked at, and the marked Lease makes the next reap try again."""
         try:
             uninstall(self.state.release)
-        except Exception as error:  # whatever `uninstall` raises (helm, a time-out): reported with its own text
+        except UninstallFailed as error:
             return self._outcome("failed", f"uninstalling {self.state.release}: {error}")
         try:
             self.coordination.delete_namespaced_lease(self.state.name, self.namespace, _request_timeout=REQUEST_TIMEOUT)

@@ -36,6 +36,8 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
     session = SimpleNamespace(
         api=None,
         namespace="rl",
+        foreign_chart=lambda release: None,
+        inspector=lambda release: SimpleNamespace(topology=lambda: {}),
         kube=lambda call, doing, *args: call(*args),
         helm=helm,
         releases=SimpleNamespace(uninstall=lambda release: _coroutine()),

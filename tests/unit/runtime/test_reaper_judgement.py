@@ -12,7 +12,7 @@ from kubernetes import client
 
 from areal_workers.runtime.lease import ReleaseLease, lease_body, lease_name
 from areal_workers.runtime.lease_record import OBSERVED_ANNOTATION, REAPING_ANNOTATION, Observation, judge
-from areal_workers.runtime.reaper import lease_state, reap
+from areal_workers.runtime.reaper import UninstallFailed, lease_state, reap
 from memory_backend import MemoryLeases
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # the reaper's clock
@@ -125,7 +125,7 @@ def test_a_failed_uninstall_is_reported_the_others_are_reaped_and_the_next_reap_
 
     def uninstall(release: str) -> None:
         if release == "aw-a":
-            raise RuntimeError("helm uninstall: context deadline exceeded")
+            raise UninstallFailed("helm uninstall: context deadline exceeded")
         uninstalled.append(release)
 
     outcomes = reap(api, "rl", uninstall, now=later)

@@ -13,21 +13,26 @@ from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ...runtime.lease import LEASE_LABEL
 from ..output import Format, console, emit, table
-from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ..session import EXIT_OK, EXIT_PROBLEM, CliError, Session
 
 
 def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
     err = console(stderr=True)
 
     def uninstall(release: str) -> None:
+        try:
+            remove(release)
+        except CliError as error:  # helm's or the apiserver's failure, worded by the session
+            raise reaper.UninstallFailed(str(error)) from error
+
+    def remove(release: str) -> None:
         # A Lease only names a release: one of another chart is refused before its objects are read or removed.
         problem = session.foreign_chart(release)
         if problem is not None:
-            raise CliError(
+            raise reaper.UninstallFailed(
                 f"cannot reap {release}: {problem}. The release is left as it is and its Lease stays marked, so "
                 f"every reap reports it: kubectl delete lease -n {session.namespace} -l {LEASE_LABEL}={release} "
-                f"ends that (helm uninstall {release} -n {session.namespace} removes the release, if nobody needs it)",
-                EXIT_USAGE,
+                f"ends that (helm uninstall {release} -n {session.namespace} removes the release, if nobody needs it)"
             )
         topology = session.kube(session.inspector(release).topology, f"reading the topology of {release}")
         own = ReleaseModel(topology=topology).own_selector() or naming.release_selector(release)
@@ -37,8 +42,8 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
                 session.pods().wait(own, none_left, timeout)
             except WaitTimedOut as left:
                 names = ", ".join(pod.metadata.name for pod in left.pods.values())
-                raise CliError(
-                    f"{release} uninstalled, but pods still terminating after {timeout:.0f}s: {names}", EXIT_TIMEOUT
+                raise reaper.UninstallFailed(
+                    f"{release} uninstalled, but pods still terminating after {timeout:.0f}s: {names}"
                 ) from None
 
     coordination = client.CoordinationV1Api(session.api)
