@@ -20,6 +20,7 @@ from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from areal_workers.config import BUNDLED_CHART, ConfigError
 from areal_workers.runtime.lease import lease_body
+from areal_workers.runtime.lease_record import OBSERVED_ANNOTATION, Observation, observation_text, record_of
 from clusterlib import job
 
 FOREIGN_CHART = "other-app"
@@ -116,9 +117,11 @@ def statefulset_state(kube_client, namespace: str, name: str) -> tuple[int, list
 
 
 def expire_lease(kube_client, namespace: str, release: str) -> None:
-    """A Lease naming `release` whose trainer stopped renewing it an hour ago."""
+    """A Lease naming `release` whose trainer stopped renewing it an hour ago, as a reaper's look then saw it."""
     old = datetime.now(UTC) - timedelta(hours=1)
-    client.CoordinationV1Api(kube_client).create_namespaced_lease(namespace, lease_body(release, "gone/1", 1, old))
+    body = lease_body(release, "gone/1", 1, old)
+    body.metadata.annotations = {OBSERVED_ANNOTATION: observation_text(Observation(record_of(body), old))}
+    client.CoordinationV1Api(kube_client).create_namespaced_lease(namespace, body)
 
 
 # --- a release of another chart, named directly --------------------------------------------------------------
