@@ -391,6 +391,8 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
             # The node stops answering while delete_workers() already waits for the pods: the wait sees it.
             with ThreadPoolExecutor(1) as pool:
                 deleting = pool.submit(scheduler.delete_workers)
+                wait_deleting(core, scheduler.namespace, pinned.metadata.name)
+                time.sleep(3)  # helm uninstall has returned: the wait has read the nodes, Ready
                 make_node_not_ready(core, node_name)
                 deleting.result(timeout=120)
         assert "not waiting for 1 pod(s) on unreachable nodes" in caplog.text and node_name in caplog.text, caplog.text
@@ -418,6 +420,13 @@ def test_a_deleted_node_fails_the_workers_it_ran(make_scheduler, core):
     ) or "deleted and recreated after the worker was ready" in failed.value.stderr, failed.value.stderr
     assert pod_uids(core, scheduler.namespace, "actor") == actor
     remove_fault_node(core, node_name)  # its pods, which the pod GC would take only after its quarantine
+
+
+def wait_deleting(core, namespace: str, pod: str) -> None:
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp is None:
+        assert time.monotonic() < deadline, f"pod {pod} was not deleted"
+        time.sleep(0.2)
 
 
 def wait_node_ready(core, name: str) -> None:
