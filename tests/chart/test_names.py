@@ -106,6 +106,7 @@ def test_owner_references_on_every_object_but_the_test_hook_and_controller_rbac(
     assert sorted({d["kind"] for d in owned}) == [
         "ConfigMap",
         "NetworkPolicy",
+        "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
         "StatefulSet",

@@ -17,6 +17,7 @@ RESOURCES = {
     "ConfigMap": ("", "configmaps"),
     "ServiceAccount": ("", "serviceaccounts"),
     "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
 }
 
 

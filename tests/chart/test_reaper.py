@@ -35,6 +35,7 @@ def test_a_release_with_roles_and_the_reaper_is_a_trial(render):
         "ConfigMap",
         "ServiceAccount",
         "NetworkPolicy",
+        "PodDisruptionBudget",
         "Pod",
     }
 

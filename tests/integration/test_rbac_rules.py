@@ -84,6 +84,7 @@ CASES = {
     "statefulsets": Case("statefulsets", nothing, create()),
     "services-configmaps-serviceaccounts": Case("serviceaccounts", nothing, create()),
     "networkpolicies": Case("networkpolicies", nothing, create()),
+    "poddisruptionbudgets": Case("poddisruptionbudgets", nothing, create()),
     # get_workers: PodWatch lists and watches the role's pods.
     "pods": Case("pods", create(), lambda scheduler: scheduler.get_workers("actor", timeout=30)),
     # ReleaseInspector.log_tail: the worker's own last lines leave the error; the events stay.

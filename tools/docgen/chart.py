@@ -136,6 +136,8 @@ def schema_at(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
 
 
 def type_text(node: dict[str, Any]) -> str:
+    if "oneOf" in node:
+        return " or ".join(type_text(choice) for choice in node["oneOf"])
     kinds = node.get("type")
     text = " or ".join(kinds) if isinstance(kinds, list) else (kinds or "any")
     if "enum" in node:

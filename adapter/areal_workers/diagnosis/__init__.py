@@ -41,6 +41,7 @@ Fatal or not, and why:
 
 from .container_checks import signal_name
 from .diagnose import diagnose_pod
+from .drains import drain_note
 from .nodes import NodeFit, describe_selector, node_fit
 from .pod_checks import node_problem
 from .problem import MAX_LINE_CHARS, MAX_RENDER_LINES, Problem, event_lines, summarize_role
@@ -54,6 +55,7 @@ __all__ = [
     "Problem",
     "describe_selector",
     "diagnose_pod",
+    "drain_note",
     "event_lines",
     "format_quantity",
     "node_fit",

@@ -161,6 +161,18 @@ class ReleaseInspector:
                 logger.warning("cannot list nodes: %s", error.reason)
             return []
 
+    def disruption_budgets(self, selector: str) -> list[client.V1PodDisruptionBudget]:
+        """The PodDisruptionBudgets matching `selector`, to explain a drain; without read access, none."""
+        try:
+            return (
+                client.PolicyV1Api(self.core.api_client)
+                .list_namespaced_pod_disruption_budget(self.namespace, label_selector=selector)
+                .items
+            )
+        except ApiException as error:
+            logger.warning("cannot list PodDisruptionBudgets: %s %s", error.status, error.reason)
+            return []
+
     # --- revisions -------------------------------------------------------------------------------
 
     def _topology_configmap(self) -> client.V1ConfigMap | None:

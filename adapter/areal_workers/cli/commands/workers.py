@@ -180,6 +180,8 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
     pods, _ = session.kube(session.pods().list, "listing worker pods", naming.role_selector(release, pod_role))
     by_index = {pod_index(p): p for p in sorted(pods, key=lambda p: p.metadata.deletion_timestamp is None)}
     nodes = inspector.nodes()
+    cordoned = any(node.spec and node.spec.unschedulable for node in nodes)
+    budgets = inspector.disruption_budgets(naming.role_selector(release, pod_role)) if cordoned else []
     findings: list[dict[str, Any]] = []
     for index in indices if indices is not None else range(model.replicas(role)):
         worker, pod = naming.worker_id(role, index), by_index.get(index)
@@ -208,6 +210,7 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
                 "ready": is_ready(pod),
                 "problem": asdict(problem) if problem else None,
                 "text": problem.render() if problem else "",
+                "drain": diagnosis.drain_note(pod, nodes, budgets, release),
             }
         )
     healthy = all(f["ready"] and f["problem"] is None for f in findings)
@@ -227,6 +230,8 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
                 out.print(f"{finding['worker']}: no pod; the StatefulSet has not created it. Its events:\n{events}")
             else:
                 out.print(finding["text"], markup=False)
+            if finding.get("drain"):
+                out.print(f"  {finding['drain']}", markup=False)
     return EXIT_OK if healthy else EXIT_PROBLEM
 
 
