@@ -82,6 +82,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 self.release, self.config, parts.releases, parts.inspector, parts.pods, parts.statefulsets, self.loop
             )
             self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
+            self.guard.unreachable_note = self.finder.unreachable_note
             self.forks = ForkOperations(
                 self.driver,
                 self.finder,

@@ -83,3 +83,12 @@ def test_notes(tmp_path):
 
     empty = yaml.safe_load(template_text({}, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
     assert "No roles are defined" in empty["data"]["notes"]
+    assert "hostNetwork" not in notes
+
+    host = {"roles": {"actor": role(1), "nccl": role(1, hostNetwork=True, guardPort=9100)}}
+    notes = yaml.safe_load(template_text(host, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
+    assert "WARNING: nccl uses hostNetwork" in notes["data"]["notes"] and "port 9100" in notes["data"]["notes"]
+    assert "WARNING: actor" not in notes["data"]["notes"]
+    without = {**host, "networkPolicy": {"enabled": False}}
+    notes = yaml.safe_load(template_text(without, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
+    assert "hostNetwork" not in notes["data"]["notes"]

@@ -52,6 +52,20 @@ def test_topology_describes_roles_colocations_and_forks(render):
     }  # fmt: skip
 
 
+def test_topology_says_whom_the_network_policy_admits(render):
+    _, data = topology(render, {"roles": {"a": role()}})
+    assert data["network_policy"] == {
+        "name": f"{RELEASE}-areal-workers",
+        "controller_pods": {"matchLabels": {"areal.io/controller": "true"}},
+        "controller_namespaces": {},
+        "cidrs": [],
+    }
+    _, data = topology(render, {"roles": {"a": role()}, "networkPolicy": {"controller": {"cidrs": ["10.1.0.0/16"]}}})
+    assert data["network_policy"]["cidrs"] == ["10.1.0.0/16"]
+    _, data = topology(render, {"roles": {"a": role()}, "networkPolicy": {"enabled": False}})
+    assert "network_policy" not in data
+
+
 def test_topology_of_an_empty_release(render):
     _, data = topology(render, {})
     assert (data["roles"], data["colocations"], data["forks"]) == ({}, {}, {})

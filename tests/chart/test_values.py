@@ -341,30 +341,27 @@ def test_service_account(render):
     assert pod_spec(sts(docs, "a"))["serviceAccountName"] == "default"
 
 
+RELEASE_PODS = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": RELEASE}}
+}
+
+
 def test_network_policy(render):
     docs = render({"roles": {"a": role(extraPorts=2), "b": role(guardPort=9000)}})
     np = one(docs, "NetworkPolicy")
-    assert np["spec"]["policyTypes"] == ["Ingress"]
-    assert np["spec"]["podSelector"]["matchLabels"] == {
-        "app.kubernetes.io/name": "areal-workers",
-        "app.kubernetes.io/instance": RELEASE,
-    }
-    (rule,) = np["spec"]["ingress"]
-    assert rule["from"] == [
-        {
-            "podSelector": {
-                "matchLabels": {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": RELEASE}
-            }
-        },
-        {"podSelector": {"matchLabels": {"areal.io/controller": "true"}}},
-    ]
-    assert rule["ports"] == [
+    assert np["spec"]["policyTypes"] == ["Ingress"] and "egress" not in np["spec"]
+    assert np["spec"]["podSelector"]["matchLabels"] == RELEASE_PODS["podSelector"]["matchLabels"]
+    release_pods, controller = np["spec"]["ingress"]
+    # The release's own pods on every port (NCCL, gloo and the TCPStore pick theirs at run time).
+    assert release_pods == {"from": [RELEASE_PODS]}
+    assert controller["from"] == [{"podSelector": {"matchLabels": {"areal.io/controller": "true"}}}]
+    assert controller["ports"] == [
         {"protocol": "TCP", "port": 8000},
         {"protocol": "TCP", "port": 8001},
         {"protocol": "TCP", "port": 8002},
         {"protocol": "TCP", "port": 9000},
         {"protocol": "TCP", "port": 9001},
-        {"protocol": "TCP", "port": 1024, "endPort": 65535},
+        {"protocol": "TCP", "port": 10000, "endPort": 32767},  # AReaL's find_free_ports range
     ]
 
     docs = render(
@@ -381,12 +378,12 @@ def test_network_policy(render):
             "roles": {"a": role()},
         }
     )
-    (rule,) = one(docs, "NetworkPolicy")["spec"]["ingress"]
-    assert rule["from"][1:] == [
+    _, controller = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert controller["from"] == [
         {"podSelector": {"matchLabels": {"app": "trainer"}}, "namespaceSelector": {"matchLabels": {"team": "rl"}}},
         {"ipBlock": {"cidr": "10.0.0.0/8"}},
     ]
-    assert rule["ports"][-1] == {"protocol": "TCP", "port": 20000}
+    assert controller["ports"][-1] == {"protocol": "TCP", "port": 20000}
 
     docs = render(
         {
@@ -397,11 +394,38 @@ def test_network_policy(render):
             "roles": {"a": role()},
         }
     )
-    (rule,) = one(docs, "NetworkPolicy")["spec"]["ingress"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
-    assert rule["from"][1:] == [{"ipBlock": {"cidr": "192.168.1.7/32"}}]
+    _, controller = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert controller["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
+    assert controller["from"] == [{"ipBlock": {"cidr": "192.168.1.7/32"}}]
 
     assert not find(render({"networkPolicy": {"enabled": False}, "roles": {"a": role()}}), "NetworkPolicy")
+
+
+def test_network_policy_egress_blocks_the_metadata_service_when_asked(render):
+    np = one(render({"networkPolicy": {"egress": {"enabled": True}}, "roles": {"a": role()}}), "NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert np["spec"]["egress"] == [
+        {
+            "to": [
+                {"namespaceSelector": {}},
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+            ]
+        }
+    ]
+    np = one(
+        render(
+            {
+                "networkPolicy": {"egress": {"enabled": True, "deniedCidrs": ["100.100.100.200/32"]}},
+                "roles": {"a": role()},
+            }
+        ),
+        "NetworkPolicy",
+    )
+    assert np["spec"]["egress"][0]["to"][1:] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["100.100.100.200/32"]}},
+        {"ipBlock": {"cidr": "::/0"}},
+    ]
 
 
 def test_controller_rbac(render):

@@ -45,6 +45,7 @@ from .drains import drain_note
 from .nodes import NodeFit, describe_selector, node_fit
 from .pod_checks import node_problem
 from .problem import MAX_LINE_CHARS, MAX_RENDER_LINES, Problem, event_lines, summarize_role
+from .reachability import unreachable_advice
 from .resources import format_quantity, pod_requests
 from .scheduling import scheduling_advice
 
@@ -64,4 +65,5 @@ __all__ = [
     "scheduling_advice",
     "signal_name",
     "summarize_role",
+    "unreachable_advice",
 ]

@@ -27,7 +27,7 @@ import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
-from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError
+from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError, attach_diagnosis
 from .replies import (
     ForkError,
     NoReply,
@@ -61,6 +61,8 @@ __all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
 
 Liveness = Callable[["Worker"], None]
 """Raises WorkerFailedError (with a diagnosis) if the worker's pod or container is dead."""
+UnreachableNote = Callable[["Worker"], str]
+"""Why a worker whose pod is alive may not answer (the release's NetworkPolicy), for the error that says so."""
 
 POOL_SIZE = 256  # connections kept per worker host, and worker hosts kept, by the sync session
 READ_BUFSIZE = 10 * 1024 * 1024  # AReaL's value: replies can carry large serialized tensors
@@ -113,6 +115,7 @@ class GuardClient:
         self._retry_sleep = retry_sleep
         self._async_retry_sleep = async_retry_sleep
         self._http = _pooled_http_session()
+        self.unreachable_note: UnreachableNote | None = None  # set by whoever knows the release's NetworkPolicy
         # Weakly keyed so that a forgotten loop is not kept alive; entries are also removed when
         # their loop's asyncio.run() ends (the session refers to its loop).
         self._loop_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSession] = (
@@ -138,8 +141,8 @@ class GuardClient:
         )
         reply = await self._async_attempt(worker, "/create_engine", payload, timeout)
         if isinstance(reply, NoReply):
-            raise unanswered(
-                worker, reply, EngineCreationError, "Request timed out", "Unexpected error"
+            raise self._noted(
+                unanswered(worker, reply, EngineCreationError, "Request timed out", "Unexpected error"), worker, reply
             ) from reply.error
         return created_engine_result(worker, engine, reply)
 
@@ -150,7 +153,8 @@ class GuardClient:
             return
         reply = await self._async_attempt(worker, "/set_env", encode({"env": env}), timeout)
         if isinstance(reply, NoReply):
-            raise unanswered(worker, reply, SchedulerError, "set_env timed out", "set_env failed") from reply.error
+            error = unanswered(worker, reply, SchedulerError, "set_env timed out", "set_env failed")
+            raise self._noted(error, worker, reply) from reply.error
         check_env_set(worker, reply)
 
     def call(
@@ -178,7 +182,9 @@ class GuardClient:
             last = outcome
             if attempt < max_retries:
                 self._retry_sleep(backoff(retry_delay, attempt))
-        raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+        raise self._noted(calls_exhausted(worker, method, max_retries, last), worker, last) from (
+            last.error if last else None
+        )
 
     async def async_call(
         self,
@@ -205,7 +211,9 @@ class GuardClient:
             last = outcome
             if attempt < max_retries:
                 await self._async_retry_sleep(backoff(retry_delay, attempt))
-        raise calls_exhausted(worker, method, max_retries, last) from (last.error if last else None)
+        raise self._noted(calls_exhausted(worker, method, max_retries, last), worker, last) from (
+            last.error if last else None
+        )
 
     def _call_attempt(self, worker: Worker, method: str, payload: bytes, attempt: int, timeout: float) -> Any:
         reply = self._sync_attempt(worker, "/call", payload, timeout)
@@ -305,7 +313,7 @@ class GuardClient:
         reply = self._sync_attempt(worker, "/configure", encode(payload), timeout)
         if isinstance(reply, NoReply):
             if reply.kind == "connection":
-                raise connection_error(worker, reply.text) from reply.error
+                raise self._noted(connection_error(worker, reply.text), worker, reply) from reply.error
             if reply.kind == "timeout":
                 raise WorkerConfigurationError(worker.id, f"Request timed out: {reply.text}") from reply.error
             raise reply.error  # AReaL's _configure_worker maps no other client error
@@ -324,10 +332,18 @@ class GuardClient:
     async def _fork_request(self, worker: Worker, path: str, payload: dict[str, Any], timeout: float) -> Reply:
         reply = await self._async_attempt(worker, path, encode(payload), timeout, check_liveness=False)
         if isinstance(reply, NoReply):
-            raise connection_error(worker, f"{path}: {reply.text}") from reply.error
+            raise self._noted(connection_error(worker, f"{path}: {reply.text}"), worker, reply) from reply.error
         return reply
 
     # ----------------------------------------------------------------------- liveness and transport
+
+    def _noted(self, error: SchedulerError, worker: Worker, failure: NoReply | Retryable | None) -> SchedulerError:
+        """`error`, with the unreachable note when `failure` was no connection at all (the pod was found alive)."""
+        unreachable = isinstance(failure, NoReply) and failure.kind == "connection"
+        unreachable = unreachable or (isinstance(failure, Retryable) and failure.unreachable)
+        if unreachable and self.unreachable_note is not None:
+            attach_diagnosis(error, self.unreachable_note(worker))
+        return error
 
     def _check_liveness(self, worker: Worker) -> None:
         if self._liveness is not None:

@@ -53,6 +53,7 @@ class Retryable:
 
     reason: str
     error: BaseException | None = None
+    unreachable: bool = False  # no connection to the worker (refused, dropped, no route)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ RETRY_REASONS = {"connection": "Connection error", "timeout": "Timeout", "other"
 
 
 def retryable(no_reply: NoReply) -> Retryable:
-    return Retryable(f"{RETRY_REASONS[no_reply.kind]}: {no_reply.text}", no_reply.error)
+    return Retryable(f"{RETRY_REASONS[no_reply.kind]}: {no_reply.text}", no_reply.error, no_reply.kind == "connection")
 
 
 def unanswered(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from .. import naming
+from .. import diagnosis, naming
 from ..areal_types import Worker
 from ..errors import WorkerFailedError, WorkerNotFoundError, WorkerTimeoutError, attach_diagnosis
 from ..pods.held_workers import HeldWorkers
@@ -89,6 +89,11 @@ class WorkerFinder:
         error = self.inspector.failure(role, pod, self.held.ready_pod(pod.metadata.name, epoch), nodes)
         if error is not None:
             raise error
+
+    def unreachable_note(self, worker: Worker) -> str:
+        """What the release's NetworkPolicy admits, for a worker found alive that does not answer."""
+        address = f"{worker.ip}:{worker.worker_ports[0]}" if worker.worker_ports else worker.ip
+        return diagnosis.unreachable_advice(self.driver.model.network_policy, address)
 
     def check_alive(self, worker: Worker) -> None:
         """Raises WorkerFailedError when the worker's pod is gone or has failed (used before RPC retries)."""

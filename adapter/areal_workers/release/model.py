@@ -50,6 +50,12 @@ class ReleaseModel:
         return self.topology.get("colocations") or {}
 
     @property
+    def network_policy(self) -> dict[str, Any] | None:
+        """Whom the release's NetworkPolicy admits (name, controller_pods, controller_namespaces, cidrs); None when
+        it renders none (or a chart too old to record it)."""
+        return self.topology.get("network_policy")
+
+    @property
     def worker_flags(self) -> tuple[str, ...] | None:
         """The name-resolve and fileroot flags the chart gave the pods (None: a chart too old to record them)."""
         flags = self.topology.get("worker_flags")

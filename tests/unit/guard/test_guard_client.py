@@ -592,3 +592,29 @@ def test_destroy_engines_is_bounded_by_its_timeout(client: GuardClient) -> None:
         worker = Worker(id="actor/0", ip="127.0.0.1", worker_ports=[str(silent.getsockname()[1])])
         failures = asyncio.run(client.destroy_engines([worker], timeout=0.5))
     assert failures == {"actor/0": "no reply within 0.5s"}
+
+
+def test_no_connection_to_a_live_worker_carries_the_unreachable_note(client: GuardClient) -> None:
+    """Refused or dropped connections get the note (the release's NetworkPolicy); an answer, even an error, does
+    not."""
+    notes: list[str] = []
+    client.unreachable_note = lambda worker: notes.append(worker.id) or f"NetworkPolicy note for {worker.id}"
+    worker = unreachable_worker()
+
+    with pytest.raises(RPCConnectionError) as connecting:
+        asyncio.run(client.create_engine(worker, COUNTER, "e", [], {}))
+    assert f"NetworkPolicy note for {worker.id}" in connecting.value.__notes__
+    with pytest.raises(EngineCallError) as calling:
+        client.call(worker, "step", "e", [], {}, None, max_retries=2, retry_delay=0.0)
+    assert f"NetworkPolicy note for {worker.id}" in calling.value.__notes__
+    with pytest.raises(RPCConnectionError) as allocating:
+        asyncio.run(client.alloc_ports(worker, 1))
+    assert f"NetworkPolicy note for {worker.id}" in allocating.value.__notes__
+
+    with socket.socket() as silent:  # accepts, never answers: a time-out, not a dropped connection
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        late = Worker(id="actor/1", ip="127.0.0.1", worker_ports=[str(silent.getsockname()[1])])
+        with pytest.raises(EngineCreationError) as timing_out:
+            asyncio.run(client.create_engine(late, COUNTER, "late", [], {}, timeout=0.2))
+    assert not getattr(timing_out.value, "__notes__", []) and notes == [worker.id] * 3
