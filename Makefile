@@ -23,10 +23,11 @@ AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
+# Every version pinned by tools/install/dev-constraints.txt (a fresh clone tests with what CI tested).
+$(VENV)/.installed: pyproject.toml tools/install/dev-constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(VENV)/bin/pip install --quiet -e '.[dev,demo,bench]'
+	$(VENV)/bin/pip install --quiet -c tools/install/dev-constraints.txt --upgrade pip setuptools wheel
+	$(VENV)/bin/pip install --quiet -c tools/install/dev-constraints.txt -e '.[dev,demo,bench]'
 	touch $@
 
 # tools/ and tests/support on the virtualenv's path (a .pth file), as pytest has them (pyproject.toml): the

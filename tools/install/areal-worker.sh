@@ -26,13 +26,18 @@ cache_key() {
 
 check_pins() {
   [ -f "$requirements" ] || fail "$requirements is missing"
-  grep -qx "areal==$AREAL_VERSION" "$requirements" \
+  grep -qE "^areal==$AREAL_VERSION( |$)" "$requirements" \
     || fail "$AREAL_WORKER_REQUIREMENTS does not pin areal==$AREAL_VERSION (tools/install/versions.env says so)"
 }
 
 # Names the package pip failed on: the one its ERROR lines name, else the last one it was collecting.
 explain_pip_failure() {
   local log=$1 named last
+  if grep -q 'DO NOT MATCH THE HASHES' "$log"; then
+    named=$(sed -n 's/^    \([A-Za-z0-9._-]*==[^ ]*\) from .*/\1/p' "$log" | sort -u | tr '\n' ' ')
+    tail -n 20 "$log" >&2
+    fail "${named:-a package} does not match the sha256 pinned in $AREAL_WORKER_REQUIREMENTS: the index served another file. Find out why before re-pinning (tools/install/pin_hashes.py); full log: $log"
+  fi
   named=$(sed -n -e 's/^ERROR: No matching distribution found for \([^ ]*\).*/\1/p' \
     -e 's/^ERROR: Failed building wheel for \([^ ]*\).*/\1/p' -e 's/^ERROR: Failed to build \(.*\)/\1/p' \
     -e "s/^ERROR: Could not install packages due to an OSError.*'\([^']*\.whl\)'.*/\1/p" "$log" | sort -u | tr '\n' ' ')
@@ -47,7 +52,8 @@ pip_install() { # <venv> <log>
   local count; count=$(grep -cE '^[A-Za-z0-9]' "$requirements")
   echo "    $count pinned packages, --no-deps (torch with its unused CUDA libraries: about 7 GB; log: $log)"
   # --no-cache-dir: the wheels would otherwise stay in pip's cache beside the installed copy (GBs for torch).
-  "$venv/bin/python" -m pip install --no-deps --no-cache-dir --no-input --progress-bar off \
+  # --require-hashes: every file must have the sha256 the requirements file pins (tools/install/pin_hashes.py).
+  "$venv/bin/python" -m pip install --no-deps --require-hashes --no-cache-dir --no-input --progress-bar off \
     --disable-pip-version-check -r "$requirements" >"$log" 2>&1 || explain_pip_failure "$log"
 }
 

