@@ -89,6 +89,15 @@ def test_notes(tmp_path):
     notes = yaml.safe_load(template_text(host, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
     assert "WARNING: nccl uses hostNetwork" in notes["data"]["notes"] and "port 9100" in notes["data"]["notes"]
     assert "WARNING: actor" not in notes["data"]["notes"]
+    rdma = {
+        "roles": {
+            "ib": role(1, rdma={"enabled": True}),
+            "root": role(1, rdma={"enabled": True}, podSecurityContext={"runAsUser": 0, "runAsNonRoot": False}),
+        }
+    }
+    notes = yaml.safe_load(template_text(rdma, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
+    assert "NOTE: ib has rdma.enabled and runs as uid 1000: IPC_LOCK stays in its bounding" in notes["data"]["notes"]
+    assert "NOTE: root" not in notes["data"]["notes"]
     without = {**host, "networkPolicy": {"enabled": False}}
     notes = yaml.safe_load(template_text(without, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
     assert "hostNetwork" not in notes["data"]["notes"]

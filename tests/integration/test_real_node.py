@@ -60,12 +60,15 @@ def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, di
     shared.mkdir()
     shared.chmod(0o777)  # the workers run as uid 1000
 
-    def make(trial: str = "trial0", **overrides) -> KubernetesScheduler:
+    def make(trial: str = "trial0", worker_defaults: dict | None = None, **overrides) -> KubernetesScheduler:
+        """`worker_defaults`: settings merged into the values' workerDefaults (e.g. rdma)."""
         values = directory / f"values-{len(made)}.json"
+        base = worker_values(AREAL_WORKER_ENV, shared)
+        base["workerDefaults"].update(worker_defaults or {})
         values.write_text(
             json.dumps(
                 {
-                    **worker_values(AREAL_WORKER_ENV, shared),
+                    **base,
                     "cluster": {
                         "fileroot": str(shared),
                         "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")},
@@ -287,3 +290,48 @@ def test_readiness_comes_from_the_kubelets_probe(real_scheduler, core, namespace
     events = core.list_namespaced_event(namespace, field_selector="reason=Unhealthy").items
     assert any("Readiness probe failed" in (e.message or "") for e in events), [e.message for e in events]
     assert "Readiness probe failed" in timed_out.value.diagnosis
+
+
+IPC_LOCK = 14  # bit of CAP_IPC_LOCK in /proc/<pid>/status's capability masks
+
+
+def capability_masks(kubeconfig: Path, namespace: str, pod: str) -> dict[str, int]:
+    status = kubectl(kubeconfig, "-n", namespace, "exec", pod, "--", "cat", "/proc/1/status")
+    assert status.returncode == 0, status.stderr
+    return {
+        key: int(value, 16)
+        for key, value in (line.split(":\t", 1) for line in status.stdout.splitlines() if line.startswith("Cap"))
+    }
+
+
+@pytest.fixture
+def rdma_capacity(real_node, core):
+    """The real node advertises RDMA devices (as a device plugin would), for a role with rdma.enabled."""
+    resource = "rdma/rdma_shared_device_a"
+    body = {"status": {"capacity": {resource: "4"}, "allocatable": {resource: "4"}}}
+    core.patch_node_status(NODE_NAME, body)
+    yield
+    escaped = resource.replace("/", "~1")
+    core.patch_node_status(
+        NODE_NAME,
+        [
+            {"op": "remove", "path": f"/status/capacity/{escaped}"},
+            {"op": "remove", "path": f"/status/allocatable/{escaped}"},
+        ],
+    )
+
+
+def test_rdma_ipc_lock_is_in_a_non_root_workers_bounding_set_only(rdma_capacity, real_scheduler, core, kubeconfig):
+    """rdma.enabled adds IPC_LOCK; the worker runs as uid 1000 with allowPrivilegeEscalation: false, and Kubernetes
+    sets no ambient capabilities, so the kernel drops it from the effective set at exec: the process cannot use it
+    (the chart's NOTES and docs/en/security.md say so)."""
+    scheduler = real_scheduler(
+        worker_defaults={"rdma": {"enabled": True, "resourceName": "rdma/rdma_shared_device_a", "count": 1}}
+    )
+    scheduler.create_workers(job("rdma", 1, [task()]))
+    scheduler.get_workers("rdma")
+    [pod] = role_pods(core, scheduler.namespace, "rdma")
+    assert "IPC_LOCK" in pod.spec.containers[0].security_context.capabilities.add
+    masks = capability_masks(kubeconfig, scheduler.namespace, pod.metadata.name)
+    assert masks["CapBnd"] >> IPC_LOCK & 1 == 1, masks  # the runtime granted it
+    assert masks["CapEff"] >> IPC_LOCK & 1 == 0 and masks["CapPrm"] >> IPC_LOCK & 1 == 0, masks  # uid 1000 lost it
