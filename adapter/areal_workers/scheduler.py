@@ -4,12 +4,13 @@ One release per (experiment, trial); every create / scale / fork / delete is one
 `helm history` is the log of the topology and `helm rollback` its undo. The scheduler validates a request, takes
 its lock and delegates: the next values come from the release model (release/model.py), the revision and the
 rollback policy are the driver's (orchestration/driver.py), waits and liveness are the worker finder's
-(orchestration/finder.py), forks are orchestration/fork_operations.py's.
+(orchestration/finder.py), forks are orchestration/fork_operations.py's, the calls on workers
+orchestration/worker_calls.py's and the order of deletions orchestration/deletion.py's; what a request must satisfy
+is release/request_checks.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import Any
@@ -18,19 +19,19 @@ from . import naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 from .config import KubernetesSchedulerConfig
 from .errors import (
-    InvalidRequestError,
     InvalidSchedulerSetupError,
     WorkerCreationError,
     WorkerFailedError,
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from .guard.wire_format import deserialize_value, serialize_value
+from .orchestration.deletion import Deletion
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
 from .orchestration.fork_operations import ForkOperations
+from .orchestration.worker_calls import WorkerCalls
 from .pods.held_workers import HeldWorkers
-from .release import values as job_values
+from .release import request_checks, values as job_values
 from .runtime import backend as backend_module
 from .runtime.loop_thread import LoopThread
 
@@ -94,6 +95,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 self.experiment_name,
                 self.trial_name,
             )
+            self.calls = WorkerCalls(self.driver, self.finder, self.guard, self.loop, self.config, self.get_workers)
+            self.deletion = Deletion(self.driver, self.forks, self.calls)
             self._lock = threading.RLock()
             self.driver.adopt()
             self.lease = parts.lease
@@ -131,41 +134,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     # --- validation ------------------------------------------------------------------------------
 
     def _require_managed(self, operation: str) -> None:
-        if self.config.ownership == "external":
-            raise WorkerCreationError(
-                self.release,
-                f"{operation} is not allowed on an external release",
-                f"release {self.release!r} is managed by someone else (helm/Argo CD): change roles in its values "
-                f"there; this scheduler only discovers and calls its workers",
-            )
-
-    def _require_new(self, role: str) -> None:
-        if self.driver.model.exists(role):
-            raise WorkerCreationError(
-                role, "Worker group already exists", f"Use delete_workers('{role}') first to remove existing workers"
-            )
-
-    def _require_same_replicas(self, role: str, replicas: int) -> None:
-        """Colocated and forked roles pin their target's replica count."""
-        dependents = self.driver.model.dependents(role)
-        if dependents and replicas != self.driver.model.replicas(role):
-            raise WorkerCreationError(
-                role,
-                "Replica count mismatch",
-                f"roles {dependents} are colocated with {role} and must keep its replica "
-                f"count; delete them first, scale, then colocate them again",
-            )
-
-    def _spec(self, job: Job) -> SchedulingSpec:
-        try:
-            spec = job_values.resolve_spec(job)
-            job_values.check_spec(job.role, spec)
-        except job_values.TopologyError as error:
-            raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
-        return spec
+        request_checks.require_managed(self.config.ownership, self.release, operation)
 
     def _role_values(self, role: str, spec: SchedulingSpec, replicas: int) -> dict[str, Any]:
-        try:
+        with request_checks.as_creation_error():
             base = job_values.base_values(
                 self.config,
                 self.experiment_name,
@@ -173,14 +145,12 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                 job_values.cluster_values(self.exp_config),
                 offload=bool(getattr(self.exp_config, "enable_offload", False)),
             )
-        except job_values.TopologyError as error:
-            raise WorkerCreationError(error.worker_key, error.reason, error.details) from None
         return self.driver.model.with_role(role, job_values.role_values(spec, replicas, self.config), base)
 
     def dry_run(self, job: Job) -> list[dict[str, Any]]:
         """The manifests create_workers(job) would apply, without touching the cluster."""
         with self._lock:
-            values = self._role_values(job.role, self._spec(job), job.replicas)
+            values = self._role_values(job.role, request_checks.spec(job), job.replicas)
             return self.driver.helm(self.driver.releases.render(self.release, values))
 
     # --- create, scale, update -------------------------------------------------------------------
@@ -189,18 +159,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         with self._lock:
             self._require_lease()
             self._require_managed("create_workers")
-            spec = self._spec(job)
+            spec = request_checks.spec(job)
             role, replicas = job.role, job.replicas
-            self._require_new(role)
+            request_checks.require_new(self.driver.model, role)
             strategy = job.scheduling_strategy
+            request_checks.require_strategy(role, strategy.type)
             if strategy.type == "colocation":
                 return self._colocate(role, replicas, strategy.target, strategy.fork)
-            if strategy.type != "separation":
-                raise InvalidRequestError(
-                    role,
-                    "Invalid strategy",
-                    f"scheduling_strategy.type must be 'separation' or 'colocation', got {strategy.type!r}",
-                )
             values = self._role_values(role, spec, replicas)
             first = not self.driver.model.installed
             if first:
@@ -212,7 +177,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                     self._drop_lease()
                 raise
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
-                self._configure(self.get_workers(role))
+                self.calls.configure(self.get_workers(role), self.exp_config)
             return [naming.worker_id(role, i) for i in range(replicas)]
 
     def scale_workers(self, role: str, replicas: int) -> list[str]:
@@ -221,16 +186,9 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._require_lease()
             self._require_managed("scale_workers")
             model = self.driver.model
-            if role not in model.roles:
-                raise WorkerNotFoundError(role)
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-                raise WorkerCreationError(
-                    role,
-                    "Invalid configuration",
-                    f"replicas must be an integer greater than 0, got {replicas!r}; "
-                    f"delete_workers('{role}') removes a role",
-                )
-            self._require_same_replicas(role, replicas)
+            request_checks.require_role(model, role)
+            request_checks.require_replica_count(role, replicas)
+            request_checks.require_same_replicas(model, role, replicas)
             current = model.replicas(role)
             if replicas != current:
                 self.driver.apply(
@@ -247,40 +205,21 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         with self._lock:
             self._require_lease()
             self._require_managed("update_workers")
-            if job.role not in self.driver.model.roles:
-                raise WorkerNotFoundError(job.role)
-            spec = self._spec(job)
-            self._require_same_replicas(job.role, job.replicas)
+            request_checks.require_role(self.driver.model, job.role)
+            spec = request_checks.spec(job)
+            request_checks.require_same_replicas(self.driver.model, job.role, job.replicas)
             values = self._role_values(job.role, spec, job.replicas)
             self.driver.apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role, (job.role,))
             return [naming.worker_id(job.role, i) for i in range(job.replicas)]
 
     def _colocate(self, role: str, replicas: int, target: str | None, fork: bool) -> list[str]:
         model = self.driver.model
-        if not target:
-            raise WorkerCreationError(
-                role, "Invalid strategy", "Colocation strategy requires target role to be specified"
-            )
-        if target not in model.roles and target not in model.forks:
-            raise WorkerNotFoundError(f"Cannot colocate with role '{target}' - role not found")
-        target_replicas = model.replicas(target)
-        if replicas != target_replicas:
-            raise WorkerCreationError(
-                role,
-                "Replica count mismatch",
-                f"Colocated role must have same replica count as target ({replicas} != {target_replicas})",
-            )
+        target = request_checks.require_colocation_target(model, role, replicas, target)
         if fork:
             return self.fork_workers(role, target)
         self.driver.apply(model.with_colocation(role, target), f"colocate {role} on {target}", role)
         self.driver.settle()
-        return [naming.worker_id(target, i) for i in range(target_replicas)]
-
-    def _configure(self, workers: list[Worker]) -> None:
-        """What AReaL's schedulers do once workers answer: send each its experiment config, role and rank."""
-        for rank, worker in enumerate(workers):
-            role = worker.id.rpartition("/")[0]
-            self.guard.configure(worker, serialize_value({"config": self.exp_config, "role": role, "rank": rank}))
+        return [naming.worker_id(target, i) for i in range(replicas)]
 
     # --- discover and wait -----------------------------------------------------------------------
 
@@ -330,45 +269,14 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._require_managed("delete_workers")
             for dependent in model.dependents(role):  # forks and colocations go first, like AReaL's delete-all
                 self.delete_workers(dependent, reverse_order)
-            model = self.driver.model
-            if role in model.colocations:
-                self.driver.apply(model.without(role), f"remove colocation {role}", role)
-            elif role in model.forks:
-                self._destroy_engines([role])
-                if model.is_process_fork(role):
-                    self.forks.kill(role, reverse_order)
-                self.driver.apply(model.without(role), f"delete fork {role}", role)
-            else:
-                self._destroy_engines([role])
-                if reverse_order:
-                    self.driver.scale_down_to_rank_zero(role)
-                self.driver.apply(model.without(role), f"delete {role}", role)
-                self.driver.wait_gone(naming.role_selector(self.release, role))
-            self.driver.settle()
+            self.deletion.delete_role(role, reverse_order)
 
     def _delete_all(self, reverse_order: bool) -> None:
-        model = self.driver.model
-        if not model.installed and self.driver.reload().revision is None:
+        if not self.driver.model.installed and self.driver.reload().revision is None:
             return
-        model = self.driver.model
         self._require_managed("delete_workers")
-        self._destroy_engines([*model.forks, *model.roles])
-        for role in model.forks:
-            if model.is_process_fork(role):
-                self.forks.kill(role, reverse_order)
-        if reverse_order:
-            for role in model.roles:
-                self.driver.scale_down_to_rank_zero(role)
-        self.driver.uninstall()
+        self.deletion.delete_release(reverse_order)
         self._drop_lease()
-
-    def _destroy_engines(self, roles: list[str]) -> None:
-        """engine.destroy() on the known workers of `roles` before they go, bounded by destroy_timeout; a worker
-        that does not answer is deleted anyway."""
-        workers = [worker for role in roles for worker in self.finder.known_workers(role) or []]
-        failures = self.loop.run(self.guard.destroy_engines(workers, self.config.destroy_timeout))
-        for worker_id, failure in failures.items():
-            logger.info("destroy on %s before deletion: %s", worker_id, failure)
 
     # --- fork ------------------------------------------------------------------------------------
 
@@ -376,18 +284,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         with self._lock:
             self._require_lease()
             self._require_managed("fork_workers")
-            if target_role not in self.driver.model.roles:
-                raise WorkerNotFoundError(f"Target role '{target_role}' not found for fork")
-            self._require_new(role)
-            problem = naming.role_problem(role)
-            if problem:
-                raise WorkerCreationError(role, "Invalid role name", problem)
+            request_checks.require_fork(self.driver.model, role, target_role)
             if self.config.fork_mode == "pod":
                 self.forks.fork_pods(role, target_role, command)
                 return [w.id for w in self._wait_for_fork_pods(role, target_role)]
             workers = self.forks.fork_processes(role, target_role, self.get_workers(target_role), command)
             if self.exp_config is not None:
-                self._configure(workers)
+                self.calls.configure(workers, self.exp_config)
             return [w.id for w in workers]
 
     def _wait_for_fork_pods(self, role: str, target_role: str) -> list[Worker]:
@@ -402,43 +305,15 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     # --- engines ---------------------------------------------------------------------------------
 
-    def _worker(self, worker_id: str) -> Worker:
-        self._require_lease()
-        parsed = naming.parse_worker_id(worker_id)
-        if parsed is None:
-            raise WorkerNotFoundError(worker_id)
-        role, index = parsed
-        workers = self.finder.known_workers(role)  # answered without the lock a change holds
-        if workers is None and self.driver.model.exists(role):
-            workers = self.get_workers(role, timeout=self.config.ready_timeout)
-        if not workers or index >= len(workers):
-            raise WorkerNotFoundError(worker_id)
-        return workers[index]
-
-    async def _aworker(self, worker_id: str) -> Worker:
-        """_worker for coroutines: a known worker is a dictionary read on the caller's loop; only a wait for
-        workers not known yet goes to a thread (a thread hop per call costs more than the call's HTTP)."""
-        self._require_lease()
-        parsed = naming.parse_worker_id(worker_id)
-        if parsed is not None:
-            workers = self.finder.known_workers(parsed[0])
-            if workers is not None and parsed[1] < len(workers):
-                return workers[parsed[1]]
-        return await asyncio.to_thread(self._worker, worker_id)
-
     async def create_engine(
         self, worker_id: str, engine: str, engine_name: str | None = None, *args: Any, **kwargs: Any
     ) -> Any:
-        worker = await self._aworker(worker_id)
-        await asyncio.to_thread(self._check_alive, worker)
-        name = worker_id if engine_name is None else engine_name
-        return await self.guard.create_engine(
-            worker, engine, name, serialize_value(list(args)), serialize_value(kwargs)
-        )
+        self._require_lease()
+        return await self.calls.create_engine(worker_id, engine, engine_name, args, kwargs)
 
     async def set_worker_env(self, worker_id: str, env: dict[str, str]) -> None:
-        worker = await self._aworker(worker_id)
-        await self.guard.set_env(worker, env)
+        self._require_lease()
+        await self.calls.set_env(worker_id, env)
 
     def call_engine(
         self,
@@ -452,20 +327,18 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         retry_delay: float = 1.0,
         **kwargs: Any,
     ) -> Any:
-        worker = self._worker(worker_id)
-        name = worker_id if engine_name is None else engine_name  # AReaL's default: the worker's own engine
-        result = self.guard.call(
-            worker,
+        self._require_lease()
+        return self.calls.call(
+            worker_id,
             method,
-            name,
-            serialize_value(list(args)),
-            serialize_value(kwargs),
+            engine_name,
+            args,
+            kwargs,
             rpc_meta,
             http_timeout=http_timeout,
             max_retries=max_retries,
             retry_delay=retry_delay,
         )
-        return deserialize_value(result)
 
     async def async_call_engine(
         self,
@@ -479,20 +352,18 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         retry_delay: float = 1.0,
         **kwargs: Any,
     ) -> Any:
-        worker = await self._aworker(worker_id)
-        name = worker_id if engine_name is None else engine_name
-        result = await self.guard.async_call(
-            worker,
+        self._require_lease()
+        return await self.calls.async_call(
+            worker_id,
             method,
-            name,
-            serialize_value(list(args)),
-            serialize_value(kwargs),
+            engine_name,
+            args,
+            kwargs,
             rpc_meta,
             http_timeout=http_timeout,
             max_retries=max_retries,
             retry_delay=retry_delay,
         )
-        return deserialize_value(result)
 
     # --- introspection ---------------------------------------------------------------------------
 

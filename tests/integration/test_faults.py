@@ -316,7 +316,7 @@ def test_deleting_workers_does_not_wait_for_pods_no_kubelet_will_stop(make_sched
             scheduler.namespace,
             {"metadata": {"annotations": {**HOLD, "areal-workers.dev/kwok-kubelet-dead": "true"}}},
         )  # localkube/kwok-stages.yaml: never finalized
-        with caplog.at_level(logging.INFO, logger="areal_workers.orchestration.driver"):
+        with caplog.at_level(logging.INFO, logger="areal_workers.orchestration.pod_cleanup"):
             # The node stops answering while delete_workers() already waits for the pods: the wait sees it.
             with ThreadPoolExecutor(1) as pool:
                 deleting = pool.submit(scheduler.delete_workers)

@@ -114,7 +114,7 @@ CASES = {
             or pytest.fail(repr(error))
         ),
     ),
-    # A queued role's LocalQueue is read before the revision that queues it (ReleaseDriver._check_queues).
+    # A queued role's LocalQueue is read before the revision that queues it (preflight.check_queues).
     "localqueues": Case("localqueues", nothing, create_queued),
 }
 # Rules whose loss shows only on a cluster with Kueue admitting pods: shown in test_kueue.py.

@@ -155,9 +155,9 @@ def test_scaling_one_role_keeps_what_is_known_about_the_others(make_scheduler, c
     scheduler.get_workers("rollout")
     waits = len(cluster.waits)
     assert scheduler.scale_workers("rollout", 3) == ["rollout/0", "rollout/1", "rollout/2"]
-    assert scheduler._worker("actor/0").id == "actor/0"  # engine calls still know actor's workers: no wait
+    assert scheduler.calls.worker("actor/0").id == "actor/0"  # engine calls still know actor's workers: no wait
     assert len(cluster.waits) == waits
-    assert scheduler._worker("rollout/2").id == "rollout/2"  # rollout changed: waited for again
+    assert scheduler.calls.worker("rollout/2").id == "rollout/2"  # rollout changed: waited for again
     assert len(cluster.waits) == waits + 1
 
 
@@ -270,17 +270,17 @@ def test_async_calls_find_known_workers_on_the_callers_loop(make_scheduler, clus
     scheduler.create_workers(job("actor", 2))
     loop_thread: list[threading.Thread] = []
     waited_in: list[threading.Thread] = []
-    wait_for_workers = scheduler._worker
+    wait_for_workers = scheduler.calls.worker
 
     def recording_worker(worker_id: str):
         waited_in.append(threading.current_thread())
         return wait_for_workers(worker_id)
 
-    scheduler._worker = recording_worker  # type: ignore[method-assign]
+    scheduler.calls.worker = recording_worker  # type: ignore[method-assign]
 
     async def look_up(worker_id: str):
         loop_thread.append(threading.current_thread())
-        return await scheduler._aworker(worker_id)
+        return await scheduler.calls.aworker(worker_id)
 
     first = asyncio.run(look_up("actor/1"))  # not known yet: get_workers runs in a worker thread
     assert first.id == "actor/1" and waited_in and waited_in[0] is not loop_thread[0]

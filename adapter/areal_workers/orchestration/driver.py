@@ -3,36 +3,33 @@
 Every change is one helm revision; after it the model is read back from the release (`helm get values` and the
 chart's topology ConfigMap), exactly as a scheduler adopting the release reads it. The last revision whose
 workers were all ready is recorded on the topology ConfigMap (so a restarted controller rolls back to the same
-place); what is pending is derived by comparing the current revision's values with that one's.
+place); what is pending is derived by comparing the current revision's values with that one's. The checks before
+a revision are orchestration/preflight.py's; the pod and StatefulSet work helm leaves undone is
+orchestration/pod_cleanup.py's.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-import time
 from collections.abc import Coroutine
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from .. import diagnosis, naming
+from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
-from ..pods import admission
 from ..pods.inspector import ReleaseInspector
-from ..pods.watch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index
-from ..release import capacity, name_records, ownership
+from ..pods.watch import PodWatch, all_ready
+from ..release import ownership
 from ..release.client import HelmError, Releases, Snapshot, helm_error_text
 from ..release.model import ReleaseModel
 from ..runtime.backend import StatefulSets
 from ..runtime.loop_thread import LoopThread
+from . import preflight
 from .authorship import Authorship, is_own_failed_upgrade
+from .pod_cleanup import PodCleanup
 
 logger = logging.getLogger(__name__)
-NODES_REREAD_SECONDS = 5.0  # how often wait_gone looks again for nodes that stopped answering
 
 
 class ReleaseDriver:
@@ -49,13 +46,8 @@ class ReleaseDriver:
         loop: LoopThread,
     ) -> None:
         self.name, self.config, self.namespace = name, config, config.namespace
-        self.releases, self.inspector, self.pods, self.statefulsets, self.loop = (
-            releases,
-            inspector,
-            pods,
-            statefulsets,
-            loop,
-        )
+        self.releases, self.inspector, self.pods, self.loop = releases, inspector, pods, loop
+        self.cleanup = PodCleanup(config, pods, statefulsets, inspector)
         self.model = ReleaseModel()
         self.good_revision: int | None = None
         self.authorship = Authorship()  # which revisions this driver may undo
@@ -181,10 +173,10 @@ class ReleaseDriver:
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
         if nodes or before is None or (workloads and self.config.kueue_queue):
             manifests = self.helm(self.releases.render(self.name, values), key)
-            self._check_capacity(manifests, workloads, nodes, key)
-            self._check_queues(manifests, workloads, key)
+            preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
+            preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
             if before is None:
-                self._clear_name_records(manifests, key)
+                preflight.clear_name_records(manifests, key)
         self.requeue(values)
         try:
             written = self.loop.run(self.releases.apply(self.name, values, description))
@@ -194,31 +186,6 @@ class ReleaseDriver:
             raise failure from error
         self.authorship.wrote(written[0])
         return self.reload(written)
-
-    def _check_capacity(
-        self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], nodes: list[client.V1Node], key: str
-    ) -> None:
-        problems = capacity.preflight(manifests, workloads, nodes)
-        if problems and self.config.capacity_check == "reject":
-            raise WorkerCreationError(
-                key,
-                "No node can hold a worker",
-                "\n".join(problems) + "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)",
-            )
-        for problem in problems:
-            logger.warning("capacity check: %s", problem)
-
-    def _check_queues(self, manifests: list[dict[str, Any]], workloads: tuple[str, ...], key: str) -> None:
-        """A queued workload's LocalQueue must exist: Kueue would hold its pods forever without a word."""
-        for queue in sorted(admission.queues_of(manifests, workloads)):
-            if self.inspector.local_queue_exists(queue) is False:
-                raise WorkerCreationError(
-                    key,
-                    f"Kueue LocalQueue {queue!r} not found in namespace {self.namespace}",
-                    f"create it (kind LocalQueue, apiVersion kueue.x-k8s.io/v1beta2, pointing at "
-                    f"a ClusterQueue) or set kueue_queue (AREAL_K8S_KUEUE_QUEUE, values "
-                    f"kueue.queueName) to one of: kubectl -n {self.namespace} get localqueues",
-                )
 
     def requeue(self, values: dict[str, Any]) -> list[str]:
         """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
@@ -234,50 +201,9 @@ class ReleaseDriver:
             selector = self.model.own_selector(workload)
             if selector is None:
                 continue
-            names = [
-                s.metadata.name
-                for s in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
-            ]
-            for name in names:
-                self.statefulsets.delete_namespaced_stateful_set(name, self.namespace, propagation_policy="Background")
-            self._wait_statefulsets_gone(names)
-            self.wait_gone(selector)
+            names = self.cleanup.delete_statefulsets(selector)
             logger.info("re-creating the Kueue-queued StatefulSet(s) %s: Kueue admits them again", ", ".join(names))
         return changed
-
-    def _wait_statefulsets_gone(self, names: list[str]) -> None:
-        deadline = time.monotonic() + self.config.helm_timeout
-        for name in names:
-            while time.monotonic() < deadline:
-                try:
-                    self.statefulsets.read_namespaced_stateful_set(name, self.namespace)
-                except ApiException as error:
-                    if error.status == 404:
-                        break
-                    raise
-                time.sleep(0.2)
-
-    def _clear_name_records(self, manifests: list[dict[str, Any]], key: str) -> None:
-        topology_maps = [
-            m
-            for m in manifests
-            if m.get("kind") == "ConfigMap"
-            and m["metadata"].get("labels", {}).get(naming.LABEL_COMPONENT) == "topology"
-        ]
-        if not topology_maps:
-            return
-        topology = json.loads(topology_maps[0]["data"]["topology.json"])
-        try:
-            cleared = name_records.clear_trial(
-                topology.get("worker_flags", []),
-                topology["experiment"],
-                topology["trial"],
-                name_records.pod_users(manifests),
-            )
-        except name_records.UnsafeRecordPath as error:  # before the install: nothing is in the cluster yet
-            raise WorkerCreationError(key, "unsafe name_resolve record path", str(error)) from error
-        if cleared:
-            logger.info("cleared stale name_resolve records of the trial: %s", ", ".join(cleared))
 
     def _restore(self, before: int | None, failure: BaseException) -> None:
         """After a failed upgrade: back to the revision before it (or no release at all after a failed install),
@@ -301,17 +227,9 @@ class ReleaseDriver:
     def uninstall(self) -> None:
         own = self.model.own_selector()
         self.helm(self.releases.uninstall(self.name))
-        # The chart keeps its `helm test` Pod after a run and helm uninstall leaves hooks: without this it would
-        # outlive the release (and the wait below would wait for it until the time-out). Selected by the chart's
-        # own labels: another chart's pods may carry the same instance label (Argo CD sets it too).
-        test_pods, _ = self.pods.list(f"{own},{naming.LABEL_COMPONENT}=test") if own else ([], "")
-        for pod in test_pods:
-            try:
-                self.pods.delete(pod.metadata.name)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-        self.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
+        if own:  # the chart's own labels: another chart's pods may carry the same instance label (Argo CD's too)
+            self.cleanup.delete_test_pods(own)
+        self.cleanup.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
         self.authorship.forget()
         self.reload()
         self.good_revision = None
@@ -321,45 +239,7 @@ class ReleaseDriver:
         own = self.model.own_selector(role)
         if own is None:  # no topology: nothing of the chart's to scale
             return
-        for statefulset in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=own).items:
-            if (statefulset.spec.replicas or 0) > 1:
-                self.statefulsets.patch_namespaced_stateful_set_scale(
-                    statefulset.metadata.name, self.namespace, {"spec": {"replicas": 1}}
-                )
-        self.pods.wait(own, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
-
-    def wait_gone(self, selector: str) -> None:
-        """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
-        confirm their end (Kubernetes removes them when the node returns or is deleted), so waiting for them would
-        only run into the time-out. The nodes are read again every few seconds of the wait: a node that stops
-        answering meanwhile strands its pods too. Without read access to nodes every pod is waited for."""
-        nodes = self.inspector.nodes()
-
-        def read_nodes_again(_pods: dict[str, client.V1Pod]) -> None:
-            nonlocal nodes
-            nodes = self.inspector.nodes()
-
-        def stranded(pod: client.V1Pod) -> bool:
-            return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
-
-        try:
-            left = self.pods.wait(
-                selector,
-                lambda pods: all(stranded(p) for p in pods.values()),
-                self.config.helm_timeout,
-                on_idle=(NODES_REREAD_SECONDS, read_nodes_again),
-            )
-        except WaitTimedOut:
-            names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
-            logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
-            return
-        if left:
-            logger.warning(
-                "not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
-                "returns or is deleted): %s",
-                len(left),
-                ", ".join(f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())),
-            )
+        self.cleanup.scale_down_to_rank_zero(own)
 
     # --- the last all-ready revision and the rollback to it ------------------------------------
 
@@ -422,7 +302,7 @@ class ReleaseDriver:
         self.reload()
         self.authorship.wrote(self.model.revision)
         for workload in before - self.model.workloads():
-            self.wait_gone(naming.role_selector(self.name, workload))
+            self.cleanup.wait_gone(naming.role_selector(self.name, workload))
         return self.replace_stuck_pods()
 
     def _requeue_for(self, revision: int) -> None:
@@ -434,33 +314,11 @@ class ReleaseDriver:
             self.requeue(values)
 
     def replace_stuck_pods(self) -> list[str]:
-        """Deletes pods that are not ready and run another revision than their StatefulSet's current one (after a
-        rollback a StatefulSet does not replace a broken pod by itself: kubernetes#67250). Only the chart's own
-        StatefulSets of this release, by the selector labels it rendered: another chart's objects may carry the
+        """Replaces the pods stuck on an abandoned revision (PodCleanup.replace_stuck_pods), of the chart's own
+        StatefulSets of this release only, by the selector labels it rendered: another chart's objects may carry the
         same instance label (Argo CD labels what it syncs with it)."""
-        replaced: list[str] = []
         own = self.model.own_selector()
         if own is None:
             logger.warning("release %s has no topology naming its selector labels: no pod replaced", self.name)
-            return replaced
-        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=own).items
-        for statefulset in statefulsets:
-            statefulset = self._observed(statefulset)
-            selector = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
-            pods, _ = self.pods.list(selector)
-            for pod in pods:
-                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
-                if revision != statefulset.status.update_revision and not is_ready(pod):
-                    self.pods.delete(pod.metadata.name)
-                    replaced.append(pod.metadata.name)
-        return replaced
-
-    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
-        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
-        deadline = time.monotonic() + timeout
-        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            statefulset = self.statefulsets.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
-        return statefulset
+            return []
+        return self.cleanup.replace_stuck_pods(own)

@@ -1,0 +1,142 @@
+"""What helm leaves undone to a release's pods and StatefulSets: pods waited gone, StatefulSets deleted or scaled
+down ahead of a revision, pods stuck on an abandoned revision replaced, the chart's test pods removed. The driver
+builds every selector from the release's model; this module only acts on what they select.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .. import diagnosis, naming
+from ..config import KubernetesSchedulerConfig
+from ..pods.inspector import ReleaseInspector
+from ..pods.watch import PodWatch, WaitTimedOut, is_ready, pod_index
+from ..runtime.backend import StatefulSets
+
+logger = logging.getLogger(__name__)
+NODES_REREAD_SECONDS = 5.0  # how often wait_gone looks again for nodes that stopped answering
+
+
+class PodCleanup:
+    """The pod and StatefulSet work of one release's changes, bounded by helm_timeout."""
+
+    def __init__(
+        self,
+        config: KubernetesSchedulerConfig,
+        pods: PodWatch,
+        statefulsets: StatefulSets,
+        inspector: ReleaseInspector,
+    ) -> None:
+        self.config, self.namespace = config, config.namespace
+        self.pods, self.statefulsets, self.inspector = pods, statefulsets, inspector
+
+    def wait_gone(self, selector: str) -> None:
+        """Until the pods are gone, except those terminating on a node that is NotReady or deleted: no kubelet will
+        confirm their end (Kubernetes removes them when the node returns or is deleted), so waiting for them would
+        only run into the time-out. The nodes are read again every few seconds of the wait: a node that stops
+        answering meanwhile strands its pods too. Without read access to nodes every pod is waited for."""
+        nodes = self.inspector.nodes()
+
+        def read_nodes_again(_pods: dict[str, client.V1Pod]) -> None:
+            nonlocal nodes
+            nodes = self.inspector.nodes()
+
+        def stranded(pod: client.V1Pod) -> bool:
+            return pod.metadata.deletion_timestamp is not None and diagnosis.node_problem(pod, nodes) is not None
+
+        try:
+            left = self.pods.wait(
+                selector,
+                lambda pods: all(stranded(p) for p in pods.values()),
+                self.config.helm_timeout,
+                on_idle=(NODES_REREAD_SECONDS, read_nodes_again),
+            )
+        except WaitTimedOut:
+            names = ", ".join(sorted(p.metadata.name for p in self.pods.list(selector)[0]))
+            logger.warning("pods still terminating after %ss: %s", self.config.helm_timeout, names)
+            return
+        if left:
+            logger.warning(
+                "not waiting for %d pod(s) on unreachable nodes (Kubernetes removes them when the node "
+                "returns or is deleted): %s",
+                len(left),
+                ", ".join(f"{name} on {pod.spec.node_name}" for name, pod in sorted(left.items())),
+            )
+
+    def delete_statefulsets(self, selector: str) -> list[str]:
+        """Deletes the StatefulSets `selector` selects and waits until they and their pods are gone; returns their
+        names."""
+        names = [
+            s.metadata.name
+            for s in self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        ]
+        for name in names:
+            self.statefulsets.delete_namespaced_stateful_set(name, self.namespace, propagation_policy="Background")
+        self._wait_statefulsets_gone(names)
+        self.wait_gone(selector)
+        return names
+
+    def _wait_statefulsets_gone(self, names: list[str]) -> None:
+        deadline = time.monotonic() + self.config.helm_timeout
+        for name in names:
+            while time.monotonic() < deadline:
+                try:
+                    self.statefulsets.read_namespaced_stateful_set(name, self.namespace)
+                except ApiException as error:
+                    if error.status == 404:
+                        break
+                    raise
+                time.sleep(0.2)
+
+    def scale_down_to_rank_zero(self, selector: str) -> None:
+        """Every StatefulSet `selector` selects down to one replica, waited for: only the pods of index 0 remain."""
+        for statefulset in self.statefulsets.list_namespaced_stateful_set(
+            self.namespace, label_selector=selector
+        ).items:
+            if (statefulset.spec.replicas or 0) > 1:
+                self.statefulsets.patch_namespaced_stateful_set_scale(
+                    statefulset.metadata.name, self.namespace, {"spec": {"replicas": 1}}
+                )
+        self.pods.wait(selector, lambda pods: all(pod_index(p) == 0 for p in pods.values()), self.config.helm_timeout)
+
+    def delete_test_pods(self, selector: str) -> None:
+        """The chart keeps its `helm test` Pod after a run and helm uninstall leaves hooks: without this it would
+        outlive the release (and a wait for the release's pods would wait for it until the time-out)."""
+        test_pods, _ = self.pods.list(f"{selector},{naming.LABEL_COMPONENT}=test")
+        for pod in test_pods:
+            try:
+                self.pods.delete(pod.metadata.name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+    def replace_stuck_pods(self, selector: str) -> list[str]:
+        """Deletes the pods of the StatefulSets `selector` selects that are not ready and run another revision than
+        their StatefulSet's current one (after a rollback a StatefulSet does not replace a broken pod by itself:
+        kubernetes#67250); returns their names."""
+        replaced: list[str] = []
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            own = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            pods, _ = self.pods.list(own)
+            for pod in pods:
+                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+                if revision != statefulset.status.update_revision and not is_ready(pod):
+                    self.pods.delete(pod.metadata.name)
+                    replaced.append(pod.metadata.name)
+        return replaced
+
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
+        deadline = time.monotonic() + timeout
+        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            statefulset = self.statefulsets.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        return statefulset
