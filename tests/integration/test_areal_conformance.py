@@ -227,6 +227,7 @@ def test_a_first_create_clears_the_trials_stale_name_resolve_records(make_schedu
     assert not any(path.exists() for path in stale)
     assert (other_trial / "ENTRY").exists()
     scheduler.get_workers("actor")
+    scheduler.close()  # a restarted controller adopts the release (a live one would be refused)
     adopting = make_scheduler(trial="stale", extra_values=values)
     (records / getpass.getuser() / "exp" / "stale" / "kept").mkdir(parents=True)
     adopting.create_workers(job("rollout", 1))
@@ -304,7 +305,9 @@ def test_ports_are_what_the_chart_rendered_for_creator_and_adopter_alike(make_sc
     creator = make_scheduler(trial="ports", extra_values=values)
     creator.create_workers(job("actor", 1, [spec(port_count=3)]))
     created = creator.get_workers("actor")
-    adopted = make_scheduler(trial="ports", extra_values=values).get_workers("actor")
+    creator.close()  # a restarted controller adopts the release (a live one would be refused)
+    adopter = make_scheduler(trial="ports", extra_values=values)
+    adopted = adopter.get_workers("actor")
     assert created[0].worker_ports == adopted[0].worker_ports == ["9100", "9101", "9102"]
-    asyncio.run(creator.create_engine("actor/0", COUNTER, None, 3))
-    assert creator.call_engine("actor/0", "value") == 3  # the guard really listens there
+    asyncio.run(adopter.create_engine("actor/0", COUNTER, None, 3))
+    assert adopter.call_engine("actor/0", "value") == 3  # the guard really listens there

@@ -313,7 +313,8 @@ def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(mak
     other_trial.create_workers(job("actor", 1))
     assert [w.id for w in other_trial.get_workers("actor")] == ["actor/0"]
 
-    restarted = make_scheduler("trial0")
+    first.close()  # the controller process ends; its Lease stays, no longer renewed
+    restarted = make_scheduler("trial0")  # takes the Lease over once it saw it unchanged (runtime/lease.py)
     assert restarted.get_workers("actor") == workers
     with pytest.raises(WorkerCreationError):
         restarted.create_workers(job("actor", 2))
