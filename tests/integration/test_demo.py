@@ -43,6 +43,7 @@ ITERATIONS = 6
 # AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
 # and a replaced pod start one role after the other.
 DEMO_TIMEOUT = 900
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 STEPS = [
     "1. Create the workers",
     "2. Fork a role into the actor's pods",
@@ -177,13 +178,14 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
 @pytest.mark.timeout(DEMO_TIMEOUT + 60)
 def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namespace, kubeconfig, core, tmp_path):
     """`make demo IN_CLUSTER=1`: the demo is the trainer of a Job (areal-workers submit, as the rbac/ ServiceAccount)
-    whose pod reaches the workers at their pod IPs; its log and exit code come back to the command."""
+    whose pod reaches the workers at their pod IPs; its log and exit code come back to the command. The namespace
+    enforces PodSecurity `restricted` (docs/en/security.md): the trainer's pod, its workers and forks pass it."""
     from podrunner.watch import PodRunner
 
     if LocalCluster().podrunner_workers() == "areal":
-        namespace, runner = make_namespace(private=False), None
+        namespace, runner = make_namespace(RESTRICTED, private=False), None
     else:  # the pods need AReaL's server: a runner of this test (the trainer pod gets podrunner's interpreter)
-        namespace = make_namespace()
+        namespace = make_namespace(RESTRICTED)
         runner = PodRunner(
             str(kubeconfig),
             namespace,

@@ -98,7 +98,8 @@ JOB_TEXT = {
 }
 CODE_MEANINGS_ZH = {
     0: "成功",
-    1: "命令执行成功但发现了问题：有 worker 未就绪（status、diagnose），或 doctor 的某项检查失败",
+    1: "命令执行成功但发现了问题：有 worker 未就绪（status、diagnose）、doctor 的某项检查失败，"
+    "或 trainer Pod 无法创建或启动（submit）",
     2: "参数或输入文件有误、trial 不唯一，或找不到可运行的 helm；集群中没有任何改动",
     3: "没有这个 trial、角色、worker 或 revision",
     4: "集群或 helm 出错：无法连接、权限不足、helm 自身的错误",

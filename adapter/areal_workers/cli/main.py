@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         "--file",
         help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
-        "volumes, volume_mounts, lease_grace_seconds, ...)",
+        "volumes, volume_mounts, lease_grace_seconds, pod_security_context, container_security_context, ...)",
     )
     submit_cmd.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
     submit_cmd.add_argument("--name", help="the Job's name (default: trainer-<script>)")

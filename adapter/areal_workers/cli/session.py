@@ -40,7 +40,7 @@ EXIT_PIPE = 141  # 128 + SIGPIPE: how a shell sees kubectl or helm end when its 
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
-    "check",
+    "check, a trainer pod that cannot be created or started (submit)",
     EXIT_USAGE: "bad arguments or input files, an ambiguous trial, or no helm to run; nothing was changed",
     EXIT_NOT_FOUND: "no such trial, role, worker or revision",
     EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",

@@ -1,15 +1,18 @@
 """The trainer as a batch/v1 Job, built as plain data: the controller ServiceAccount of rbac/, the label the
-chart's NetworkPolicy admits (`areal.io/controller: "true"`), and the AREAL_K8S_* settings that tie the workers'
-lives to it: the pod's own name and uid (its workers' objects get it as ownerReference) and the lease grace."""
+chart's NetworkPolicy admits (`areal.io/controller: "true"`), the AREAL_K8S_* settings that tie the workers'
+lives to it (the pod's own name and uid, which its workers' objects get as ownerReference, and the lease grace),
+and the chart's securityContexts, so the pod passes PodSecurity `restricted` as the workers' do."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
 from .session import EXIT_USAGE, CliError
 
@@ -18,6 +21,24 @@ CONTROLLER_SERVICE_ACCOUNT = "areal-controller"  # rbac/serviceaccount.yaml
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 LAUNCHER = ["-m", "areal_workers.launch"]
+# The chart's workerDefaults.podSecurityContext and containerSecurityContext (charts/areal-workers/values.yaml; a
+# unit test keeps them equal): the trainer passes PodSecurity `restricted` in the namespace of its workers.
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Submit file field -> the Kubernetes type it holds (its keys are checked against it) and the default it is merged on.
+SECURITY_CONTEXTS: dict[str, tuple[type, dict[str, Any]]] = {
+    "pod_security_context": (client.V1PodSecurityContext, POD_SECURITY_CONTEXT),
+    "container_security_context": (client.V1SecurityContext, CONTAINER_SECURITY_CONTEXT),
+}
+# A uid the image may not know has no home directory: helm (run by the adapter) keeps its cache and configuration
+# under HOME, as the chart's reaper CronJob does for its uid 1000.
+HOME = "/tmp"
 
 
 @dataclass
@@ -40,6 +61,61 @@ class TrainerSpec:
     node_selector: dict[str, str] = field(default_factory=dict)
     image_pull_secrets: list[str] = field(default_factory=list)
     launcher: bool = True  # run `python SCRIPT` / `python -m MODULE` through areal_workers.launch
+    # The pod's and the container's securityContext (camelCase Kubernetes fields). In a submit file each is merged
+    # over these defaults as Helm merges values: a key replaces the default's, null removes it, a null field
+    # removes the securityContext.
+    pod_security_context: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(POD_SECURITY_CONTEXT))
+    container_security_context: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+    )
+
+
+def _merged(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` over `default` as Helm merges values: mappings key by key, null removes a key."""
+    merged = copy.deepcopy(default)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _unknown_keys(data: dict[str, Any], model: type, path: str) -> list[str]:
+    """The keys of `data`, nested ones too, that the Kubernetes type `model` has no field for: the apiserver would
+    drop them with a warning, and a misspelt `runAsUser` would leave the default in place unnoticed."""
+    kinds = {name: model.openapi_types[attribute] for attribute, name in model.attribute_map.items()}
+    unknown = []
+    for key, value in data.items():
+        if key not in kinds:
+            unknown.append(f"{path}.{key}")
+        elif isinstance(value, dict) and hasattr(client, kinds[key]):
+            unknown += _unknown_keys(value, getattr(client, kinds[key]), f"{path}.{key}")
+    return unknown
+
+
+def _security_context(name: str, value: Any, where: Path | None) -> dict[str, Any]:
+    """A submit file's `pod_security_context` or `container_security_context` over its default."""
+    model, default = SECURITY_CONTEXTS[name]
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CliError(
+            f"{where}: {name} is a mapping of {model.__name__.removeprefix('V1')} fields (camelCase, e.g. "
+            f"runAsUser: 2000), merged over the default; null removes it",
+            EXIT_USAGE,
+        )
+    unknown = _unknown_keys(value, model, name)
+    if unknown:
+        known = ", ".join(sorted(model.attribute_map.values()))
+        raise CliError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; {name} has {known} (Kubernetes' "
+            f"{model.__name__.removeprefix('V1')}, camelCase)",
+            EXIT_USAGE,
+        )
+    return _merged(default, value)
 
 
 def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
@@ -58,6 +134,9 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
         raise CliError(
             f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}", EXIT_USAGE
         )
+    for name in SECURITY_CONTEXTS:
+        if name in data:
+            data[name] = _security_context(name, data[name], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
         raise CliError(
@@ -121,6 +200,9 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)},
     ]
     env += [{"name": key, "value": str(value)} for key, value in sorted(spec.env.items())]
+    uid = {**spec.pod_security_context, **spec.container_security_context}.get("runAsUser")
+    if uid not in (None, 0) and "HOME" not in spec.env:
+        env.append({"name": "HOME", "value": HOME})
     resources: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpu:
         resources["nvidia.com/gpu"] = spec.gpu
@@ -135,11 +217,15 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         container["volumeMounts"] = spec.volume_mounts
     if spec.working_dir:
         container["workingDir"] = spec.working_dir
+    if spec.container_security_context:
+        container["securityContext"] = spec.container_security_context
     pod: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
         "restartPolicy": "Never",
-        "containers": [container],
     }
+    if spec.pod_security_context:
+        pod["securityContext"] = spec.pod_security_context
+    pod["containers"] = [container]
     for key, value in (
         ("volumes", spec.volumes),
         ("nodeSelector", spec.node_selector),

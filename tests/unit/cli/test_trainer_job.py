@@ -1,5 +1,6 @@
 """The trainer Job `areal-workers submit` creates, as data: the controller identity and label, the settings that
-tie the workers to the trainer's pod, and bad submit files refused with what to change."""
+tie the workers to the trainer's pod, the chart's securityContexts (PodSecurity `restricted`) and their overrides,
+and bad submit files refused with what to change."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import yaml
 
 from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.session import EXIT_USAGE, CliError
-from areal_workers.cli.trainer_job import load_spec, trainer_job
+from areal_workers.cli.trainer_job import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, load_spec, trainer_job
 from areal_workers.release.values import base_values
 from repo_paths import REPO
 
@@ -44,6 +45,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
         "AREAL_K8S_OWNER_POD_UID": "metadata.uid",
         "AREAL_K8S_LEASE_GRACE_SECONDS": "120",
         "WANDB_MODE": "offline",
+        "HOME": "/tmp",  # uid 1000 has no home in most images; helm writes under HOME
     }
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and container["volumeMounts"][0]["name"] == "data"
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
@@ -57,6 +59,65 @@ def test_the_trainers_pod_becomes_the_owner_of_its_release():
     assert "ownerReferences" not in base_values(KubernetesSchedulerConfig(), "e", "t")
 
 
+def written(tmp_path: Path, data: dict) -> Path:
+    spec_file = tmp_path / "trainer.yaml"
+    spec_file.write_text(yaml.safe_dump({"image": "reg/areal:1", **data}))
+    return spec_file
+
+
+def pod_and_container(job: dict) -> tuple[dict, dict]:
+    pod = job["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+def test_the_job_passes_pod_security_restricted_with_the_charts_security_contexts(tmp_path: Path):
+    pod, container = pod_and_container(trainer_job(load_spec(written(tmp_path, {}), {}), ["python", "t.py"], "rl"))
+    workers = yaml.safe_load((REPO / "charts" / "areal-workers" / "values.yaml").read_text())["workerDefaults"]
+    assert pod["securityContext"] == workers["podSecurityContext"] == POD_SECURITY_CONTEXT
+    assert container["securityContext"] == workers["containerSecurityContext"] == CONTAINER_SECURITY_CONTEXT
+    # What `restricted` checks of a pod's securityContexts (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "HOME", "value": "/tmp"} in container["env"]
+
+
+def test_a_submit_files_security_contexts_are_merged_over_the_defaults_as_helm_merges_values(tmp_path: Path):
+    spec_file = written(
+        tmp_path,
+        {
+            "pod_security_context": {"runAsUser": 2000, "fsGroup": None, "seccompProfile": {"type": "Localhost"}},
+            "container_security_context": {"readOnlyRootFilesystem": True, "capabilities": {"add": ["NET_ADMIN"]}},
+            "env": {"HOME": "/home/trainer"},
+        },
+    )
+    pod, container = pod_and_container(trainer_job(load_spec(spec_file, {}), ["python", "t.py"], "rl"))
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 2000,
+        "runAsGroup": 1000,
+        "seccompProfile": {"type": "Localhost"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+        "readOnlyRootFilesystem": True,
+    }
+    assert [e["value"] for e in container["env"] if e["name"] == "HOME"] == ["/home/trainer"]  # the file's, once
+    assert POD_SECURITY_CONTEXT["runAsUser"] == 1000  # the defaults themselves are left alone
+
+
+def test_null_removes_a_security_context_or_the_uid_so_the_image_decides(tmp_path: Path):
+    removed = written(tmp_path, {"pod_security_context": None, "container_security_context": None})
+    pod, container = pod_and_container(trainer_job(load_spec(removed, {}), ["python", "t.py"], "rl"))
+    assert "securityContext" not in pod and "securityContext" not in container
+    image_user = written(tmp_path, {"pod_security_context": {"runAsUser": None, "runAsGroup": None}})
+    pod, container = pod_and_container(trainer_job(load_spec(image_user, {}), ["python", "t.py"], "rl"))
+    assert pod["securityContext"]["runAsNonRoot"] is True and "runAsUser" not in pod["securityContext"]
+    assert "HOME" not in {e["name"] for e in container["env"]}  # the image's own user keeps the image's HOME
+
+
 @pytest.mark.parametrize(
     ("data", "overrides", "command", "message"),
     [
@@ -65,6 +126,24 @@ def test_the_trainers_pod_becomes_the_owner_of_its_release():
         ({"image": "x"}, {}, [], "nothing to run"),
         ({"image": "x"}, {"name": "Trainer_1"}, ["python", "t.py"], "must be a DNS label"),
         ({"image": "x", "lease_grace_seconds": -1}, {}, ["python", "t.py"], "lease_grace_seconds must be >= 0"),
+        (
+            {"image": "x", "pod_security_context": {"runAsUsr": 2000}},
+            {},
+            ["python", "t.py"],
+            "unknown field(s) pod_security_context.runAsUsr; pod_security_context has appArmorProfile, fsGroup",
+        ),
+        (
+            {"image": "x", "container_security_context": {"capabilities": {"dorp": ["ALL"]}}},
+            {},
+            ["python", "t.py"],
+            "unknown field(s) container_security_context.capabilities.dorp",
+        ),
+        (
+            {"image": "x", "container_security_context": "restricted"},
+            {},
+            ["python", "t.py"],
+            "container_security_context is a mapping of SecurityContext fields",
+        ),
     ],
 )
 def test_bad_submit_input_is_a_usage_error(tmp_path: Path, data, overrides, command, message):
