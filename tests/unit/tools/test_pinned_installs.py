@@ -1,6 +1,6 @@
 """What the installers pin: every package of AReaL's environment by version and sha256 (pip --require-hashes), the
 helm/kubectl wheels by sha256, helm-unittest by its go.sum lines, the development virtualenv by exact versions.
-tests/integration/test_pinned_installs.py shows a wrong pin refused for real."""
+tests/integration/test_install_refusals.py shows a wrong pin refused for real."""
 
 from __future__ import annotations
 
