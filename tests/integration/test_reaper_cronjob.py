@@ -16,11 +16,11 @@ import pytest
 from kubernetes import client
 
 from areal_workers import naming
-from repo_paths import REPO, TOOLS_BIN
+from localkube.rbac import apply_rbac
+from repo_paths import REPO
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
 CHART = REPO / "charts" / "areal-workers"
-KUBECTL = TOOLS_BIN / "kubectl"
 REAPER = "reaper"
 # The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting, a first look at the unchanged
 # Lease, a minute later a second one that reaps (the grace, 3 s, has passed on the reaper's clock), then its pods.
@@ -47,11 +47,7 @@ def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worke
     """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
     trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
     assert worker_lane.name == "reference", "the reaper pod's python is the lane's: run this module in the main lane"
-    subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
-        check=True,
-        capture_output=True,
-    )
+    apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
     values = tmp_path / "reaper.json"
     values.write_text(
         json.dumps(
