@@ -1,7 +1,8 @@
 """The chart's reaper CronJob on the cluster: installed as a release of its own with no roles (reaper.enabled), it runs
-`areal-workers reap` every minute as the controller ServiceAccount of rbac/ (its pods run by podrunner with that
-ServiceAccount's credentials) and uninstalls the release of a trainer killed with SIGKILL once the trainer's Lease is
-seen unchanged past its grace by two of its runs; the reaper's own release, which has no Lease, stays."""
+`areal-workers reap` every minute as the reaper ServiceAccount of rbac/reaper.yaml, whose Role creates nothing (its
+pods run by podrunner with that ServiceAccount's credentials), and uninstalls the release of a trainer killed with
+SIGKILL once the trainer's Lease is seen unchanged past its grace by two of its runs; the reaper's own release, which
+has no Lease, stays."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def installed(helm_executable: str, kubeconfig: Path, namespace: str) -> dict[st
 
 @pytest.fixture
 def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worker_lane, tmp_path):  # noqa: F811
-    """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
-    trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
+    """rbac/ applied to the namespace (the reaper's own identity included) and the reaper-only release installed in it
+    (its pods run by the podrunner that trainer_config started for the namespace, with the reference lane's
+    interpreter, which has areal-workers)."""
     assert worker_lane.name == "reference", "the reaper pod's python is the lane's: run this module in the main lane"
     apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
     values = tmp_path / "reaper.json"
@@ -56,7 +58,7 @@ def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worke
                 "reaper": {
                     "enabled": True,
                     "schedule": "* * * * *",
-                    "serviceAccountName": "areal-controller",
+                    "serviceAccountName": "areal-reaper",  # rbac/reaper.yaml: the reaper's own Role
                     "command": ["python", "-m", "areal_workers.cli", "reap"],
                     "image": {"repository": "local/areal-workers-reaper", "tag": "dev"},
                 },
