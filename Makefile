@@ -79,7 +79,7 @@ demo: ## the first command: the local cluster, then examples/bandit_demo.py (Kub
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto)
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
-	$(KUBECTL_LOCAL) apply -n $(DEMO_NAMESPACE) -f rbac/ >/dev/null
+	$(PY) tools/localcluster.py rbac $(DEMO_NAMESPACE) >/dev/null
 	$(KUBECTL_LOCAL) -n $(DEMO_NAMESPACE) delete job bandit-demo-trainer --ignore-not-found >/dev/null
 	$(VENV)/bin/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) -n $(DEMO_NAMESPACE) submit \
 	  --image local/areal-trainer:dev --name bandit-demo-trainer -- \

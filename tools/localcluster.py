@@ -1,4 +1,4 @@
-"""The local cluster's command line: `python tools/localcluster.py up|down|status|kubeconfig|sa-kubeconfig ...`
+"""The local cluster's command line: `python tools/localcluster.py up|down|status|kubeconfig|sa-kubeconfig|rbac ...`
 (`--help` says more). The cluster itself is the package tools/localkube/."""
 
 import sys

@@ -25,6 +25,13 @@ def load(name: str) -> dict:
     return yaml.safe_load((RBAC / name).read_text())
 
 
+def load_all(name: str) -> dict[str, dict]:
+    """kind -> object of a file of several objects, one of each kind."""
+    documents = [d for d in yaml.safe_load_all((RBAC / name).read_text()) if d]
+    assert len({d["kind"] for d in documents}) == len(documents), name
+    return {d["kind"]: d for d in documents}
+
+
 def grants(rules: list[dict], group: str, resource: str) -> set[str]:
     verbs: set[str] = set()
     for rule in rules:
@@ -97,3 +104,48 @@ def test_rbac_yaml_matches_the_chart_text_comments_included():
     chart_rules = re.search(r"^rules:\n(.*?)^---", chart, re.S | re.M).group(1)
     plain = (RBAC / "role.yaml").read_text()
     assert plain.endswith(chart_rules)
+
+
+REAPER = {"reaper": {"enabled": True, "image": {"repository": "r"}}, "controllerRbac": {"create": True}}
+
+
+def test_the_reaper_has_its_own_identity_and_role():
+    objects = load_all("reaper.yaml")
+    sa, role, binding = objects["ServiceAccount"], objects["Role"], objects["RoleBinding"]
+    assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "areal-reaper"
+    for doc in objects.values():
+        assert "namespace" not in doc["metadata"]  # kubectl apply -n <namespace>
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "areal-reaper"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "areal-reaper"}]
+
+
+def test_the_reaper_role_grants_what_reap_needs_and_nothing_to_create():
+    """`areal-workers reap`: list, mark and delete Leases; helm uninstall (release Secrets, the release's objects,
+    waited for until gone); the release's pods waited for. Nothing created or patched, no logs, events or Kueue."""
+    rules = load_all("reaper.yaml")["Role"]["rules"]
+    for rule in rules:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field]
+    assert grants(rules, "coordination.k8s.io", "leases") == {"list", "update", "delete"}
+    assert grants(rules, "", "secrets") == {"get", "list", "update", "delete"}
+    for group, resource in RESOURCES.values():
+        assert grants(rules, group, resource) == {"get", "list", "watch", "delete"}, resource
+    assert grants(rules, "", "pods") == {"list", "watch"}
+    granted = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {
+        ("coordination.k8s.io", "leases"),
+        ("", "secrets"),
+        ("", "pods"),
+        *RESOURCES.values(),
+    }
+    assert not any(v in ("create", "patch", "escalate", "bind") for rule in rules for v in rule["verbs"])
+
+
+def test_rbac_reaper_equals_the_chart_rendered_reaper_role(render):
+    docs = [d for d in render(REAPER) if d["metadata"]["labels"].get("app.kubernetes.io/component") == "reaper"]
+    chart_role = one(docs, "Role")
+    assert load_all("reaper.yaml")["Role"]["rules"] == chart_role["rules"]
+    chart = (REPO / "charts/areal-workers/templates/reaper-rbac.yaml").read_text()
+    chart_rules = re.search(r"^rules:\n(.*?)^---", chart, re.S | re.M).group(1)
+    plain = (RBAC / "reaper.yaml").read_text()
+    assert chart_rules in plain

@@ -18,12 +18,26 @@ def test_a_reaper_only_release_renders_the_cronjob_and_no_trial_object(render):
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("CronJob", "rel-areal-workers-reaper")]
 
 
-def test_a_reaper_only_release_with_controller_rbac_runs_as_its_own_controller(render):
+def test_a_reaper_only_release_with_controller_rbac_runs_the_reaper_as_its_own_identity(render):
+    """The controller's objects for the trainers, and the reaper's own, bound to the reaper's narrower Role."""
     docs = render({**REAPER, "controllerRbac": {"create": True}})
-    assert sorted(d["kind"] for d in docs) == ["CronJob", "Role", "RoleBinding", "ServiceAccount"]
-    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    assert sorted(d["kind"] for d in docs) == [
+        "CronJob",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "ServiceAccount",
+        "ServiceAccount",
+    ]
+    reaper = [d for d in docs if d["metadata"]["labels"]["app.kubernetes.io/component"] == "reaper"]
+    account = next(d for d in reaper if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    assert account == "rel-areal-workers-reaper"
     assert pod_spec(one(docs, "CronJob"))["serviceAccountName"] == account
-    assert one(docs, "RoleBinding")["subjects"][0]["name"] == account
+    binding = next(d for d in reaper if d["kind"] == "RoleBinding")
+    role = next(d for d in reaper if d["kind"] == "Role")
+    assert binding["subjects"][0]["name"] == account and binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert not any(verb in ("create", "patch") for rule in role["rules"] for verb in rule["verbs"])
 
 
 def test_a_release_with_roles_and_the_reaper_is_a_trial(render):
@@ -49,7 +63,7 @@ def test_the_reaper_pod_passes_restricted_and_calls_the_api(render):
     spec = pod_spec(one(render(REAPER), "CronJob"))
     assert restricted_violations(spec) == []
     assert spec["automountServiceAccountToken"] is True and spec["restartPolicy"] == "Never"
-    assert spec["serviceAccountName"] == "areal-controller"  # rbac/serviceaccount.yaml
+    assert spec["serviceAccountName"] == "areal-reaper"  # rbac/reaper.yaml
 
 
 def test_the_reaper_carries_no_owner_even_when_the_release_has_owners(render):

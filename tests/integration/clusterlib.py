@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
 from localkube.pki import service_account_kubeconfig
+from localkube.rbac import apply_rbac
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 # Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
@@ -46,22 +46,10 @@ def guard_health(worker) -> dict:
         return json.load(response)
 
 
-def controller_kubeconfig(admin_kubeconfig, namespace: str, out) -> str:
-    """Applies rbac/ in the namespace and returns a kubeconfig of its ServiceAccount's token."""
-    subprocess.run(
-        [
-            str(REPO / ".tools" / "bin" / "kubectl"),
-            "--kubeconfig",
-            str(admin_kubeconfig),
-            "apply",
-            "-n",
-            namespace,
-            "-f",
-            str(REPO / "rbac"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+def controller_kubeconfig(admin_kubeconfig, namespace: str, out, policy: bool = True) -> str:
+    """Applies rbac/ in the namespace, with its admission policy bound to that namespace alone (localkube/rbac.py;
+    `policy=False` leaves it out), and returns a kubeconfig of the controller ServiceAccount's token."""
+    apply_rbac(admin_kubeconfig, namespace, policy=policy)
     return str(service_account_kubeconfig(admin_kubeconfig, namespace, "areal-controller", out))
 
 

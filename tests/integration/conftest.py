@@ -121,7 +121,8 @@ def pod_runner(kubeconfig, core, tmp_path, worker_lane):
 
 @pytest.fixture
 def identity() -> str:
-    """Who the scheduler acts as: "admin", or "rbac" (the least-privilege controller of rbac/)."""
+    """Who the scheduler acts as: "admin", or "rbac" (the least-privilege controller of rbac/, under rbac/'s admission
+    policy bound to the test's namespace: clusterlib.controller_kubeconfig)."""
     return "admin"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from kubernetes import client
 
 from localkube.pki import service_account_kubeconfig
+from localkube.rbac import apply_rbac
 from repo_paths import REPO
 
 CHART = REPO / "charts" / "areal-workers"
@@ -200,20 +201,7 @@ def test_the_controller_role_in_rbac_drives_the_whole_release_lifecycle_and_noth
     kubeconfig, helm_executable, make_namespace, tmp_path
 ):
     home, elsewhere = make_namespace(), make_namespace()
-    subprocess.run(
-        [
-            str(REPO / ".tools" / "bin" / "kubectl"),
-            "--kubeconfig",
-            str(kubeconfig),
-            "apply",
-            "-n",
-            home,
-            "-f",
-            str(REPO / "rbac"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    apply_rbac(kubeconfig, home)  # rbac/, its admission policy bound to this namespace alone
     controller = service_account_kubeconfig(kubeconfig, home, "areal-controller", tmp_path / "controller.yaml")
 
     values = write_values(tmp_path, {})

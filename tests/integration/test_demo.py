@@ -22,6 +22,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from localkube.cluster import LocalCluster
+from localkube.rbac import apply_rbac
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
@@ -195,20 +196,7 @@ def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namesp
             pythonpath=(str(REPO / "examples"),),
         ).start()
     try:
-        subprocess.run(
-            [
-                str(REPO / ".tools" / "bin" / "kubectl"),
-                "--kubeconfig",
-                str(kubeconfig),
-                "apply",
-                "-n",
-                namespace,
-                "-f",
-                str(REPO / "rbac"),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
         trial = f"t{uuid.uuid4().hex[:6]}"
         result = subprocess.run(
             [

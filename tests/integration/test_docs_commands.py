@@ -6,7 +6,8 @@ A page's ```bash blocks run in order, each as one `bash -e` script, in a directo
 and the files the page shows (a ```yaml block whose first line is `# values: FILE, ...` is written to FILE), with
 .tools/bin and .venv/bin on PATH and a copy of the local cluster's admin kubeconfig as KUBECONFIG. A line
 `.venv/bin/python` reads the page's next ```python block. GIVEN holds what a page assumes the reader did before
-(a namespace from an earlier page); what a page creates is removed after it.
+(a namespace from an earlier page); what a page creates is removed after it. The sandbox's
+rbac/admission-policy.yaml is bound to the docs' namespace alone (sandbox()).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
+from localkube.rbac import POLICY_FILE, scoped_policy
 from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(
@@ -124,8 +127,10 @@ GIVEN = {
     "charts/areal-workers/README.md": ["kubectl create namespace rl"],
     "docs/en/trainer-lifetime.md": ["kubectl create namespace rl"],
 }
-# Cluster-scoped objects a page makes, removed after it.
+# Cluster-scoped objects a page makes, removed after it; after every page, the sandbox's admission policy.
 CLEANUP = {"docs/en/kueue.md": ["kubectl delete --ignore-not-found -f examples/kueue-queue.yaml"]}
+DOCS_NAMESPACE = "rl"  # where the pages apply rbac/
+POLICY_CLEANUP = f"kubectl delete --ignore-not-found -f rbac/{POLICY_FILE.name}"
 
 
 @dataclass
@@ -164,10 +169,17 @@ def test_every_command_not_run_is_still_in_the_docs():
 
 
 def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
-    """The checkout (links to each top-level entry), the page's files, a kubeconfig of the reader's own."""
+    """The checkout (links to each top-level entry), the page's files, a kubeconfig of the reader's own. Its rbac/
+    holds the checkout's files, but the admission policy's bindings select the docs' namespace alone: applied as
+    written they would act on the controller of every namespace of the cluster, which other tests share."""
     for entry in REPO.iterdir():
-        if entry.name != ".git":
+        if entry.name not in (".git", "rbac"):
             (directory / entry.name).symlink_to(entry)
+    (directory / "rbac").mkdir()
+    for entry in (REPO / "rbac").iterdir():
+        if entry != POLICY_FILE:
+            (directory / "rbac" / entry.name).symlink_to(entry)
+    (directory / "rbac" / POLICY_FILE.name).write_text(yaml.safe_dump_all(scoped_policy(DOCS_NAMESPACE, None)))
     for block in blocks(page):
         header = FILE_HEADER.match(block.text)
         if block.language == "yaml" and header:
@@ -224,7 +236,7 @@ def test_the_pages_commands_run_on_the_local_cluster(page, kubeconfig, core, tmp
                 f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
             )
     finally:
-        for command in CLEANUP.get(page, []):
+        for command in [*CLEANUP.get(page, []), POLICY_CLEANUP]:
             subprocess.run(["bash", "-c", command], cwd=tmp_path, env=environment, capture_output=True, timeout=300)
         # Only the namespaces the page's commands name: other lanes make namespaces meanwhile.
         named = set(

@@ -1,6 +1,7 @@
 """`areal-workers doctor`'s checks (areal_workers/cli/doctor/) against the cluster: all pass for the admin, with a
 real probe worker; a ServiceAccount whose copy of rbac/role.yaml lacks one permission fails exactly that one; more
-GPUs per worker than any node has fails with the numbers."""
+GPUs per worker than any node has fails with the numbers; the namespace's PodSecurity level against what the
+workers need."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from repo_paths import REPO
 pytestmark = pytest.mark.serial_cluster
 
 ROLE = "areal-controller"
+ENFORCE = "pod-security.kubernetes.io/enforce"
 ROLE_FILE = REPO / "rbac" / "role.yaml"
 GPU = "nvidia.com/gpu"
 
@@ -54,8 +56,9 @@ def by_status(checks: list[Check], status: str) -> list[Check]:
 
 
 def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothing(
-    kube_client, core, namespace, pod_runner, doctor_config, helm_client
+    kube_client, core, make_namespace, pod_runner, doctor_config, helm_client
 ):
+    namespace = make_namespace({ENFORCE: "restricted"})  # the chart's defaults pass it: the probe's pod is admitted
     pod_runner(namespace)
     messages: list[str] = []
     checks = run_doctor(
@@ -69,9 +72,11 @@ def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothi
         *(access.name for access in accesses),
         "permission list nodes",
         "chart renders",
+        "PodSecurity",
         "GPU capacity",
         "worker reachable",
     ]
+    assert f"namespace {namespace} enforces 'restricted'" in checks[names.index("PodSecurity")].detail
     probe = checks[-1]
     assert "answered GET /health from this machine" in probe.detail and "deleted" in probe.detail
     assert any(message.startswith("probe: GET http://") for message in messages), messages
@@ -135,6 +140,10 @@ def test_a_service_account_without_one_permission_of_the_role_fails_exactly_that
     assert [check.name for check in by_status(checks, "warn")] == ["permission list nodes"]
     gpu = next(check for check in checks if check.name == "GPU capacity")
     assert gpu.status == "skip" and "nodes cannot be listed: HTTP 403" in gpu.detail
+    # Nor read its namespace's labels: the PodSecurity level is left to an administrator's command.
+    pod_security = next(check for check in checks if check.name == "PodSecurity")
+    assert pod_security.status == "skip" and "HTTP 403" in pod_security.detail, pod_security
+    assert f"kubectl get namespace {namespace} -L {ENFORCE}" in pod_security.fix
     probe = checks[-1]
     assert probe.name == "worker reachable" and probe.status == "skip" and failed[0].name in probe.detail
     _, accesses = role_accesses(ROLE_FILE.read_text())
@@ -187,3 +196,29 @@ def test_values_the_chart_schema_rejects_fail_the_render_with_helms_own_text(
     assert checks[-1].status == "skip" and "chart renders" in checks[-1].detail  # no probe of a broken chart
     missing = run_doctor(kube_client, replace(config, values_files=(str(tmp_path / "nowhere.yaml"),)), probe=False)
     assert "nowhere.yaml" in next(check for check in missing if check.name == "chart renders").detail
+
+
+def test_a_namespace_without_a_podsecurity_level_is_a_warning_naming_the_label_to_set(
+    kube_client, namespace, doctor_config
+):
+    checks = run_doctor(kube_client, doctor_config(namespace), probe=False)
+    [warning] = [check for check in checks if check.status == "warn"]
+    assert warning.name == "PodSecurity"
+    assert f"namespace {namespace} enforces not set" in warning.detail, warning.detail
+    assert "the workers as configured need 'restricted'" in warning.detail
+    assert f"kubectl label namespace {namespace} {ENFORCE}=restricted" in warning.fix
+
+
+def test_workers_that_need_more_than_the_namespace_enforces_fail_and_no_probe_is_made(
+    kube_client, make_namespace, doctor_config, tmp_path
+):
+    namespace = make_namespace({ENFORCE: "baseline"})
+    host_network = tmp_path / "host-network.yaml"
+    host_network.write_text("workerDefaults:\n  hostNetwork: true\n")
+    config = doctor_config(namespace)
+    checks = run_doctor(kube_client, replace(config, values_files=(*config.values_files, str(host_network))))
+    [failed] = [check for check in checks if check.status == "fail"]
+    assert failed.name == "PodSecurity"
+    assert f"namespace {namespace} enforces 'baseline'" in failed.detail
+    assert "need 'privileged' (hostNetwork): their pods would be refused" in failed.detail, failed.detail
+    assert checks[-1].name == "worker reachable" and checks[-1].status == "skip" and "PodSecurity" in checks[-1].detail

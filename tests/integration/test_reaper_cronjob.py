@@ -1,7 +1,8 @@
 """The chart's reaper CronJob on the cluster: installed as a release of its own with no roles (reaper.enabled), it runs
-`areal-workers reap` every minute as the controller ServiceAccount of rbac/ (its pods run by podrunner with that
-ServiceAccount's credentials) and uninstalls the release of a trainer killed with SIGKILL once the trainer's Lease is
-seen unchanged past its grace by two of its runs; the reaper's own release, which has no Lease, stays."""
+`areal-workers reap` every minute as the reaper ServiceAccount of rbac/reaper.yaml, whose Role creates nothing (its
+pods run by podrunner with that ServiceAccount's credentials), and uninstalls the release of a trainer killed with
+SIGKILL once the trainer's Lease is seen unchanged past its grace by two of its runs; the reaper's own release, which
+has no Lease, stays."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import pytest
 from kubernetes import client
 
 from areal_workers import naming
-from repo_paths import REPO, TOOLS_BIN
+from localkube.rbac import apply_rbac
+from repo_paths import REPO
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
 CHART = REPO / "charts" / "areal-workers"
-KUBECTL = TOOLS_BIN / "kubectl"
 REAPER = "reaper"
 # The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting, a first look at the unchanged
 # Lease, a minute later a second one that reaps (the grace, 3 s, has passed on the reaper's clock), then its pods.
@@ -44,14 +45,11 @@ def installed(helm_executable: str, kubeconfig: Path, namespace: str) -> dict[st
 
 @pytest.fixture
 def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worker_lane, tmp_path):  # noqa: F811
-    """rbac/ applied to the namespace and the reaper-only release installed in it (its pods run by the podrunner that
-    trainer_config started for the namespace, with the reference lane's interpreter, which has areal-workers)."""
+    """rbac/ applied to the namespace (the reaper's own identity included) and the reaper-only release installed in it
+    (its pods run by the podrunner that trainer_config started for the namespace, with the reference lane's
+    interpreter, which has areal-workers)."""
     assert worker_lane.name == "reference", "the reaper pod's python is the lane's: run this module in the main lane"
-    subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", "-n", namespace, "-f", str(REPO / "rbac")],
-        check=True,
-        capture_output=True,
-    )
+    apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
     values = tmp_path / "reaper.json"
     values.write_text(
         json.dumps(
@@ -60,7 +58,7 @@ def reaper_release(trainer_config, kubeconfig, helm_executable, namespace, worke
                 "reaper": {
                     "enabled": True,
                     "schedule": "* * * * *",
-                    "serviceAccountName": "areal-controller",
+                    "serviceAccountName": "areal-reaper",  # rbac/reaper.yaml: the reaper's own Role
                     "command": ["python", "-m", "areal_workers.cli", "reap"],
                     "image": {"repository": "local/areal-workers-reaper", "tag": "dev"},
                 },

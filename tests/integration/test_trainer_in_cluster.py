@@ -16,6 +16,7 @@ import yaml
 
 from areal_workers.cli.main import main
 from clusterlib import RUN_PODS, lane_values
+from localkube.rbac import apply_rbac
 from repo_paths import REPO, TOOLS_BIN
 
 TRAINER = textwrap.dedent("""
@@ -42,20 +43,7 @@ TRAINER = textwrap.dedent("""
 def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, monkeypatch):
     """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test
     (a trainer pod's python is podrunner's own interpreter, which has the kubernetes client and this package)."""
-    subprocess.run(
-        [
-            str(TOOLS_BIN / "kubectl"),
-            "--kubeconfig",
-            str(kubeconfig),
-            "apply",
-            "-n",
-            namespace,
-            "-f",
-            str(REPO / "rbac"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
     pod_runner(namespace)
     monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     values = tmp_path / "run-pods.json"

@@ -13,6 +13,7 @@ from an empty etcd and no process of the cluster or of its pods is left.
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
     python tools/localcluster.py sa-kubeconfig NAMESPACE SERVICEACCOUNT OUT
+    python tools/localcluster.py rbac NAMESPACE [--no-policy]
 
 --real-node adds a real node beside the KWOK ones (tools/realnode/: kubelet, containerd, runc, CNI, CoreDNS; root,
 one per machine): pods that select it run as real containers of locally built images. `down` stops it too.
@@ -36,6 +37,7 @@ from localkube.cluster import LocalCluster
 from localkube.nodes import NodeShape
 from localkube.pki import service_account_kubeconfig
 from localkube.processes import say as _say
+from localkube.rbac import RbacError, apply_rbac
 from localkube.settings import WORKER_SERVERS, WORKERS_VARIABLE, ClusterError
 from realnode.node import NODE_CHOICES
 
@@ -88,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     sa.add_argument("namespace")
     sa.add_argument("service_account")
     sa.add_argument("out", type=Path)
+    rbac = commands.add_parser(
+        "rbac",
+        help="apply rbac/ in a namespace, its admission policy bound to that namespace alone (localkube/rbac.py)",
+    )
+    rbac.add_argument("namespace")
+    rbac.add_argument("--no-policy", action="store_true", help="leave rbac/admission-policy.yaml out")
     args = parser.parse_args(argv)
 
     cluster = LocalCluster()
@@ -115,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sa-kubeconfig":
             path = service_account_kubeconfig(cluster.kubeconfig, args.namespace, args.service_account, args.out)
             _say(f"wrote {path}")
-    except ClusterError as error:
+        elif args.command == "rbac":
+            policy = apply_rbac(cluster.kubeconfig, args.namespace, policy=not args.no_policy)
+            _say(f"rbac/ applied in {args.namespace}" + (", its admission policy in force" if policy else ""))
+    except (ClusterError, RbacError) as error:
         print(f"localcluster: {error}", file=sys.stderr)
         return 1
     return 0

@@ -175,15 +175,16 @@ the epoch>" (11 more characters), and Job names become pod labels (at most 63). 
 {{- printf "%s-reaper" (include "areal-workers.fullname" . | trunc 45 | trimSuffix "-") -}}
 {{- end -}}
 
-{{/* The reaper pods' ServiceAccount: reaper.serviceAccountName, else the controllerRbac one when the release creates
-it, else rbac/'s areal-controller. Params: root. */}}
+{{/* The reaper pods' ServiceAccount: reaper.serviceAccountName, else the reaper's own one the release renders with
+controllerRbac.create (templates/reaper-rbac.yaml, named like the CronJob), else rbac/reaper.yaml's areal-reaper.
+Params: root. */}}
 {{- define "areal-workers.reaperServiceAccountName" -}}
 {{- if .Values.reaper.serviceAccountName -}}
 {{- .Values.reaper.serviceAccountName -}}
 {{- else if .Values.controllerRbac.create -}}
-{{- include "areal-workers.controllerServiceAccountName" . -}}
+{{- include "areal-workers.reaperName" . -}}
 {{- else -}}
-areal-controller
+areal-reaper
 {{- end -}}
 {{- end -}}
 

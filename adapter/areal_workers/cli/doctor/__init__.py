@@ -2,7 +2,8 @@
 Each check passes, fails, warns or is skipped, with what was found and, unless it passed, what to change:
 the API server answers; one SelfSubjectAccessReview per verb and resource of rbac/role.yaml (shipped in the wheel)
 in the namespace, plus listing nodes (optional: a warning); `helm template` of the chart and values files for a
-one-role probe (the schema too); how many workers of `gpus_per_worker` GPUs the nodes hold now, judged with the
+one-role probe (the schema too); the namespace's PodSecurity enforce level against the level the rendered workers
+need; how many workers of `gpus_per_worker` GPUs the nodes hold now, judged with the
 adapter's own `diagnosis.node_fit` on the pod template the chart rendered; and a one-worker release created by
 KubernetesScheduler itself, whose /health is then fetched from this process on the pod IP (as the controller
 calls workers), deleted whatever happened.
@@ -11,6 +12,7 @@ calls workers), deleted whatever happened.
 from .check import Check
 from .gpus import gpu_capacity
 from .permissions import ROLE_FILE, Access, permission_check, role_accesses
+from .podsecurity import needed_level, pod_security_check
 from .probe import probe_worker
 from .run import run_doctor
 
@@ -19,7 +21,9 @@ __all__ = [
     "Check",
     "ROLE_FILE",
     "gpu_capacity",
+    "needed_level",
     "permission_check",
+    "pod_security_check",
     "probe_worker",
     "role_accesses",
     "run_doctor",

@@ -17,6 +17,7 @@ from .chart import PROBE_ROLE, render_chart
 from .check import Check, listed
 from .gpus import check_gpus
 from .permissions import ROLE_FILE_NAME, check_permissions
+from .podsecurity import check_pod_security
 from .probe import probe_worker
 
 
@@ -61,6 +62,11 @@ def run_doctor(
     progress("rendering the chart")
     rendered, manifests = render_chart(config, gpus_per_worker, workers)
     checks.append(rendered)
+    if reachable:
+        progress(f"reading the PodSecurity level of namespace {config.namespace}")
+        checks.append(check_pod_security(client.CoreV1Api(api_client), config.namespace, manifests))
+    else:
+        checks.append(Check("PodSecurity", "skip", "the cluster is not reachable"))
     if gpus_per_worker <= 0:
         checks.append(Check("GPU capacity", "skip", "no GPUs asked for (gpus_per_worker=0)"))
     elif not reachable:

@@ -1,0 +1,295 @@
+"""rbac/admission-policy.yaml on the real API server: what RBAC cannot refuse the controller's identity, the policy
+does, with a message that says what to change, and it leaves everyone else alone.
+
+Each test's namespace gets rbac/ and its own copy of the policy, bound to that namespace alone (localkube/rbac.py):
+the policy's bindings are cluster-scoped, and other tests on the shared cluster must not run under a copy they did
+not ask for. The whole scheduler suite runs under it too: the `rbac` identity of tests/integration/conftest.py
+applies rbac/ the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import kube_config
+
+from areal_workers import SchedulerError
+from clusterlib import controller_kubeconfig, job, wait_for
+from localkube.rbac import policy_supported
+from repo_paths import REPO, TOOLS_BIN
+
+CHART = REPO / "charts" / "areal-workers"
+POLICY_FILE = "rbac/admission-policy.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_api(kubeconfig):
+    if not policy_supported(kubeconfig):
+        pytest.skip("the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicies")
+
+
+@pytest.fixture
+def identity() -> str:
+    """Schedulers run as the controller ServiceAccount of rbac/, under the policy."""
+    return "rbac"
+
+
+@pytest.fixture
+def controller(kubeconfig, namespace, tmp_path):
+    """A CoreV1Api of the controller's ServiceAccount in the test's namespace, rbac/ and the policy in force."""
+    api = kube_config.new_client_from_config(
+        config_file=controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
+    )
+    yield client.CoreV1Api(api)
+    api.close()
+
+
+def token_secret(name: str, service_account: str) -> client.V1Secret:
+    """A Secret the token controller fills with a token of `service_account`."""
+    return client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, annotations={"kubernetes.io/service-account.name": service_account}),
+        type="kubernetes.io/service-account-token",
+    )
+
+
+def refusal(call) -> ApiException:
+    with pytest.raises(ApiException) as caught:
+        call()
+    return caught.value
+
+
+def message(error: ApiException) -> str:
+    return json.loads(error.body)["message"]
+
+
+def filled_token(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    return wait_for(
+        lambda: (core.read_namespaced_secret(name, namespace).data or {}).get("token"),
+        timeout=30,
+        what=f"the token controller filling Secret {name}",
+    )
+
+
+def test_without_the_policy_the_controller_can_mint_and_read_another_service_accounts_token(
+    kubeconfig, core, make_namespace, tmp_path
+):
+    """What the policy is for: the Role's create and get on Secrets alone let the controller act as any
+    ServiceAccount of its namespace."""
+    namespace = make_namespace()
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
+    api = kube_config.new_client_from_config(
+        config_file=controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml", policy=False)
+    )
+    try:
+        as_controller = client.CoreV1Api(api)
+        as_controller.create_namespaced_secret(namespace, token_secret("ops-token", "ops"))
+        assert filled_token(as_controller, namespace, "ops-token")
+    finally:
+        api.close()
+
+
+def test_the_controller_cannot_create_a_token_secret_for_another_service_account(controller, core, namespace):
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
+    error = refusal(lambda: controller.create_namespaced_secret(namespace, token_secret("ops-token", "ops")))
+    assert error.status == 403, error
+    text = message(error)
+    assert "ValidatingAdmissionPolicy 'areal-controller-secrets-" in text, text
+    assert (
+        "the areal-workers controller may write and delete only Helm release Secrets (type helm.sh/release.v1), "
+        "not Secret ops-token of type kubernetes.io/service-account-token" in text
+    ), text
+    assert POLICY_FILE in text, text
+    # Nor any other Secret that is not Helm's.
+    opaque = client.V1Secret(metadata=client.V1ObjectMeta(name="notes"), string_data={"a": "b"})
+    assert refusal(lambda: controller.create_namespaced_secret(namespace, opaque)).status == 403
+
+
+def test_the_controller_cannot_delete_or_overwrite_a_secret_that_is_not_helms(controller, core, namespace):
+    core.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="database"), string_data={"password": "x"})
+    )
+    secret = controller.read_namespaced_secret("database", namespace)  # reading stays: Helm lists every Secret
+    secret.string_data = {"password": "mine"}
+    assert refusal(lambda: controller.replace_namespaced_secret("database", namespace, secret)).status == 403
+    error = refusal(lambda: controller.delete_namespaced_secret("database", namespace))
+    assert error.status == 403 and "not Secret database of type Opaque" in message(error), message(error)
+    assert core.read_namespaced_secret("database", namespace).data["password"] == "eA=="
+
+
+def test_administrators_are_not_matched(controller, core, namespace):
+    """The policy picks the controller's requests by user name: the admin creating the same Secret is admitted."""
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
+    core.create_namespaced_secret(namespace, token_secret("ops-token", "ops"))
+    assert filled_token(core, namespace, "ops-token")
+
+
+def test_the_controller_cannot_expose_workers_outside_the_cluster(controller, namespace):
+    service = client.V1Service(
+        metadata=client.V1ObjectMeta(name="open"),
+        spec=client.V1ServiceSpec(type="NodePort", ports=[client.V1ServicePort(port=8000)]),
+    )
+    error = refusal(lambda: controller.create_namespaced_service(namespace, service))
+    assert error.status == 403 and "Service open (type NodePort)" in message(error), message(error)
+
+
+# --- StatefulSets, through the scheduler: the policy's message reaches the error the adapter raises ----------------
+
+
+def create_refused(make_scheduler, trial: str, **settings) -> str:
+    """The text of the SchedulerError that create_workers raises for a scheduler with `settings`."""
+    scheduler = make_scheduler(trial, **settings)
+    with pytest.raises(SchedulerError) as caught:
+        scheduler.create_workers(job("actor", 1))
+    text = str(caught.value)
+    assert "ValidatingAdmissionPolicy 'areal-controller-statefulsets-" in text, text
+    assert POLICY_FILE in text, text
+    return text
+
+
+PRIVILEGED = {"workerDefaults": {"containerSecurityContext": {"privileged": True, "allowPrivilegeEscalation": None}}}
+HOST_PATH = {"workerDefaults": {"extraVolumes": [{"name": "node-root", "hostPath": {"path": "/"}}]}}
+
+
+def test_a_privileged_role_is_refused(make_scheduler):
+    text = create_refused(make_scheduler, "privileged", extra_values=PRIVILEGED)
+    assert "privileged containers (worker) are refused for the areal-workers controller" in text, text
+    assert "remove privileged from containerSecurityContext" in text, text
+
+
+def test_a_privileged_release_installed_with_helm_as_the_controller_is_refused(
+    kubeconfig, helm_executable, namespace, tmp_path
+):
+    credentials = controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
+    result = subprocess.run(
+        [
+            helm_executable,
+            "--kubeconfig",
+            credentials,
+            "install",
+            "demo",
+            str(CHART),
+            "-n",
+            namespace,
+            "--set",
+            "roles.actor.replicas=1",
+            "--set",
+            "tests.enabled=false",
+            "--set",
+            "workerDefaults.containerSecurityContext.privileged=true",
+            "--set",
+            "workerDefaults.containerSecurityContext.allowPrivilegeEscalation=null",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "privileged containers (worker) are refused" in result.stderr, result.stderr
+
+
+def test_escalation_and_added_capabilities_are_refused_but_ipc_lock_is_not(make_scheduler):
+    escalating = {"workerDefaults": {"containerSecurityContext": {"allowPrivilegeEscalation": True}}}
+    text = create_refused(make_scheduler, "escalating", extra_values=escalating)
+    assert "allowPrivilegeEscalation true (worker) is refused" in text, text
+    adding = {"workerDefaults": {"containerSecurityContext": {"capabilities": {"add": ["SYS_ADMIN", "IPC_LOCK"]}}}}
+    text = create_refused(make_scheduler, "adding", extra_values=adding)
+    assert "added capabilities (worker: SYS_ADMIN) are refused" in text, text
+    # IPC_LOCK is what rdma.enabled adds.
+    ipc_lock = {"workerDefaults": {"containerSecurityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}}
+    assert make_scheduler("ipc-lock", extra_values=ipc_lock).create_workers(job("actor", 1)) == ["actor/0"]
+
+
+def wait_admitted_as_controller(kubeconfig, namespace: str, values: dict, tmp_path) -> None:
+    """Until a server-side dry run of the chart's StatefulSet with `values`, as the controller, is admitted: the
+    policy reads the namespace from the API server's informer, which sees a new label a moment later."""
+    values_file = tmp_path / "dry-run.json"
+    values_file.write_text(json.dumps({"roles": {"actor": {"replicas": 1}}, **values}))
+    rendered = subprocess.run(
+        [str(TOOLS_BIN / "helm"), "template", "probe", str(CHART), "-n", namespace, "-f", str(values_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    statefulset = next(d for d in rendered.split("\n---") if "kind: StatefulSet" in d)
+
+    def admitted() -> bool:
+        return (
+            subprocess.run(
+                [
+                    str(TOOLS_BIN / "kubectl"),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "create",
+                    "-n",
+                    namespace,
+                    "--dry-run=server",
+                    f"--as=system:serviceaccount:{namespace}:areal-controller",
+                    "-f",
+                    "-",
+                ],
+                input=statefulset,
+                capture_output=True,
+                text=True,
+            ).returncode
+            == 0
+        )
+
+    wait_for(admitted, timeout=30, what="the namespace's exception in force")
+
+
+def test_a_host_path_volume_is_refused_unless_the_namespace_allows_it(
+    make_scheduler, core, namespace, kubeconfig, tmp_path
+):
+    text = create_refused(make_scheduler, "host-path", extra_values=HOST_PATH)
+    assert "hostPath volumes (node-root (/)) are refused" in text, text
+    assert "label the namespace areal-workers.dev/allow-host-path=true" in text, text
+
+    core.patch_namespace(namespace, {"metadata": {"labels": {"areal-workers.dev/allow-host-path": "true"}}})
+    wait_admitted_as_controller(kubeconfig, namespace, HOST_PATH, tmp_path)
+    assert make_scheduler("host-path-allowed", extra_values=HOST_PATH).create_workers(job("actor", 1)) == ["actor/0"]
+
+
+def test_host_network_is_refused_unless_the_namespace_allows_it(make_scheduler, core, namespace, kubeconfig, tmp_path):
+    host_network = {"workerDefaults": {"hostNetwork": True}}
+    text = create_refused(make_scheduler, "host-network", extra_values=host_network)
+    assert "hostNetwork is refused for the areal-workers controller" in text, text
+    assert "areal-workers.dev/allow-host-network=true" in text, text
+    # The other exception, in force, does not allow it.
+    core.patch_namespace(namespace, {"metadata": {"labels": {"areal-workers.dev/allow-host-path": "true"}}})
+    wait_admitted_as_controller(kubeconfig, namespace, HOST_PATH, tmp_path)
+    create_refused(make_scheduler, "host-network-2", extra_values=host_network)
+
+
+def test_workers_running_as_another_service_account_are_refused_unless_the_namespace_lists_it(
+    make_scheduler, core, namespace, kubeconfig, tmp_path
+):
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
+    text = create_refused(make_scheduler, "other-account", service_account="ops")
+    assert "runs as ServiceAccount ops, but the areal-workers controller may run workers only as their " in text, text
+    assert "KubernetesSchedulerConfig.service_account=None" in text, text
+    assert "areal-workers.dev/worker-service-accounts" in text, text
+
+    core.patch_namespace(namespace, {"metadata": {"annotations": {"areal-workers.dev/worker-service-accounts": "ops"}}})
+    wait_admitted_as_controller(kubeconfig, namespace, {"serviceAccount": {"create": False, "name": "ops"}}, tmp_path)
+    scheduler = make_scheduler("other-account-listed", service_account="ops")
+    assert scheduler.create_workers(job("actor", 1)) == ["actor/0"]
+
+
+def test_the_policy_in_force_is_the_files_bound_to_the_namespace_alone(controller, kube_client, namespace):
+    """Each test's copy: named after the namespace, selecting it alone, owned by it (deleted with it)."""
+    admission = client.AdmissionregistrationV1Api(kube_client)
+    uid = client.CoreV1Api(kube_client).read_namespace(namespace).metadata.uid
+    for kind in ("secrets", "statefulsets", "services"):
+        name = f"areal-controller-{kind}-{namespace}"
+        policy = admission.read_validating_admission_policy(name)
+        binding = admission.read_validating_admission_policy_binding(name)
+        assert binding.spec.policy_name == name
+        assert binding.spec.match_resources.namespace_selector.match_labels == {
+            "kubernetes.io/metadata.name": namespace
+        }
+        assert [(o.kind, o.name, o.uid) for o in policy.metadata.owner_references] == [("Namespace", namespace, uid)]
+        assert not (policy.status.type_checking and policy.status.type_checking.expression_warnings), name
