@@ -149,13 +149,14 @@ def create_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any
 
 def delete_objects(api: client.ApiClient, ns: str, manifests: list[dict[str, Any]]) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    net = client.NetworkingV1Api(api)
+    net, policy = client.NetworkingV1Api(api), client.PolicyV1Api(api)
     deleters = {
         "StatefulSet": apps.delete_namespaced_stateful_set,
         "Service": core.delete_namespaced_service,
         "ConfigMap": core.delete_namespaced_config_map,
         "ServiceAccount": core.delete_namespaced_service_account,
         "NetworkPolicy": net.delete_namespaced_network_policy,
+        "PodDisruptionBudget": policy.delete_namespaced_pod_disruption_budget,
     }
     for manifest in manifests:
         try:
