@@ -60,12 +60,15 @@ def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, di
     shared.mkdir()
     shared.chmod(0o777)  # the workers run as uid 1000
 
-    def make(trial: str = "trial0", worker_defaults: dict | None = None, **overrides) -> KubernetesScheduler:
-        """`worker_defaults`: settings merged into the values' workerDefaults (e.g. rdma)."""
-        values = directory / f"values-{len(made)}.json"
+    def make(
+        trial: str = "trial0", worker_defaults: dict | None = None, values: dict | None = None, **overrides
+    ) -> KubernetesScheduler:
+        """`worker_defaults`: settings merged into the values' workerDefaults (e.g. rdma); `values`: other top-level
+        values (e.g. networkPolicy)."""
+        values_file = directory / f"values-{len(made)}.json"
         base = worker_values(AREAL_WORKER_ENV, shared)
         base["workerDefaults"].update(worker_defaults or {})
-        values.write_text(
+        values_file.write_text(
             json.dumps(
                 {
                     **base,
@@ -73,6 +76,7 @@ def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, di
                         "fileroot": str(shared),
                         "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")},
                     },
+                    **(values or {}),
                 }
             )
         )
@@ -80,7 +84,7 @@ def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, di
             namespace=namespace,
             kubeconfig=str(kubeconfig),
             helm_executable=helm_executable,
-            values_files=(str(values),),
+            values_files=(str(values_file),),
             **TIMEOUTS,
         )
         settings.update(overrides)

@@ -291,6 +291,13 @@ install_kueue() {
   rm -rf "$root/.tools/etc/kueue" && mkdir -p "$root/.tools/etc/kueue" && cp -r "$cache/$key/config/." "$root/.tools/etc/kueue/"
 }
 
+# NetworkPolicy enforcement on the real node (tools/realnode/netpol.py runs it and adds its NFQUEUE rules).
+install_network_policies() {
+  step "kube-network-policies $NETWORK_POLICIES_VERSION (enforces NetworkPolicy on the real node)"
+  go_build "kube-network-policies-$NETWORK_POLICIES_VERSION" kube-network-policies \
+    "sigs.k8s.io/kube-network-policies@$NETWORK_POLICIES_VERSION" sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
+}
+
 # The real node's images: debootstrap waits on Debian's mirror, so it runs beside the Go builds.
 images_pid=
 install_node_images() {
@@ -353,7 +360,7 @@ install_argocd() {
 }
 
 all=(system_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue
-     argocd)
+     network_policies argocd)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

@@ -55,6 +55,10 @@ class NodePorts:
     def coredns_ready(self) -> int:
         return self.ports.base + 33
 
+    @property
+    def network_policies_metrics(self) -> int:
+        return self.ports.base + 34
+
 
 @dataclass(frozen=True)
 class NodePaths:

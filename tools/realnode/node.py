@@ -10,9 +10,11 @@ they change on the host:
 - containerd with its own root, state and socket, the images of images.py imported;
 - the kubelet (built from the cluster's Kubernetes release), registered as config.NODE_NAME, tainted so only
   pods that ask for it (values.py) land there, with a client and a serving certificate of the cluster CA;
-- CoreDNS on the node IP, answering the cluster domain from the apiserver.
+- CoreDNS on the node IP, answering the cluster domain from the apiserver;
+- kube-network-policies with NFQUEUE rules in iptables' mangle table (netpol.py): the cluster's NetworkPolicies are
+  enforced on the node's pods before the kubelet starts any.
 `down` kills every process of the mount namespace (the containers' too), then removes the kubelet's cgroups, the
-network namespaces' files, the bridge and the iptables chains the kubelet made, and restores the sysctls it changed.
+network namespaces' files, the bridge and the iptables chains the kubelet and netpol.py made, and restores the sysctls it changed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import yaml
 
 import localkube.processes as processes
 import realnode.host as host
+import realnode.netpol as netpol
 from localkube.pki import cert_kubeconfig, issue_cert
 from localkube.processes import Component
 from localkube.settings import ClusterError, Ports, binary
@@ -70,7 +73,7 @@ class RealNode:
     # --- components ------------------------------------------------------------------------------
 
     def components(self) -> list[Component]:
-        """In start order: the mount namespace's holder, containerd, the kubelet, CoreDNS."""
+        """The mount namespace's holder, containerd, the kubelet, CoreDNS, the NetworkPolicy enforcer."""
         state = self.paths.root
         holder = Component(
             "node-mounts", ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"], state
@@ -94,6 +97,9 @@ class RealNode:
                 state,
                 health_url=f"http://127.0.0.1:{self.ports.coredns_health}/health",
             ),
+            netpol.enforcer(
+                str(TOOLS_BIN / "kube-network-policies"), self.kubeconfig, self.ports.network_policies_metrics, state
+            ),
         ]
 
     def missing(self) -> str:
@@ -108,9 +114,9 @@ class RealNode:
 
     def _preflight(self) -> None:
         host.preflight(self.paths)
-        for name in ("containerd", "runc", "ctr", "debootstrap", "unshare", "nsenter"):
+        for name in ("containerd", "runc", "ctr", "debootstrap", "unshare", "nsenter", "iptables"):
             _system_binary(name)
-        binary("kubelet"), binary("coredns"), binary("kubectl")
+        binary("kubelet"), binary("coredns"), binary("kubectl"), binary("kube-network-policies")
 
     def is_running(self) -> bool:
         return all(c.pid() is not None for c in self.components())
@@ -128,6 +134,8 @@ class RealNode:
         started = time.monotonic()
         self._preflight()
         removed = host.reclaim_leftovers()
+        if netpol.remove_leftover_rules():
+            removed.append(f"iptables chain {netpol.CHAIN}")
         if removed:
             say(f"real node: removed what a killed run left behind: {', '.join(removed)}")
         self.paths.root.mkdir(parents=True, exist_ok=True)
@@ -137,9 +145,9 @@ class RealNode:
         images = [pause_image(), worker_image(self.environment)]
         say(f"real node: images ready ({time.monotonic() - started:.1f}s)")
         deadline = time.monotonic() + timeout
-        holder, containerd, kubelet, coredns = self.components()
+        holder, containerd, kubelet, coredns, enforcer = self.components()
         processes.start(holder)
-        holder, containerd, kubelet, coredns = self.components()  # nsenter needs the holder's pid
+        holder, containerd, kubelet, coredns, enforcer = self.components()  # nsenter needs the holder's pid
         # Kept for `down`: the namespace's processes are found by it even if the holder died first.
         self._namespace_file.write_text(host.mount_namespace(holder.pid()) or "")
         processes.start(containerd)
@@ -149,6 +157,11 @@ class RealNode:
         say(f"real node: containerd ready, images imported ({time.monotonic() - started:.1f}s)")
         processes.start(coredns)
         processes.wait_healthy(coredns, self.pki, deadline)
+        # Before any pod: a pod that starts unfiltered keeps its connections once the rules appear.
+        processes.start(enforcer)
+        netpol.wait_bound(enforcer, deadline)
+        netpol.install_rules()
+        say(f"real node: NetworkPolicy enforced (kube-network-policies on NFQUEUE {netpol.QUEUE})")
         processes.start(kubelet)
         processes.wait_healthy(kubelet, self.pki, deadline)
         self._wait_node_ready(deadline)
@@ -218,14 +231,15 @@ class RealNode:
         """Stops everything `up` started and puts the host back; safe when the node never started."""
         if not self.paths.root.exists():
             return
-        holder, containerd, kubelet, coredns = self.components()
-        processes.stop([kubelet, coredns])
+        holder, containerd, kubelet, coredns, enforcer = self.components()
+        processes.stop([enforcer, kubelet, coredns])
         namespace = host.mount_namespace(holder.pid()) or (
             self._namespace_file.read_text() if self._namespace_file.exists() else None
         )
         killed = host.kill_namespace_processes(namespace, keep=holder.pid()) if namespace else 0
         processes.stop([containerd, holder])
         host.restore(self.paths)
+        netpol.remove_upstream_table()
         shutil.rmtree(self.paths.containerd_state.parent, ignore_errors=True)
         left = host.leftovers(self.paths)
         if left:
