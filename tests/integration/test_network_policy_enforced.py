@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from test_real_node import close_all, kubectl, real_node, role_pods, scheduler_factory, task  # noqa: F401 (fixture)
 
 from areal_workers import KubernetesScheduler
 from clusterlib import job
 from realnode.config import BRIDGE, NETWORK, NODE_IP
+from test_real_node import close_all, kubectl, real_node, role_pods, scheduler_factory, task  # noqa: F401 (fixture)
 
 pytestmark = [
     pytest.mark.serial_cluster,

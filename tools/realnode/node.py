@@ -14,7 +14,8 @@ they change on the host:
 - kube-network-policies with NFQUEUE rules in iptables' mangle table (netpol.py): the cluster's NetworkPolicies are
   enforced on the node's pods before the kubelet starts any.
 `down` kills every process of the mount namespace (the containers' too), then removes the kubelet's cgroups, the
-network namespaces' files, the bridge and the iptables chains the kubelet and netpol.py made, and restores the sysctls it changed.
+network namespaces' files, the bridge and the iptables chains the kubelet and netpol.py made, and restores the
+sysctls it changed.
 """
 
 from __future__ import annotations

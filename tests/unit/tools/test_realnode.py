@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+import realnode.netpol as netpol
 from localkube.settings import Ports
 from podrunner.pods import pod_kind
 from realnode.config import (
@@ -154,3 +155,35 @@ def test_a_live_node_is_told_by_the_sockets_on_its_ip(kind: int) -> None:
         proto = "tcp" if kind == socket.SOCK_STREAM else "udp"
         assert f"{proto} 127.0.0.1:{port}" in sockets_on("127.0.0.1")
         assert not [s for s in sockets_on("127.0.0.2") if s.endswith(f":{port}")]
+
+
+def test_the_queue_rules_exempt_only_roots_host_sockets_and_come_before_their_jumps() -> None:
+    rules = netpol.queue_rules()
+    jumps = [i for i, rule in enumerate(rules) if rule[0] == "-I"]
+    assert jumps == [len(rules) - 2, len(rules) - 1]  # chains complete before any packet enters them
+    owner = [rule for rule in rules if "owner" in rule]
+    assert owner == [["-A", netpol.HOST_CHAIN, "-m", "owner", "--uid-owner", "0", "-j", "RETURN"]]
+    # The owner match is valid on POSTROUTING only: INPUT jumps straight to the queue chain.
+    assert ["-I", "INPUT", "1", "-j", netpol.CHAIN] in rules
+    assert ["-I", "POSTROUTING", "1", "-j", netpol.HOST_CHAIN] in rules
+    queued = [rule for rule in rules if "NFQUEUE" in rule]
+    assert {rule[2] for rule in queued} == {"-s", "-d"} and all("--queue-bypass" not in rule for rule in queued)
+
+
+def test_the_enforcer_fails_closed_on_loopback_for_the_real_node(tmp_path: Path) -> None:
+    component = netpol.enforcer("/bin/kube-network-policies", tmp_path / "kubeconfig", 16474, tmp_path)
+    assert "--fail-open=false" in component.argv and "--hostname-override=real-node-0" in component.argv
+    assert "--metrics-bind-address=127.0.0.1:16474" in component.argv
+    assert component.health_url == "http://127.0.0.1:16474/metrics"
+
+
+def test_a_bound_queue_is_read_from_the_kernels_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "nfnetlink_queue"
+    monkeypatch.setattr(netpol, "QUEUES", table)
+    assert not netpol.queue_bound()  # no table: netfilter's queue support is missing
+    table.write_text("    7  1234     0 2   128     0     0        0  1\n")
+    assert not netpol.queue_bound()
+    table.write_text(
+        "    7  1234     0 2   128     0     0        0  1\n  100  12711     0 2   128     0     0        0  1\n"
+    )
+    assert netpol.queue_bound()
