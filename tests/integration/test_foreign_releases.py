@@ -144,6 +144,17 @@ def test_rollback_refuses_a_release_of_another_chart(cli, helm, foreign_chart):
     assert revisions(helm, "other") == [1, 2]
 
 
+def test_rollback_refuses_a_revision_of_another_chart_under_a_reused_name(cli, helm, foreign_chart):
+    """The name was another chart's (revision 1) before this chart took it over (revision 2): returning to
+    revision 1 would hand the name back to that chart's objects."""
+    install_foreign(helm, foreign_chart, "reused")
+    helm("upgrade", "reused", str(BUNDLED_CHART))
+    code, _, err = cli("rollback", "1", "--release", "reused", "--no-wait")
+    assert code == EXIT_USAGE, err
+    assert "cannot roll back reused: revision 1 of release reused" in err and f"'{FOREIGN_CHART}'" in err
+    assert revisions(helm, "reused") == [1, 2]
+
+
 def test_reap_refuses_a_release_of_another_chart_named_by_a_lease(cli, helm, foreign_chart, kube_client, namespace):
     install_foreign(helm, foreign_chart, "other")
     expire_lease(kube_client, namespace, "other")

@@ -260,14 +260,15 @@ class Session:
                 EXIT_USAGE,
             )
 
-    def foreign_chart(self, release: str) -> str | None:
-        """Why `release` is not this command's to change (a release of another chart), or None."""
-        chart = self.helm(self.releases.chart_name(release), f"reading the chart of release {release}")
-        return ownership.foreign_chart_problem(release, self.namespace, chart)
+    def foreign_chart(self, release: str, revision: int | None = None) -> str | None:
+        """Why `release` (or its `revision`) is not this command's to change (another chart's), or None."""
+        chart = self.helm(self.releases.chart_name(release, revision), f"reading the chart of release {release}")
+        return ownership.foreign_chart_problem(release, self.namespace, chart, revision)
 
-    def refuse_foreign(self, release: str, doing: str) -> None:
-        """Releases of another chart are not this command's to change, whatever their objects' labels say."""
-        problem = self.foreign_chart(release)
+    def refuse_foreign(self, release: str, doing: str, revision: int | None = None) -> None:
+        """Releases of another chart are not this command's to change, whatever their objects' labels say; nor is
+        a revision of another chart that a reused name keeps in its history (`revision`: the one to return to)."""
+        problem = self.foreign_chart(release, revision)
         if problem is not None:
             raise CliError(
                 f"cannot {doing} {release}: {problem}; nothing was changed. Name this trial's own release "

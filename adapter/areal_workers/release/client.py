@@ -132,10 +132,14 @@ class Releases:
         except ReleaseNotFoundError:
             return None
 
-    async def chart_name(self, name: str) -> str | None:
-        """The name of the chart of the release's current revision, as helm recorded it (None: no release)."""
-        revision = await self.current(name)
-        return None if revision is None else (await revision.chart_metadata()).name
+    async def chart_name(self, name: str, revision: int | None = None) -> str | None:
+        """The name of the chart of the release's current revision (or of `revision`), as helm recorded it (None:
+        no release, or no such revision in its history)."""
+        if revision is None:
+            entry = await self.current(name)
+        else:
+            entry = next((e for e in await self.history(name) if e.revision == revision), None)
+        return None if entry is None else (await entry.chart_metadata()).name
 
     async def snapshot(self, name: str) -> Snapshot | None:
         """The number and user-supplied values of the current revision (None: no release)."""

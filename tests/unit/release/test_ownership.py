@@ -27,3 +27,9 @@ def test_a_release_of_another_chart_is_named_with_its_namespace_and_chart():
         "release db in namespace rl is a release of chart 'postgresql', not 'areal-workers': areal-workers changes "
         "only releases of its own chart"
     )
+
+
+def test_a_revision_of_another_chart_is_named_as_the_revision():
+    problem = foreign_chart_problem("db", "rl", "postgresql", revision=1)
+    assert problem is not None and problem.startswith("revision 1 of release db in namespace rl is a release of chart")
+    assert foreign_chart_problem("db", "rl", naming.CHART_NAME, revision=1) is None

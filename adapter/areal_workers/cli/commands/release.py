@@ -77,9 +77,13 @@ def rollback(session: Session, revision: int | None, wait: bool, timeout: float,
             f"{revision} (areal-workers history)",
             EXIT_NOT_FOUND,
         )
+    if revision is not None:  # before the driver adopts (and may recover) the release
+        session.refuse_foreign(release, "roll back", revision)
     driver = session.driver(release)
     before = driver.model.revision
     target = revision if revision is not None else _default_target(driver, revisions)
+    if revision is None:
+        session.refuse_foreign(release, "roll back", target)
     err = console(stderr=True)
     with err.status(f"rolling back {release} from revision {before} to {target}"):
         replaced = driver.restore(target)
