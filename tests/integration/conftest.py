@@ -172,3 +172,39 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
         if scheduler.config.ownership == "managed" and not scheduler.closed:
             scheduler.delete_workers()
         scheduler.close()
+
+
+# --- the real node (tests/integration/real_node_trials.py) ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def real_node() -> None:
+    """The real node runs (started when it does not: root)."""
+    from localkube.cluster import LocalCluster
+
+    cluster = LocalCluster()
+    if not cluster.real_node().is_running():
+        cluster.up(real_node=True, timeout=300.0)
+
+
+@pytest.fixture(scope="session")
+def real_node_actors(real_node, kube_client, kubeconfig, helm_executable, tmp_path_factory):
+    """One trial for the real node's read-mostly tests (AReaL's server takes a while to start in a container): role
+    `actor`, 2 workers, in a namespace of its own, admitting a trainer on the host from the node's address
+    (networkPolicy.controller.cidrs). Modules run in name order: test_network_policy_enforced.py only reads it, and
+    the test of test_real_node.py that deletes a pod runs last."""
+    import uuid
+
+    from clusterlib import job
+    from real_node_trials import close_all, scheduler_factory, task
+    from realnode.config import NODE_IP
+
+    core = client.CoreV1Api(kube_client)
+    namespace = f"t-real-node-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    make, made = scheduler_factory(kubeconfig, helm_executable, namespace, tmp_path_factory.mktemp("actors"))
+    scheduler = make(values={"networkPolicy": {"controller": {"cidrs": [f"{NODE_IP}/32"]}}})
+    scheduler.create_workers(job("actor", 2, [task()]))
+    yield scheduler
+    close_all(made)
+    core.delete_namespace(namespace, propagation_policy="Background")

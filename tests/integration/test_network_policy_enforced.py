@@ -2,8 +2,8 @@
 drops what the policy does not admit, so each test connects from a real pod (or the host) to a real worker and
 asserts what arrives. A denied connection is dropped, not refused: the client times out.
 
-One trial of two workers (AReaL's server in containers) with `networkPolicy.controller.cidrs` set to the node's
-address, so that a trainer on the host is admitted from it and from no other address.
+The real node's shared trial (two workers, AReaL's server in containers) has `networkPolicy.controller.cidrs` set to
+the node's address, so that a trainer on the host is admitted from it and from no other address.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from areal_workers import KubernetesScheduler
-from clusterlib import job
-from realnode.config import BRIDGE, NETWORK, NODE_IP
-from test_real_node import close_all, kubectl, real_node, role_pods, scheduler_factory, task  # noqa: F401 (fixture)
+from real_node_trials import KUBECTL, kubectl, role_pods
+from realnode.config import BRIDGE, NETWORK
 
 pytestmark = [
     pytest.mark.serial_cluster,
@@ -68,29 +66,20 @@ dist.destroy_process_group()
 
 @dataclass
 class Trial:
-    scheduler: KubernetesScheduler
     namespace: str
     guard_urls: list[str]  # each worker's /health on its guard port
     pods: list[client.V1Pod]
 
 
 @pytest.fixture(scope="module")
-def trial(real_node, kube_client, kubeconfig, helm_executable, tmp_path_factory):  # noqa: F811
-    core = client.CoreV1Api(kube_client)
-    namespace = f"t-netpol-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    make, made = scheduler_factory(kubeconfig, helm_executable, namespace, tmp_path_factory.mktemp("netpol"))
-    scheduler = make(values={"networkPolicy": {"controller": {"cidrs": [f"{NODE_IP}/32"]}}})
-    scheduler.create_workers(job("actor", 2, [task()]))
-    workers = scheduler.get_workers("actor")
-    yield Trial(
-        scheduler,
-        namespace,
+def trial(real_node_actors, kube_client) -> Trial:
+    """The real node's shared trial (conftest.py): two actor workers, the node's address in the policy's cidrs."""
+    workers = real_node_actors.get_workers("actor")
+    return Trial(
+        real_node_actors.namespace,
         [f"http://{w.ip}:{w.worker_ports[0]}/health" for w in workers],
-        role_pods(core, namespace, "actor"),
+        role_pods(client.CoreV1Api(kube_client), real_node_actors.namespace, "actor"),
     )
-    close_all(made)
-    core.delete_namespace(namespace, propagation_policy="Background")
 
 
 @pytest.fixture
@@ -158,7 +147,7 @@ def fetch_from_host(url: str, timeout: float, source: str | None = None) -> str:
     return result.stdout.strip()
 
 
-def test_the_enforcer_is_on_and_filters_the_pod_network(real_node):  # noqa: F811
+def test_the_enforcer_is_on_and_filters_the_pod_network(real_node):
     """What the rest relies on: the queue has a listener and the node's iptables send the pod network to it."""
     queues = Path("/proc/net/netfilter/nfnetlink_queue").read_text()
     assert any(line.split()[0] == "100" for line in queues.splitlines() if line.split()), queues
@@ -215,3 +204,43 @@ def test_a_trainer_on_the_host_is_admitted_exactly_from_the_cidrs(trial):
         assert fetch_from_host(url, DENIED_AFTER, source=OTHER_HOST_IP) == "timeout"
     finally:
         subprocess.run(["ip", "addr", "del", f"{OTHER_HOST_IP}/32", "dev", BRIDGE], check=True)
+
+
+# Serves 200 on each port of argv[1:] for two minutes; prints "listening" once bound.
+LISTEN = """
+import http.server, sys, threading, time
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+for port in sys.argv[1:]:
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", int(port)), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+print("listening", flush=True)
+time.sleep(120)
+"""
+IN_ALLOCATED_RANGE, OUTSIDE_EVERY_RULE = 20517, 40517  # networkPolicy.allocatedPorts is 10000-32767 (endPort)
+
+
+def test_the_trainer_reaches_the_allocated_range_and_no_port_beyond_it(trial, probe_pods, kubeconfig):
+    """The controller's rule is a port list plus a range with `endPort`: a port inside the range is admitted, a
+    listening port outside every rule is not."""
+    worker = trial.pods[0]
+    listener = subprocess.Popen(
+        [str(KUBECTL), f"--kubeconfig={kubeconfig}", "-n", trial.namespace, "exec", worker.metadata.name,
+         "--", "python", "-c", LISTEN, str(IN_ALLOCATED_RANGE), str(OUTSIDE_EVERY_RULE)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert listener.stdout.readline().strip() == "listening", listener.stderr.read()
+        pod = probe_pods(trial.namespace, {"areal.io/controller": "true"})
+        ip = worker.status.pod_ip
+        inside = fetch_in_pod(kubeconfig, trial.namespace, pod, f"http://{ip}:{IN_ALLOCATED_RANGE}/", ADMITTED_WITHIN)
+        assert inside == "ok 200"
+        outside = fetch_in_pod(kubeconfig, trial.namespace, pod, f"http://{ip}:{OUTSIDE_EVERY_RULE}/", DENIED_AFTER)
+        assert outside == "timeout"
+    finally:
+        listener.kill()
+        listener.wait()

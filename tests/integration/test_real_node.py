@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import os
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.errors import WorkerFailedError, WorkerTimeoutError
-from areal_workers.naming import LABEL_ROLE
-from clusterlib import job, spec, wait_for
-from localkube.cluster import LocalCluster
+from clusterlib import job, wait_for
+from real_node_trials import close_all, kubectl, role_pods, scheduler_factory, task
 from realnode.config import NETWORK, NODE_NAME
-from realnode.values import worker_values
-from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [
     pytest.mark.serial_cluster,  # the real node's few cores (tools/test_lanes.py)
@@ -33,75 +26,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
 
-KUBECTL = TOOLS_BIN / "kubectl"
 ENGINE = "areal_engines.Counter"
-# AReaL's server imports torch: seconds alone, more with several starting at once on 2 cores.
-TIMEOUTS = {"ready_timeout": 240.0, "helm_timeout": 240.0, "fork_ready_timeout": 240.0}
-CPU = 0.25  # the node has this machine's 2 cores; requests are limits in the chart
-
-
-def task(**overrides):
-    return spec(cpu=CPU, **overrides)
-
-
-@pytest.fixture(scope="session")
-def real_node() -> None:
-    """The real node runs (started when it does not: root)."""
-    cluster = LocalCluster()
-    if not cluster.real_node().is_running():
-        cluster.up(real_node=True, timeout=300.0)
-
-
-def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, directory: Path):
-    """(make, made): KubernetesSchedulers whose workers run on the real node, with the trial's --fileroot shared
-    with this process (AReaL's NFS name_resolve)."""
-    made: list[KubernetesScheduler] = []
-    shared = directory / "areal"
-    shared.mkdir()
-    shared.chmod(0o777)  # the workers run as uid 1000
-
-    def make(
-        trial: str = "trial0", worker_defaults: dict | None = None, values: dict | None = None, **overrides
-    ) -> KubernetesScheduler:
-        """`worker_defaults`: settings merged into the values' workerDefaults (e.g. rdma); `values`: other top-level
-        values (e.g. networkPolicy)."""
-        values_file = directory / f"values-{len(made)}.json"
-        base = worker_values(AREAL_WORKER_ENV, shared)
-        base["workerDefaults"].update(worker_defaults or {})
-        values_file.write_text(
-            json.dumps(
-                {
-                    **base,
-                    "cluster": {
-                        "fileroot": str(shared),
-                        "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")},
-                    },
-                    **(values or {}),
-                }
-            )
-        )
-        settings = dict(
-            namespace=namespace,
-            kubeconfig=str(kubeconfig),
-            helm_executable=helm_executable,
-            values_files=(str(values_file),),
-            **TIMEOUTS,
-        )
-        settings.update(overrides)
-        scheduler = KubernetesScheduler(
-            config=KubernetesSchedulerConfig(**settings), experiment_name="exp", trial_name=trial
-        )
-        made.append(scheduler)
-        return scheduler
-
-    return make, made
-
-
-def close_all(made: list[KubernetesScheduler]) -> None:
-    for scheduler in made:
-        if not scheduler.closed:
-            scheduler.delete_workers()
-        scheduler.close()
 
 
 @pytest.fixture
@@ -112,36 +37,10 @@ def real_scheduler(real_node, kubeconfig, helm_executable, namespace, tmp_path):
     close_all(made)
 
 
-@pytest.fixture(scope="module")
-def actors(real_node, kube_client, kubeconfig, helm_executable, tmp_path_factory):
-    """One trial for the module's read-mostly tests (AReaL's server takes a while to start in a container): role
-    `actor`, 2 workers, in a namespace of its own. The test that deletes a pod runs last."""
-    core = client.CoreV1Api(kube_client)
-    namespace = f"t-real-node-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    make, made = scheduler_factory(kubeconfig, helm_executable, namespace, tmp_path_factory.mktemp("actors"))
-    scheduler = make()
-    scheduler.create_workers(job("actor", 2, [task()]))
-    yield scheduler
-    close_all(made)
-    core.delete_namespace(namespace, propagation_policy="Background")
-
-
-def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(KUBECTL), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.V1Pod]:
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_ROLE}={role}").items
-    return sorted(pods, key=lambda p: p.metadata.name)
-
-
-def test_workers_run_as_containers_with_engines_and_forks(actors, core):
-    workers = actors.get_workers("actor")
+def test_workers_run_as_containers_with_engines_and_forks(real_node_actors, core):
+    workers = real_node_actors.get_workers("actor")
     assert [w.id for w in workers] == ["actor/0", "actor/1"]
-    pods = role_pods(core, actors.namespace, "actor")
+    pods = role_pods(core, real_node_actors.namespace, "actor")
     assert len(pods) == 2
     for worker, pod in zip(workers, pods):
         assert pod.spec.node_name == NODE_NAME
@@ -151,31 +50,31 @@ def test_workers_run_as_containers_with_engines_and_forks(actors, core):
         assert status.container_id.startswith("containerd://") and status.ready  # the kubelet's probe said so
     assert pods[0].status.pod_ip != pods[1].status.pod_ip
 
-    asyncio.run(actors.create_engine("actor/0", ENGINE, "counter", 40))
-    assert actors.call_engine("actor/0", "increment", "counter", 2) == 42
+    asyncio.run(real_node_actors.create_engine("actor/0", ENGINE, "counter", 40))
+    assert real_node_actors.call_engine("actor/0", "increment", "counter", 2) == 42
 
-    actors.create_workers(job("ref", 2, [task()], type="colocation", target="actor", fork=True))
-    forks = actors.get_workers("ref")
+    real_node_actors.create_workers(job("ref", 2, [task()], type="colocation", target="actor", fork=True))
+    forks = real_node_actors.get_workers("ref")
     assert [f.ip for f in forks] == [w.ip for w in workers]  # a process inside the actor's container
     assert {f.worker_ports[0] for f in forks}.isdisjoint({w.worker_ports[0] for w in workers})
-    asyncio.run(actors.create_engine("ref/1", ENGINE, "counter", 7))
-    assert actors.call_engine("ref/1", "increment", "counter", 1) == 8
-    assert actors.call_engine("ref/1", "env", "counter", "HOSTNAME") == pods[1].metadata.name
-    actors.delete_workers("ref")
-    assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]
+    asyncio.run(real_node_actors.create_engine("ref/1", ENGINE, "counter", 7))
+    assert real_node_actors.call_engine("ref/1", "increment", "counter", 1) == 8
+    assert real_node_actors.call_engine("ref/1", "env", "counter", "HOSTNAME") == pods[1].metadata.name
+    real_node_actors.delete_workers("ref")
+    assert [w.id for w in real_node_actors.get_workers("actor")] == ["actor/0", "actor/1"]
 
 
-def test_helm_test_resolves_workers_through_coredns(actors, core, kubeconfig, helm_executable):
-    actors.get_workers("actor")
+def test_helm_test_resolves_workers_through_coredns(real_node_actors, core, kubeconfig, helm_executable):
+    real_node_actors.get_workers("actor")
     result = subprocess.run(
         [
             helm_executable,
             "--kubeconfig",
             str(kubeconfig),
             "-n",
-            actors.namespace,
+            real_node_actors.namespace,
             "test",
-            actors.release,
+            real_node_actors.release,
             "--timeout",
             "3m",
         ],
@@ -185,24 +84,26 @@ def test_helm_test_resolves_workers_through_coredns(actors, core, kubeconfig, he
     )
     assert result.returncode == 0, result.stdout + result.stderr
     test_pod = next(
-        p for p in core.list_namespaced_pod(actors.namespace).items if p.metadata.name.endswith("-test-health")
+        p
+        for p in core.list_namespaced_pod(real_node_actors.namespace).items
+        if p.metadata.name.endswith("-test-health")
     )
     assert test_pod.spec.node_name == NODE_NAME and test_pod.status.phase == "Succeeded"
-    assert "2/2 workers healthy" in core.read_namespaced_pod_log(test_pod.metadata.name, actors.namespace)
+    assert "2/2 workers healthy" in core.read_namespaced_pod_log(test_pod.metadata.name, real_node_actors.namespace)
 
 
-def test_kubectl_logs_and_exec_reach_the_container(actors, core, kubeconfig):
-    actors.get_workers("actor")
-    pods = role_pods(core, actors.namespace, "actor")
-    logs = kubectl(kubeconfig, "-n", actors.namespace, "logs", pods[0].metadata.name)
+def test_kubectl_logs_and_exec_reach_the_container(real_node_actors, core, kubeconfig):
+    real_node_actors.get_workers("actor")
+    pods = role_pods(core, real_node_actors.namespace, "actor")
+    logs = kubectl(kubeconfig, "-n", real_node_actors.namespace, "logs", pods[0].metadata.name)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.strip(), "the worker's log is empty"
     peer = pods[1]
-    name = f"{peer.spec.hostname}.{peer.spec.subdomain}.{actors.namespace}.svc.cluster.local"
+    name = f"{peer.spec.hostname}.{peer.spec.subdomain}.{real_node_actors.namespace}.svc.cluster.local"
     exec_ = kubectl(
         kubeconfig,
         "-n",
-        actors.namespace,
+        real_node_actors.namespace,
         "exec",
         pods[0].metadata.name,
         "--",
@@ -214,15 +115,15 @@ def test_kubectl_logs_and_exec_reach_the_container(actors, core, kubeconfig):
     assert exec_.stdout.split() == ["1000", pods[0].metadata.name, peer.status.pod_ip]  # CoreDNS answered
 
 
-def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
+def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(real_node_actors, core):
     crash = "python3 -c 'import sys; print(\"no checkpoint at /ckpt/step-7\", flush=True); sys.exit(3)'"
-    actors.create_workers(job("crash", 1, [task(cmd=crash)]))
+    real_node_actors.create_workers(job("crash", 1, [task(cmd=crash)]))
     # The kubelet's own back-off first (the scheduler rolls the role back at the first exit it sees, which may come
     # before the kubelet has backed off once): the container waits in CrashLoopBackOff and the kubelet says why.
     backing_off = wait_for(
         lambda: [
             p
-            for p in role_pods(core, actors.namespace, "crash")
+            for p in role_pods(core, real_node_actors.namespace, "crash")
             if any(
                 s.state.waiting and s.state.waiting.reason == "CrashLoopBackOff"
                 for s in p.status.container_statuses or []
@@ -236,32 +137,32 @@ def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(actors, core):
     wait_for(
         lambda: [
             e
-            for e in core.list_namespaced_event(actors.namespace, field_selector="reason=BackOff").items
+            for e in core.list_namespaced_event(real_node_actors.namespace, field_selector="reason=BackOff").items
             if "Back-off restarting failed container" in (e.message or "")
         ],
         60,
         "the kubelet's BackOff event",
     )
     with pytest.raises(WorkerFailedError) as failed:
-        actors.get_workers("crash", timeout=180)
+        real_node_actors.get_workers("crash", timeout=180)
     assert failed.value.exit_code == 3
     assert "no checkpoint at /ckpt/step-7" in failed.value.stderr  # the container's log, read through the kubelet
     assert "rolled back release" in "\n".join(failed.value.__notes__)
-    assert not role_pods(core, actors.namespace, "crash") or wait_for(
-        lambda: not role_pods(core, actors.namespace, "crash"), 180, "crash pods gone after the rollback"
+    assert not role_pods(core, real_node_actors.namespace, "crash") or wait_for(
+        lambda: not role_pods(core, real_node_actors.namespace, "crash"), 180, "crash pods gone after the rollback"
     )
-    assert [w.id for w in actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
+    assert [w.id for w in real_node_actors.get_workers("actor")] == ["actor/0", "actor/1"]  # untouched by the rollback
 
 
-def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(actors, core):
-    old = actors.get_workers("actor")[1]
-    asyncio.run(actors.create_engine(old.id, ENGINE, "lost", 1))
-    pod = role_pods(core, actors.namespace, "actor")[1]
-    core.delete_namespaced_pod(pod.metadata.name, actors.namespace)
+def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(real_node_actors, core):
+    old = real_node_actors.get_workers("actor")[1]
+    asyncio.run(real_node_actors.create_engine(old.id, ENGINE, "lost", 1))
+    pod = role_pods(core, real_node_actors.namespace, "actor")[1]
+    core.delete_namespaced_pod(pod.metadata.name, real_node_actors.namespace)
     replaced = wait_for(
         lambda: [
             p
-            for p in role_pods(core, actors.namespace, "actor")
+            for p in role_pods(core, real_node_actors.namespace, "actor")
             if p.metadata.uid != pod.metadata.uid and p.metadata.name == pod.metadata.name and p.status.pod_ip
         ],
         180,
@@ -269,7 +170,7 @@ def test_a_deleted_pod_is_recreated_and_its_lost_engines_are_reported(actors, co
     )
     assert replaced[0].spec.node_name == NODE_NAME
     with pytest.raises(WorkerFailedError) as failed:
-        actors.call_engine(old.id, "increment", "lost", 1, max_retries=2, retry_delay=0.5)
+        real_node_actors.call_engine(old.id, "increment", "lost", 1, max_retries=2, retry_delay=0.5)
     assert "engines are lost" in str(failed.value) or "RestartedAfterReady" in failed.value.stderr, failed.value
 
 

@@ -1,0 +1,89 @@
+"""Trials on the real node, for the tests that run there (test_real_node.py, test_network_policy_enforced.py):
+schedulers whose workers are containers of the node, and the helpers those tests share. The `real_node` and
+`real_node_actors` fixtures are in conftest.py, so that every module of a session shares one node and one trial."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from kubernetes import client
+
+from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
+from areal_workers.naming import LABEL_ROLE
+from clusterlib import spec
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
+
+KUBECTL = TOOLS_BIN / "kubectl"
+# AReaL's server imports torch: seconds alone, more with several starting at once on 2 cores.
+TIMEOUTS = {"ready_timeout": 240.0, "helm_timeout": 240.0, "fork_ready_timeout": 240.0}
+CPU = 0.25  # the node has this machine's 2 cores; requests are limits in the chart
+
+
+def task(**overrides):
+    return spec(cpu=CPU, **overrides)
+
+
+def scheduler_factory(kubeconfig: Path, helm_executable: str, namespace: str, directory: Path):
+    """(make, made): KubernetesSchedulers whose workers run on the real node, with the trial's --fileroot shared
+    with this process (AReaL's NFS name_resolve)."""
+    made: list[KubernetesScheduler] = []
+    shared = directory / "areal"
+    shared.mkdir()
+    shared.chmod(0o777)  # the workers run as uid 1000
+
+    def make(
+        trial: str = "trial0", worker_defaults: dict | None = None, values: dict | None = None, **overrides
+    ) -> KubernetesScheduler:
+        """`worker_defaults`: settings merged into the values' workerDefaults (e.g. rdma); `values`: other top-level
+        values (e.g. networkPolicy)."""
+        values_file = directory / f"values-{len(made)}.json"
+        base = worker_values(AREAL_WORKER_ENV, shared)
+        base["workerDefaults"].update(worker_defaults or {})
+        values_file.write_text(
+            json.dumps(
+                {
+                    **base,
+                    "cluster": {
+                        "fileroot": str(shared),
+                        "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")},
+                    },
+                    **(values or {}),
+                }
+            )
+        )
+        settings = dict(
+            namespace=namespace,
+            kubeconfig=str(kubeconfig),
+            helm_executable=helm_executable,
+            values_files=(str(values_file),),
+            **TIMEOUTS,
+        )
+        settings.update(overrides)
+        scheduler = KubernetesScheduler(
+            config=KubernetesSchedulerConfig(**settings), experiment_name="exp", trial_name=trial
+        )
+        made.append(scheduler)
+        return scheduler
+
+    return make, made
+
+
+def close_all(made: list[KubernetesScheduler]) -> None:
+    for scheduler in made:
+        if not scheduler.closed:
+            scheduler.delete_workers()
+        scheduler.close()
+
+
+def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(KUBECTL), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_ROLE}={role}").items
+    return sorted(pods, key=lambda p: p.metadata.name)
