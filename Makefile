@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # on its path: what runs AReaL's own controllers, i.e. the demo's trainer.
 AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/python
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart lint test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart release lint test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -94,6 +94,21 @@ quickstart: cluster-up ## the chart alone: local cluster, the chart installed wi
 	helm test demo --kubeconfig $(CLUSTER_KUBECONFIG) --namespace areal-demo --timeout 3m
 	$(KUBECTL_LOCAL) -n areal-demo get statefulsets,services,pods -o wide
 
+# The release of this checkout's version (adapter/areal_workers/_version.py): the wheel, the sdist and the packaged
+# chart in dist/, each checked (tools/release/). REGISTRY=host:port[/path] also pushes the chart to
+# oci://$(REGISTRY)/charts; REGISTRY_USER logs in first with the password in REGISTRY_PASSWORD_FILE; REGISTRY_CA is the
+# CA of a registry a private CA signed (the local cluster's: `localcluster.py registry` prints all of them).
+REGISTRY ?=
+REGISTRY_USER ?=
+REGISTRY_PASSWORD_FILE ?= /dev/null
+REGISTRY_CA ?=
+release: tools ## build and check the wheel, sdist and packaged chart in dist/; REGISTRY=host:port also pushes the chart there
+	$(PY) -m release build
+ifneq ($(REGISTRY),)
+	$(PY) -m release push --registry $(REGISTRY) $(if $(REGISTRY_USER),--username $(REGISTRY_USER)) \
+	  $(if $(REGISTRY_CA),--ca-file $(REGISTRY_CA)) <$(REGISTRY_PASSWORD_FILE)
+endif
+
 # Benchmarks on a cluster of their own (ports 20440+, .tools/bench-cluster), stopped afterwards: results in
 # bench/results/, rendered into bench/RESULTS.md. Extra arguments: BENCH_ARGS='--only startup'.
 BENCH_ARGS ?=
@@ -115,7 +130,7 @@ lint: venv ## static checks: ruff (lint and format, [tool.ruff]) and the adapter
 # them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane.
 test: lint ## everything: the static checks, unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
 	$(TOOLS_AND_WORKER)
-	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd; rc=$$?; \
+	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd --registry; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PY) tools/test_lanes.py $(PYTEST_ARGS); rc=$$?; fi; \
 	$(PY) tools/localcluster.py down || rc=1; exit $$rc
 

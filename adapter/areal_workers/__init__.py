@@ -1,5 +1,6 @@
 """areal-workers: AReaL's scheduler contract on Kubernetes, over Helm releases of charts/areal-workers."""
 
+from ._version import __version__
 from .areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 from .config import ConfigError, KubernetesSchedulerConfig
 from .errors import (
@@ -45,5 +46,6 @@ __all__ = [
     "WorkerFailedError",
     "WorkerNotFoundError",
     "WorkerTimeoutError",
+    "__version__",
     "register_with_areal",
 ]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chartlib import CHART, FULL_VALUES, REPO, template_text
-from kubeconform_schemas import standalone_strict_schemas
+from release.kubeconform import standalone_strict_schemas
 
 TOOLS = REPO / ".tools"
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))

@@ -1,6 +1,7 @@
 import hashlib
 import re
 
+from areal_workers import __version__
 from chartlib import RELEASE, find, one, role, sts
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -80,7 +81,7 @@ def test_standard_labels_everywhere(render):
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"] == "1.0.4"
         assert labels["app.kubernetes.io/part-of"] == "areal"
-        assert labels["helm.sh/chart"] == "areal-workers-0.1.0"
+        assert labels["helm.sh/chart"] == f"areal-workers-{__version__}"
         assert labels["areal.io/experiment"] == "areal" and labels["areal.io/trial"] == "trial0"
         assert "app.kubernetes.io/component" in labels
     s = sts(docs, "a")

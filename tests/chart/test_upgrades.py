@@ -2,6 +2,7 @@ import shutil
 
 import yaml
 
+from areal_workers import __version__
 from chartlib import CHART, role, sts, template_text
 
 # Every create/scale/fork/delete of the adapter is one `helm upgrade`. A pod template that changes
@@ -33,12 +34,12 @@ def test_a_chart_version_bump_does_not_touch_pod_templates(tmp_path):
     chart_yaml = bumped / "Chart.yaml"
     chart_yaml.write_text(
         chart_yaml.read_text()
-        .replace("version: 0.1.0", "version: 0.2.0")
+        .replace(f"version: {__version__}", "version: 99.0.0")
         .replace('appVersion: "1.0.4"', 'appVersion: "1.0.5"')
     )
     values = {"image": {"tag": "v1.0.4"}, "roles": {"actor": role(2)}}
     old = [d for d in yaml.safe_load_all(template_text(values).stdout) if d]
     new = [d for d in yaml.safe_load_all(template_text(values, chart=bumped).stdout) if d]
-    assert sts(new, "actor")["metadata"]["labels"]["helm.sh/chart"] == "areal-workers-0.2.0"
+    assert sts(new, "actor")["metadata"]["labels"]["helm.sh/chart"] == "areal-workers-99.0.0"
     assert sts(old, "actor")["spec"]["template"] == sts(new, "actor")["spec"]["template"]
     assert sts(old, "actor")["spec"]["selector"] == sts(new, "actor")["spec"]["selector"]

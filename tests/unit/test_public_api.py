@@ -40,6 +40,7 @@ PUBLIC_NAMES = [
     "WorkerFailedError",
     "WorkerNotFoundError",
     "WorkerTimeoutError",
+    "__version__",
     "register_with_areal",
 ]
 ERROR_CLASSES = [

@@ -298,6 +298,22 @@ install_network_policies() {
     "sigs.k8s.io/kube-network-policies@$NETWORK_POLICIES_VERSION" sigs.k8s.io/kube-network-policies/cmd/kube-network-policies/standard
 }
 
+# The local cluster's OCI registry (tools/localkube/addons/registry.py: TLS from the cluster's CA, htpasswd) and
+# crane, which pushes the images `make release` builds without a container engine.
+install_registry() {
+  step "distribution registry $REGISTRY_VERSION (the local cluster's OCI registry)"
+  go_build "registry-$REGISTRY_VERSION" registry \
+    "github.com/distribution/distribution/v3@$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry
+  claims registry "$REGISTRY_VERSION" --version
+}
+
+install_crane() {
+  step "crane $CRANE_VERSION (pushes image archives to a registry)"
+  go_build "crane-$CRANE_VERSION" crane \
+    "github.com/google/go-containerregistry@$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+  claims crane "$CRANE_VERSION" version
+}
+
 # The real node's images: debootstrap waits on Debian's mirror, so it runs beside the Go builds.
 images_pid=
 install_node_images() {
@@ -360,7 +376,7 @@ install_argocd() {
 }
 
 all=(system_packages node_images helm3_kubectl helm4 etcd kwok ct kubeconform helm_unittest kubernetes kubelet coredns kueue
-     network_policies argocd)
+     network_policies registry crane argocd)
 selected=("$@"); [ ${#selected[@]} -gt 0 ] || selected=("${all[@]}")
 start=$SECONDS
 for tool in "${selected[@]}"; do

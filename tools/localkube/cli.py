@@ -9,9 +9,11 @@ from an empty etcd and no process of the cluster or of its pods is left.
 
     python tools/localcluster.py up [--nodes 2 --cpu 64 --memory 512Gi --gpus 8 --pods 110]
                                     [--workers auto|areal|reference] [--real-node] [--kueue] [--argocd]
+                                    [--registry]
     python tools/localcluster.py down
     python tools/localcluster.py status
     python tools/localcluster.py kubeconfig
+    python tools/localcluster.py registry
     python tools/localcluster.py sa-kubeconfig NAMESPACE SERVICEACCOUNT OUT
     python tools/localcluster.py rbac NAMESPACE [--no-policy]
 
@@ -24,11 +26,15 @@ A second cluster beside the first: set AREAL_WORKERS_CLUSTER_PORT_BASE (ports), 
 
 `up --kueue` also runs Kueue's controller manager (tools/localkube/addons/kueue.py); its webhooks act only in
 namespaces labelled areal-workers.local/kueue=true. A later `up` without it keeps a running Kueue; `down` stops it.
+`up --registry` also runs an OCI registry on 127.0.0.1 (tools/localkube/addons/registry.py: TLS from the cluster's CA,
+a password); `registry` prints its address and account as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -81,11 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         help="Argo CD too: redis, repo-server and application controller on 127.0.0.1 (`make tools` "
         "builds argocd; redis-server is Debian's); `down` stops them",
     )
+    up.add_argument(
+        "--registry",
+        action="store_true",
+        help="the OCI registry too: distribution's registry on 127.0.0.1 with TLS (the cluster's CA) and a password "
+        "(`registry` prints how to log in); `down` stops it",
+    )
     commands.add_parser(
         "down", help="stop every process, the pods' and Argo CD's included, and remove the cluster state"
     )
     commands.add_parser("status", help="exit 0 when the control plane and podrunner answer")
     commands.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
+    commands.add_parser("registry", help="print the running registry's address, account, password file and CA")
     sa = commands.add_parser("sa-kubeconfig", help="write a kubeconfig for a ServiceAccount token")
     sa.add_argument("namespace")
     sa.add_argument("service_account")
@@ -108,7 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             real_node = args.real_node == "real" or (args.real_node == "auto" and cluster.real_node_possible())
             cluster.up(
-                args.nodes, shape, workers=args.workers, real_node=real_node, kueue=args.kueue, with_argocd=args.argocd
+                args.nodes,
+                shape,
+                workers=args.workers,
+                real_node=real_node,
+                kueue=args.kueue,
+                with_argocd=args.argocd,
+                with_registry=args.registry,
             )
         elif args.command == "down":
             cluster.down()
@@ -120,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if running else 1
         elif args.command == "kubeconfig":
             print(cluster.kubeconfig)
+        elif args.command == "registry":
+            registry = cluster.registry_credentials()
+            print(json.dumps({**dataclasses.asdict(registry), "ca_file": str(registry.ca_file)}))
         elif args.command == "sa-kubeconfig":
             path = service_account_kubeconfig(cluster.kubeconfig, args.namespace, args.service_account, args.out)
             _say(f"wrote {path}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 import localkube.processes as processes
-from localkube.addons import argocd, kueue as kueue_addon
+from localkube.addons import argocd, kueue as kueue_addon, registry as registry_addon
 from localkube.components import control_plane_components, podrunner_component
 from localkube.nodes import NodeShape, node_manifest
 from localkube.pki import cert_kubeconfig, ensure_pki
@@ -78,6 +78,16 @@ class LocalCluster:
         """Argo CD's processes (`up --argocd`): redis, repo-server, application controller."""
         return argocd.components(self.state, self.ports, self.kubeconfig)
 
+    def registry(self) -> Component:
+        """The OCI registry (`up --registry`); not in components(): started on request, stopped by `down`."""
+        return registry_addon.component(self.state, self.pki, self.ports)
+
+    def registry_credentials(self) -> registry_addon.Credentials:
+        """Address, account and CA of the running registry (ClusterError when `up --registry` never ran)."""
+        if self.registry().pid() is None:
+            raise ClusterError("the local registry is not running: start it with `localcluster.py up --registry`")
+        return registry_addon.credentials(self.state, self.pki, self.ports)
+
     def podrunner_workers(self) -> str | None:
         """The worker server of the running podrunner ("areal" or "reference"), None when it does not run."""
         flags = [arg for arg in self.podrunner().running_argv() if arg.startswith("--workers=")]
@@ -107,7 +117,7 @@ class LocalCluster:
         kueue = self.kueue()
         if kueue.pid() is not None:
             states["kueue"] = "running" if self.healthy(kueue) else "not running"
-        for component in self.argocd():
+        for component in [*self.argocd(), self.registry()]:
             if component.pid() is not None:
                 states[component.name] = "running" if self.healthy(component) else "not running"
         return states
@@ -121,11 +131,13 @@ class LocalCluster:
         real_node: bool = False,
         kueue: bool = False,
         with_argocd: bool = False,
+        with_registry: bool = False,
     ) -> None:
         """Starts what is not running. `workers` (auto, areal, reference) restarts a podrunner that runs another
         worker server; without it a running podrunner is kept and a new one takes $AREAL_WORKERS_WORKER or auto.
         `real_node` adds the real node (its first start builds its images: minutes). `kueue` also starts Kueue (a
-        running one is kept either way). `with_argocd`: Argo CD too (ensure_argocd)."""
+        running one is kept either way). `with_argocd`: Argo CD too (ensure_argocd). `with_registry`: the OCI registry
+        too (addons.registry)."""
         shape = shape or NodeShape()
         if self._control_plane_running():
             _say("control plane already running")
@@ -141,6 +153,8 @@ class LocalCluster:
             self._ensure_kueue(time.monotonic() + timeout)
         if with_argocd:
             self.ensure_argocd(timeout)
+        if with_registry:
+            registry_addon.ensure(self, timeout)
         _say(f"kubeconfig: {self.kubeconfig}")
 
     def ensure_argocd(self, timeout: float = 120.0) -> None:
@@ -150,7 +164,7 @@ class LocalCluster:
     def down(self) -> None:
         self.stop_kueue()
         self.real_node().down(_say)
-        processes.stop([*self.components(), *self.argocd()])
+        processes.stop([*self.components(), *self.argocd(), self.registry()])
         self._kill_leftover_workers()
         busy = [
             f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items() if not port_free(host, port)
@@ -183,7 +197,7 @@ class LocalCluster:
         return all(c.pid() is not None for c in control_plane) and self.healthy(control_plane[1])
 
     def _start_control_plane(self, deadline: float) -> None:
-        processes.stop([self.kueue(), *self.components(), *self.argocd()])
+        processes.stop([self.kueue(), *self.components(), *self.argocd(), self.registry()])
         self._kill_leftover_workers()
         self._check_ports_free()
         for sub in ("logs", "pids", "kubeconfigs"):

@@ -94,6 +94,11 @@ class Ports:
     def argocd_controller_metrics(self) -> int:
         return self.base + 43
 
+    # The OCI registry (`up --registry`, localkube/addons/registry.py).
+    @property
+    def registry(self) -> int:
+        return self.base + 50
+
     def all(self) -> dict[str, tuple[str, int]]:
         """Component -> (address, port) it listens on."""
         return {
@@ -111,6 +116,7 @@ class Ports:
             "argocd-repo-server": ("127.0.0.1", self.argocd_repo_server),
             "argocd-repo-server-metrics": ("127.0.0.1", self.argocd_repo_server_metrics),
             "argocd-application-controller-metrics": ("127.0.0.1", self.argocd_controller_metrics),
+            "registry": ("127.0.0.1", self.registry),
         }
 
 

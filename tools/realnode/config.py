@@ -89,6 +89,11 @@ class NodePaths:
         return self.root / "containerd.sock"
 
     @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry host directory (config_path): <host:port>/hosts.toml per registry it trusts."""
+        return self.root / "containerd-certs.d"
+
+    @property
     def cni_conf_dir(self) -> Path:
         return self.root / "cni" / "net.d"
 
@@ -161,6 +166,19 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     bin_dir = "{CNI_BIN}"
     conf_dir = "{paths.cni_conf_dir}"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{paths.registry_hosts}"
+"""
+
+
+def registry_hosts(address: str, ca_file: Path) -> str:
+    """hosts.toml of the local registry at `address` (host:port): pulls over TLS verified against the cluster's CA;
+    the kubelet passes the credentials of a pod's imagePullSecrets with each pull."""
+    return f"""server = "https://{address}"
+
+[host."https://{address}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{ca_file}"
 """
 
 

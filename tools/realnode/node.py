@@ -32,6 +32,7 @@ import yaml
 import localkube.processes as processes
 import realnode.host as host
 import realnode.netpol as netpol
+from localkube.addons.registry import address as registry_address
 from localkube.pki import cert_kubeconfig, issue_cert
 from localkube.processes import Component
 from localkube.settings import ClusterError, Ports, binary
@@ -47,6 +48,7 @@ from realnode.config import (
     corefile,
     kubelet_argv,
     kubelet_config,
+    registry_hosts,
 )
 from realnode.images import PAUSE_IMAGE, pause_image, worker_image
 from realnode.values import worker_values
@@ -178,6 +180,9 @@ class RealNode:
             directory.mkdir(parents=True, exist_ok=True)
         paths.containerd_config.write_text(containerd_config(paths, f"docker.io/{PAUSE_IMAGE}"))
         (paths.cni_conf_dir / "10-areal-workers.conflist").write_text(json.dumps(cni_network(paths), indent=2))
+        registry = registry_address(self.ports.ports)
+        (paths.registry_hosts / registry).mkdir(parents=True, exist_ok=True)
+        (paths.registry_hosts / registry / "hosts.toml").write_text(registry_hosts(registry, self.pki / "ca.crt"))
         if not (self.pki / "real-node.crt").exists():
             issue_cert(self.pki, "real-node", f"/O=system:nodes/CN=system:node:{NODE_NAME}")
             issue_cert(

@@ -14,10 +14,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+import yaml
 from kubernetes.client.exceptions import ApiException
 from rich.text import Text
 from urllib3.exceptions import HTTPError
 
+from .._version import __version__
+from ..config import BUNDLED_CHART
 from ..errors import SchedulerError
 from . import duration
 from .commands import completion, reap, release, render, submit, up, workers
@@ -89,6 +92,12 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def version_line() -> str:
+    """The package's version and that of the chart it carries (equal in a release; a checkout may differ)."""
+    chart = yaml.safe_load((BUNDLED_CHART / "Chart.yaml").read_text())
+    return f"{PROGRAM} {__version__} (chart {chart['name']} {chart['version']}, for AReaL {chart['appVersion']})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
@@ -99,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"exit codes:\n{codes}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:

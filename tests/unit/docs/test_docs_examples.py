@@ -35,7 +35,7 @@ import yaml
 
 from areal_workers.release.client import merge_values
 from docslib import REPO, Block, documents, parse
-from kubeconform_schemas import KUBECONFORM, has_schema, kubeconform
+from release.kubeconform import KUBECONFORM, has_schema, kubeconform
 
 pytestmark = pytest.mark.chart  # needs helm and kubeconform; `make test-unit` leaves it to `make test-chart`
 

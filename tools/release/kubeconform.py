@@ -1,6 +1,6 @@
-"""Offline `kubeconform -strict` for the tests: the strict JSON schemas that kubernetes-validate ships for the
-Kubernetes minor pinned in tools/install/versions.env, laid out as kubeconform reads them. Used by the chart's
-kubeconform tests (tests/chart/test_chart_tools.py) and the documentation's examples
+"""Offline `kubeconform -strict`: the strict JSON schemas that kubernetes-validate ships for the Kubernetes minor
+pinned in tools/install/versions.env, laid out as kubeconform reads them. Used by `make release` (the packaged chart's
+render), the chart's kubeconform tests (tests/chart/test_chart_tools.py) and the documentation's examples
 (tests/unit/docs/test_docs_examples.py)."""
 
 from __future__ import annotations

@@ -1,0 +1,34 @@
+"""python -m release build|push: `make release`'s steps (see the Makefile's `release` target)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from release import artifacts, publish
+from repo_paths import REPO
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m release", description=__doc__)
+    parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the artifacts go (default: dist/)")
+    steps = parser.add_subparsers(dest="step", required=True)
+    steps.add_parser("build", help="build and check the wheel, the sdist and the packaged chart")
+    push = steps.add_parser("push", help="push the packaged chart of --out to an OCI registry")
+    publish.add_arguments(push)
+    args = parser.parse_args(argv)
+    try:
+        if args.step == "build":
+            for path in artifacts.build(args.out):
+                print(path)
+        else:
+            print(publish.push_from_arguments(args))
+    except artifacts.ReleaseError as error:
+        print(f"release: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
