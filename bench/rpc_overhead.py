@@ -1,8 +1,9 @@
 """What the adapter adds to an engine call: `call_engine` and `async_call_engine` against a plain HTTP client on
 persistent connections (a `requests.Session`, an `aiohttp.ClientSession`) POSTing the same `/call` payloads to the
 same workers, side by side in one run. A third client, the adapter's GuardClient called with the Worker at hand,
-separates what the HTTP layer (guard/client.py) costs from what the scheduler's call path adds; the latter is also
-timed inside each adapter call (the call minus its GuardClient call), which no load on the machine blurs.
+separates what the HTTP layer (guard/client.py over guard/transport.py) costs from what the scheduler's call path
+adds; the latter is also timed inside each adapter call (the call minus its GuardClient call), which no load on the
+machine blurs.
 
 Two targets, each in a private namespace of its own with a podrunner of its own: workers running AReaL's real
 rpc_server (quick 2, full 4) and the stand-in guards (quick 16, full 64). Each worker hosts a Counter engine; the

@@ -9,13 +9,11 @@ import dataclasses
 import importlib
 import importlib.metadata
 import tomllib
-from pathlib import Path
 
 import pytest
 
 import areal_workers
-
-REPO = Path(__file__).resolve().parents[2]
+from repo_paths import REPO
 
 PUBLIC_NAMES = [
     "ClusterAccessError",

@@ -2,13 +2,8 @@
 
 Each call sends its request with AReaL's retries, backoff and time-outs, and leaves the meaning of the reply, as
 AReaL's exception or result, to ``guard.replies``.  The fork calls (``alloc_ports``, ``fork``, ``kill_forked``,
-``wait_healthy``) are the steps of ``fork_workers``; the scheduler maps their errors.
-
-Connections are pooled: one ``requests.Session`` for the synchronous calls and one
-``aiohttp.ClientSession`` per event loop for the asynchronous ones, since an aiohttp session is
-bound to the loop that created it and callers often run each coroutine in a fresh
-``asyncio.run()``.  A loop's session is closed when that ``asyncio.run()`` ends, or by ``aclose()``
-inside the loop.
+``wait_healthy``) are the steps of ``fork_workers``; the scheduler maps their errors.  How a request reaches a
+guard (the pooled connections, one attempt, the liveness check after a connection error) is ``guard.transport``'s.
 
 Request values are sent as plain JSON (``json.dumps``): serializing AReaL's typed values
 (tensors, dataclasses) is the caller's job, and results are returned as decoded, not deserialized.
@@ -18,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import requests
-from requests.adapters import HTTPAdapter
 
 from ..errors import EngineCreationError, SchedulerError, WorkerConfigurationError, attach_diagnosis
 from .replies import (
@@ -50,47 +42,26 @@ from .replies import (
     hostport,
     json_object,
     retryable,
-    timeout_text,
     unanswered,
 )
+from .transport import GuardTransport, Liveness
 
 if TYPE_CHECKING:
     from ..areal_types import Worker
 
 __all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
 
-Liveness = Callable[["Worker"], None]
-"""Raises WorkerFailedError (with a diagnosis) if the worker's pod or container is dead."""
 UnreachableNote = Callable[["Worker"], str]
 """Why a worker whose pod is alive may not answer (the release's NetworkPolicy), for the error that says so."""
 
-POOL_SIZE = 256  # connections kept per worker host, and worker hosts kept, by the sync session
-READ_BUFSIZE = 10 * 1024 * 1024  # AReaL's value: replies can carry large serialized tensors
 HEALTH_PROBE_TIMEOUT = 2.0  # AReaL's per-probe time-out
 FORK_REQUEST_TIMEOUT = 30.0
-JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-@dataclass(frozen=True)
-class _LoopSession:
-    session: aiohttp.ClientSession
-    closer: asyncio.Task[None]
-
-
-def _pooled_http_session() -> requests.Session:
-    session = requests.Session()
-    # Workers are reached at their pod IPs, never through an HTTP(S)_PROXY of the environment
-    # (aiohttp ignores those by default too).
-    session.trust_env = False
-    # HTTPAdapter does not retry by default: retries are AReaL's, implemented below.
-    session.mount("http://", HTTPAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE))
-    return session
 
 
 # --------------------------------------------------------------------------- the client
 
 
-class GuardClient:
+class GuardClient(GuardTransport):
     """HTTP client of the workers' guards, shared by all workers of a scheduler.
 
     ``liveness(worker)`` is called before every attempt of ``call``/``async_call`` and after a
@@ -109,18 +80,11 @@ class GuardClient:
         retry_sleep: Callable[[float], None] = time.sleep,
         async_retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._liveness = liveness
-        self._connect_timeout = connect_timeout
+        super().__init__(liveness, connect_timeout=connect_timeout)
         self._check_first_attempt = check_first_attempt
         self._retry_sleep = retry_sleep
         self._async_retry_sleep = async_retry_sleep
-        self._http = _pooled_http_session()
         self.unreachable_note: UnreachableNote | None = None  # set by whoever knows the release's NetworkPolicy
-        # Weakly keyed so that a forgotten loop is not kept alive; entries are also removed when
-        # their loop's asyncio.run() ends (the session refers to its loop).
-        self._loop_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSession] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # ----------------------------------------------------------------------- engines
 
@@ -335,7 +299,7 @@ class GuardClient:
             raise self._noted(connection_error(worker, f"{path}: {reply.text}"), worker, reply) from reply.error
         return reply
 
-    # ----------------------------------------------------------------------- liveness and transport
+    # ----------------------------------------------------------------------- the unreachable note
 
     def _noted(self, error: SchedulerError, worker: Worker, failure: NoReply | Retryable | None) -> SchedulerError:
         """`error`, with the unreachable note when `failure` was no connection at all (the pod was found alive)."""
@@ -344,98 +308,3 @@ class GuardClient:
         if unreachable and self.unreachable_note is not None:
             attach_diagnosis(error, self.unreachable_note(worker))
         return error
-
-    def _check_liveness(self, worker: Worker) -> None:
-        if self._liveness is not None:
-            self._liveness(worker)
-
-    async def _acheck_liveness(self, worker: Worker) -> None:
-        if self._liveness is not None:
-            # It queries the Kubernetes API: blocking, so off the loop.
-            await asyncio.to_thread(self._liveness, worker)
-
-    def _requests_timeout(self, timeout: float) -> tuple[float, float]:
-        return min(self._connect_timeout, timeout), timeout
-
-    def _sync_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply | NoReply:
-        """POST `path` with requests: the reply, or why none came (after a connection error the worker's liveness
-        is checked, so a dead pod raises its WorkerFailedError instead)."""
-        try:
-            response = self._http.post(
-                guard_url(worker) + path, data=payload, headers=JSON_HEADERS, timeout=self._requests_timeout(timeout)
-            )
-        # ConnectTimeout is both; an unreachable pod is a connection problem.
-        except requests.ConnectionError as error:
-            self._check_liveness(worker)
-            return NoReply("connection", str(error), error)
-        except requests.Timeout as error:
-            return NoReply("timeout", str(error), error)
-        except requests.RequestException as error:
-            return NoReply("other", str(error), error)
-        return Reply(response.status_code, response.content)
-
-    async def _async_attempt(
-        self, worker: Worker, path: str, payload: bytes, timeout: float, *, check_liveness: bool = True
-    ) -> Reply | NoReply:
-        """POST `path` with aiohttp: the reply, or why none came (see _sync_attempt; `check_liveness` False: not
-        checked)."""
-        try:
-            return await self._post(worker, path, payload, timeout)
-        # aiohttp's connect time-out is both; an unreachable pod is a connection problem.
-        except aiohttp.ClientConnectionError as error:
-            if check_liveness:
-                await self._acheck_liveness(worker)
-            return NoReply("connection", str(error), error)
-        except asyncio.TimeoutError as error:
-            return NoReply("timeout", timeout_text(error, timeout), error)
-        except aiohttp.ClientError as error:
-            return NoReply("other", str(error), error)
-
-    async def _post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply:
-        return await self._request("POST", guard_url(worker) + path, payload, timeout)
-
-    async def _request(self, method: str, url: str, payload: bytes | None, timeout: float) -> Reply:
-        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(self._connect_timeout, timeout))
-        headers = JSON_HEADERS if payload is not None else None
-        async with self._session().request(
-            method, url, data=payload, headers=headers, timeout=client_timeout
-        ) as response:
-            return Reply(response.status, await response.read())
-
-    def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()  # raises outside a running loop, where no session may be made
-        entry = self._loop_sessions.get(loop)
-        if entry is None:
-            # No connection limit: calls may run for hours (http_timeout 7200 s), and a capped
-            # pool would queue every other worker's calls behind them.
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), read_bufsize=READ_BUFSIZE)
-            entry = _LoopSession(session, loop.create_task(self._close_at_loop_end(loop, session)))
-            self._loop_sessions[loop] = entry
-        return entry.session
-
-    async def _close_at_loop_end(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
-        # asyncio.run() cancels the tasks still pending when its coroutine returns and waits for
-        # them, so this closes the session inside its own loop, the only place it can be closed
-        # cleanly.  A loop closed without cancelling its tasks needs aclose() instead.
-        try:
-            await loop.create_future()
-        finally:
-            entry = self._loop_sessions.get(loop)
-            if entry is not None and entry.session is session:
-                del self._loop_sessions[loop]
-            await session.close()
-
-    # ----------------------------------------------------------------------- closing
-
-    def close(self) -> None:
-        """Closes the synchronous session.  Asynchronous sessions close with their loop's
-        asyncio.run(), or through aclose() inside that loop."""
-        self._http.close()
-
-    async def aclose(self) -> None:
-        """Closes the current loop's session; those of other loops close with their loop's
-        asyncio.run(), or through aclose() inside them."""
-        entry = self._loop_sessions.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            entry.closer.cancel()
-            await entry.session.close()
