@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chartlib import CHART, FULL_VALUES, REPO, template_text
-from release.kubeconform import standalone_strict_schemas
+from release.kubeconform import kubeconform
 
 TOOLS = REPO / ".tools"
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))
@@ -48,23 +48,7 @@ def test_ct_lint_with_the_repository_configuration():
 @pytest.mark.parametrize("values_file", [*EXAMPLES, None], ids=lambda path: path.name if path else "every-feature")
 def test_kubeconform_strict_against_the_pinned_kubernetes(values_file, tmp_path):
     manifests = template_text(yaml.safe_load(values_file.read_text()) if values_file else FULL_VALUES).stdout
-    schemas = standalone_strict_schemas(manifests, tmp_path)
-    result = subprocess.run(
-        [
-            str(TOOLS / "bin" / "kubeconform"),
-            "-strict",
-            "-summary",
-            "-output",
-            "text",
-            "-schema-location",
-            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
-            "-",
-        ],
-        input=manifests,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = kubeconform(manifests, tmp_path, "-output", "text")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Invalid: 0, Errors: 0, Skipped: 0" in result.stdout, result.stdout
 
@@ -75,20 +59,6 @@ def test_kubeconform_setup_rejects_an_unknown_field(tmp_path):
     statefulset = next(d for d in documents if d["kind"] == "StatefulSet")
     statefulset["spec"]["template"]["spec"]["containers"][0]["imagePulPolicy"] = "Always"
     manifests = yaml.safe_dump(statefulset)
-    schemas = standalone_strict_schemas(manifests, tmp_path)
-    result = subprocess.run(
-        [
-            str(TOOLS / "bin" / "kubeconform"),
-            "-strict",
-            "-summary",
-            "-schema-location",
-            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
-            "-",
-        ],
-        input=manifests,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = kubeconform(manifests, tmp_path)
     assert result.returncode == 1
     assert "imagePulPolicy" in result.stdout

@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -10,6 +9,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from release.artifacts import source_copy
 from repo_paths import REPO
 
 # The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
@@ -56,13 +56,7 @@ def _build_requirements_installed() -> bool:
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of the project (so the build leaves nothing in the work tree)."""
     root = tmp_path_factory.mktemp("packaging")
-    source = root / "src"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", "*.egg-info", "build", "dist")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    for name in ("adapter", "charts", "rbac"):
-        shutil.copytree(REPO / name, source / name, symlinks=True, ignore=ignore)
+    source = source_copy(root / "src")
     assert (source / "adapter" / "areal_workers" / "chart").is_symlink()
     assert (source / "adapter" / "areal_workers" / "rbac").is_symlink()
     out = root / "dist"
