@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import bcrypt
 import yaml
 
 import localkube.processes as processes
@@ -73,6 +72,9 @@ def credentials(state: Path, pki: Path, ports: Ports) -> Credentials:
 
 
 def _write_files(state: Path, pki: Path, ports: Ports) -> None:
+    # Imported here: localkube.cluster is also imported by AReaL's interpreter (the demo), which has no bcrypt.
+    import bcrypt
+
     directory = registry_dir(state)
     (directory / "data").mkdir(parents=True, exist_ok=True)
     password_file = directory / "password"
