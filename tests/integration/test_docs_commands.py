@@ -115,6 +115,9 @@ NOT_RUN = {
         'tests/integration/test_areal_worker.py -m "not reference_guard_only" -k "not rbac"'
     ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",
+    "make release REGISTRY=registry.example.com/areal REGISTRY_USER=ci REGISTRY_PASSWORD_FILE=token.txt": (
+        "a registry outside: test_registry_chart.py builds the release and pushes it to the local cluster's registry"
+    ),
     "kind create cluster && ct install --config ct.yaml --charts charts/areal-workers": (
         "kind needs Docker, which these machines have not"
     ),
