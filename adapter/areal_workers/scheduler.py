@@ -368,9 +368,16 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     # --- introspection ---------------------------------------------------------------------------
 
     def history(self) -> list[dict[str, Any]]:
-        """The release's revisions (number, status, description), oldest first."""
+        """The release's revisions (number, status, description), oldest first; `images`: for a revision whose
+        workers were all ready, each role's image digests as its pods ran them (a tag that moved shows here)."""
+        images = self.driver.inspector.revision_images()
         return [
-            {"revision": r.revision, "status": r.status.value, "description": r.description}
+            {
+                "revision": r.revision,
+                "status": r.status.value,
+                "description": r.description,
+                "images": images.get(r.revision, {}),
+            }
             for r in self.driver.helm(self.driver.releases.history(self.release))
         ]
 

@@ -265,8 +265,11 @@ class MemoryInspector:
     def ready_revision(self) -> int | None:
         return self.cluster.ready_revision
 
-    def record_ready_revision(self, revision: int) -> None:
+    def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
         self.cluster.ready_revision = revision
+
+    def revision_images(self) -> dict[int, dict[str, list[str]]]:
+        return {}
 
     def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
         return []

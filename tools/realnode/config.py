@@ -173,8 +173,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
 def registry_hosts(address: str, ca_file: Path) -> str:
     """hosts.toml of the local registry at `address` (host:port): pulls over TLS verified against the cluster's CA;
-    the kubelet passes the credentials of a pod's imagePullSecrets with each pull."""
+    the kubelet passes the credentials of a pod's imagePullSecrets with each pull. The CA is given twice: containerd
+    tries the `[host]` entry, then the `server` itself after a "not found", and without the CA on both that last try
+    hides the registry's answer (a missing tag) under an x509 error."""
     return f"""server = "https://{address}"
+ca = "{ca_file}"
 
 [host."https://{address}"]
   capabilities = ["pull", "resolve"]

@@ -145,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-f", "--follow", action="store_true", help="stream new lines")
     logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous container (after a restart)")
-    command("history", "the trial's release revisions, with the last one whose workers were all ready")
+    command(
+        "history",
+        "the trial's release revisions, with the last one whose workers were all ready and the image digests "
+        "its pods ran",
+    )
     rollback = command(
         "rollback",
         "back to a revision (default: the last all-ready one, else the previous), "

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kubernetes.client import CoreV1Event, V1Container, V1ContainerStateTerminated, V1ContainerStatus, V1Pod
 
-from .problem import _EPOCH, Problem, _event_time, _name
+from .problem import _EPOCH, Problem, _event_count, _event_time, _name
 
 _SIGNALS = {
     1: "SIGHUP",
@@ -267,7 +267,7 @@ def _terminated_problem(
 def _waiting_advice(pod: V1Pod, status: V1ContainerStatus, reason: str, message: str) -> str:
     image = _image_of(pod, status)
     if reason in ("ErrImagePull", "ImagePullBackOff"):
-        return _pull_advice(image, message)
+        return _pull_advice(image, message, [s.name for s in pod.spec.image_pull_secrets or [] if s.name])
     if reason == "InvalidImageName":
         return (
             f"{image!r} is not a valid image reference: fix image.repository/image.tag "
@@ -289,17 +289,50 @@ def _waiting_advice(pod: V1Pod, status: V1ContainerStatus, reason: str, message:
     return "not a known failure: check the events and `kubectl describe pod`"
 
 
-def _pull_advice(image: str, message: str) -> str:
+def _registry_host(image: str) -> str:
+    first, slash, _ = image.partition("/")
+    return first if slash and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def _pull_advice(image: str, message: str, secrets: list[str]) -> str:
     if _IMAGE_MISSING.search(message) and not _ACCESS_DENIED.search(message):
         return f"image {image} does not exist: check image.repository and image.tag (a typo? was the tag pushed?)"
     if _ACCESS_DENIED.search(message):
+        host = _registry_host(image)
+        if secrets:
+            return (
+                f"the registry refused {image} with the login of image pull Secret(s) {', '.join(secrets)}: check "
+                f"that the image exists and that the Secret holds a valid login for {host} (kubectl create secret "
+                f"docker-registry NAME --docker-server={host} --docker-username=... --docker-password=...)"
+            )
         return (
-            f"the registry refused {image}: check that it exists and add the registry's credentials to "
-            "image.pullSecrets (kubectl create secret docker-registry ...)"
+            f"the registry refused {image} and the pod has no image pull Secret: add the registry's credentials to "
+            f"image.pullSecrets (kubectl create secret docker-registry NAME --docker-server={host} "
+            "--docker-username=... --docker-password=...)"
         )
     return (
         f"the node could not pull {image}: check that the image exists, that the nodes can reach the registry, "
         "and image.pullSecrets for a private registry"
+    )
+
+
+def pull_secret_race(problem: Problem, events: Sequence[CoreV1Event]) -> Problem:
+    """A refused first pull while the kubelet could not yet read the pod's pull Secret is not final: the kubelet
+    reads Secrets for pods bound to it, the apiserver's node authorizer learns that binding a moment later, and the
+    kubelet pulls without credentials meanwhile. Its next pull, after the back-off, sends them."""
+    if problem.reason not in ("ErrImagePull", "ImagePullBackOff") or not _ACCESS_DENIED.search(problem.message):
+        return problem
+    secret_unread = any(e.reason == "FailedToRetrieveImagePullSecret" for e in events)
+    failed_pulls = sum(
+        _event_count(e) for e in events if e.reason == "Failed" and (e.message or "").startswith("Failed to pull")
+    )
+    if not secret_unread or failed_pulls > 1:
+        return problem
+    return replace(
+        problem,
+        fatal=False,
+        advice="the kubelet pulled before it could read the pod's image pull Secret; it retries with the Secret "
+        "after its back-off. " + problem.advice,
     )
 
 

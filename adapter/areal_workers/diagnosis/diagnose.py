@@ -8,7 +8,7 @@ from datetime import datetime
 
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
-from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness
+from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness, pull_secret_race
 from .pod_checks import _deletion_problem, _disruption_problem, _phase_problem, _replaced_problem, node_problem
 from .problem import Problem, _pod_events, _tail, event_lines
 from .scheduling import _scheduling_problem
@@ -53,6 +53,7 @@ def diagnose_pod(
     )
     if problem is None:
         return None
+    problem = pull_secret_race(problem, pod_events)
     return replace(problem, events=event_lines(pod_events, now=now), log_tail=_tail(log_tail))
 
 

@@ -267,7 +267,8 @@ class ReleaseDriver:
         if revision is None or revision == self.good_revision:
             return
         self.good_revision = revision
-        self.inspector.record_ready_revision(revision)
+        pods, _ = self.pods.list(naming.release_selector(self.name))
+        self.inspector.record_ready_revision(revision, pods, self.config.history_max)
 
     def roll_back(self, error: BaseException) -> None:
         """After a change whose workers failed: back to the last revision whose workers were all ready, with the

@@ -1,6 +1,7 @@
 """What the cluster says about one release (reads only, besides recording the last all-ready revision): diagnosis
 inputs (events, logs, nodes), the failure of a pod as AReaL's error, the chart's rendered topology, and the
-revision last seen all ready. The rollback policy that uses them is orchestration/driver.py's."""
+revision last seen all ready with the images its pods ran. The rollback policy that uses them is
+orchestration/driver.py's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from .. import diagnosis, naming
 from ..errors import WorkerFailedError, attach_diagnosis
 from .admission import Admission, AdmissionReader, is_gated, workload_name
+from .images import IMAGES_ANNOTATION, RevisionImages, parse_recorded, ran_images, with_revision
 from .watch import is_ready, pod_index
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ class ReleaseInspector:
             )
             or problem
         )
+        if not problem.fatal:  # the events tell of a retry that may still succeed
+            return None
         index = pod_index(pod)
         error = WorkerFailedError(
             naming.worker_id(role, index if index is not None else 0), problem.exit_code_or(-1), problem.render()
@@ -192,11 +196,17 @@ class ReleaseInspector:
         recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
         return int(recorded) if recorded and recorded.isdigit() else None
 
-    def record_ready_revision(self, revision: int) -> None:
+    def revision_images(self) -> RevisionImages:
+        """The images (by digest) each workload ran in the all-ready revisions recorded so far."""
+        configmap = self._topology_configmap()
+        return parse_recorded(configmap.metadata.annotations if configmap is not None else None)
+
+    def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
+        """`revision` is the last all-ready one, and its `pods` ran these images (the newest `keep` revisions')."""
         configmap = self._topology_configmap()
         if configmap is not None:
+            images = with_revision(parse_recorded(configmap.metadata.annotations), revision, ran_images(pods), keep)
+            annotations = {READY_REVISION_ANNOTATION: str(revision), IMAGES_ANNOTATION: images}
             self.core.patch_namespaced_config_map(
-                configmap.metadata.name,
-                self.namespace,
-                {"metadata": {"annotations": {READY_REVISION_ANNOTATION: str(revision)}}},
+                configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
             )

@@ -12,6 +12,7 @@ from kubernetes.client import (
     V1ContainerStateTerminated,
     V1ContainerStateWaiting,
     V1ContainerStatus,
+    V1LocalObjectReference,
     V1Node,
     V1NodeAffinity,
     V1NodeCondition,
@@ -297,6 +298,31 @@ def test_err_image_pull_is_transient_unless_the_registry_says_missing_or_denied(
     pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ErrImagePull", denied))])
     problem = diagnose_pod(pod)
     assert problem is not None and problem.fatal and "credentials" in problem.advice
+    assert "no image pull Secret" in problem.advice and "--docker-server=ghcr.io" in problem.advice
+    pod.spec.image_pull_secrets = [V1LocalObjectReference(name="ghcr-login")]
+    problem = diagnose_pod(pod)
+    assert problem is not None and "with the login of image pull Secret(s) ghcr-login" in problem.advice
+
+
+def test_a_refused_first_pull_before_the_kubelet_read_the_pull_secret_is_not_final() -> None:
+    denied = f'failed to resolve reference "{IMAGE}": pulling from host ghcr.io failed: 401 Unauthorized'
+    pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ErrImagePull", denied))])
+    unread = make_event(
+        "FailedToRetrieveImagePullSecret",
+        "Unable to retrieve some image pull secrets (registry-login); attempting to pull the image may not succeed.",
+    )
+    once = make_event("Failed", f'Failed to pull image "{IMAGE}": {denied}')
+    problem = diagnose_pod(pod, events=[unread, once], now=NOW)
+    assert problem is not None and not problem.fatal and "retries with the Secret" in problem.advice
+
+    twice = make_event("Failed", f'Failed to pull image "{IMAGE}": {denied}', count=2)
+    problem = diagnose_pod(pod, events=[unread, twice], now=NOW)
+    assert problem is not None and problem.fatal  # the retry had the Secret and was refused too
+    assert diagnose_pod(pod, events=[once], now=NOW).fatal  # the kubelet had the Secret: refused for real
+
+    missing = f'failed to resolve reference "{IMAGE}": {IMAGE}: not found'
+    pod = make_pod(phase="Pending", statuses=[container_status(waiting=("ErrImagePull", missing))])
+    assert diagnose_pod(pod, events=[unread, once], now=NOW).fatal  # a missing tag stays missing
 
 
 def test_invalid_image_name_is_fatal() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ... import naming
 from ...orchestration.driver import ReleaseDriver
+from ...pods.images import short
 from ...pods.watch import WaitTimedOut, all_ready, is_ready
 from ..output import Format, console, emit, table
 from ..session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
@@ -24,13 +25,16 @@ def _history(session: Session, release: str, doing: str) -> list[Any]:
 def history(session: Session, fmt: Format) -> int:
     release = session.release()
     entries = _history(session, release, "show the helm history of")
-    ready = session.kube(session.inspector(release).ready_revision, f"reading the topology of {release}")
+    inspector = session.inspector(release)
+    ready = session.kube(inspector.ready_revision, f"reading the topology of {release}")
+    images = session.kube(inspector.revision_images, f"reading the topology of {release}")
     rows = [
         {
             "revision": e.revision,
             "updated": e.updated.isoformat(),
             "status": e.status.value,
             "all_ready": e.revision == ready,
+            "images": images.get(e.revision, {}),
             "description": e.description or "",
         }
         for e in entries
@@ -40,13 +44,14 @@ def history(session: Session, fmt: Format) -> int:
         return EXIT_OK
     console().print(
         table(
-            ["REVISION", "UPDATED", "STATUS", "LAST ALL-READY", "DESCRIPTION"],
+            ["REVISION", "UPDATED", "STATUS", "LAST ALL-READY", "IMAGES RAN", "DESCRIPTION"],
             [
                 [
                     r["revision"],
                     r["updated"][:19].replace("T", " "),
                     r["status"],
                     "yes" if r["all_ready"] else "",
+                    _images_cell(r["images"]),
                     r["description"],
                 ]
                 for r in rows
@@ -54,6 +59,11 @@ def history(session: Session, fmt: Format) -> int:
         )
     )
     return EXIT_OK
+
+
+def _images_cell(images: dict[str, list[str]]) -> str:
+    """`role=repository@sha256:0123456789ab` per image each role ran (recorded for all-ready revisions only)."""
+    return " ".join(f"{workload}={short(image)}" for workload, ids in images.items() for image in ids)
 
 
 def _default_target(driver: ReleaseDriver, revisions: list[int]) -> int:
