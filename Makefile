@@ -94,15 +94,15 @@ quickstart: cluster-up ## the chart alone: local cluster, the chart installed wi
 	helm test demo --kubeconfig $(CLUSTER_KUBECONFIG) --namespace areal-demo --timeout 3m
 	$(KUBECTL_LOCAL) -n areal-demo get statefulsets,services,pods -o wide
 
-# The release of this checkout's version (adapter/areal_workers/_version.py): the wheel, the sdist and the packaged
-# chart in dist/, each checked (tools/release/). REGISTRY=host:port[/path] also pushes the chart to
-# oci://$(REGISTRY)/charts; REGISTRY_USER logs in first with the password in REGISTRY_PASSWORD_FILE; REGISTRY_CA is the
+# The release of this checkout's version (adapter/areal_workers/_version.py): the wheel, the sdist, the packaged
+# chart and the reaper image (a docker-archive tar) in dist/, each checked (tools/release/). REGISTRY=host:port[/path]
+# also pushes the chart to oci://$(REGISTRY)/charts and the image to $(REGISTRY)/areal-workers/reaper; REGISTRY_USER logs in first with the password in REGISTRY_PASSWORD_FILE; REGISTRY_CA is the
 # CA of a registry a private CA signed (the local cluster's: `localcluster.py registry` prints all of them).
 REGISTRY ?=
 REGISTRY_USER ?=
 REGISTRY_PASSWORD_FILE ?= /dev/null
 REGISTRY_CA ?=
-release: tools ## build and check the wheel, sdist and packaged chart in dist/; REGISTRY=host:port also pushes the chart there
+release: tools ## build and check the wheel, sdist, packaged chart and reaper image in dist/; REGISTRY=host:port also pushes chart and image
 	$(PY) -m release build
 ifneq ($(REGISTRY),)
 	$(PY) -m release push --registry $(REGISTRY) $(if $(REGISTRY_USER),--username $(REGISTRY_USER)) \

@@ -148,7 +148,7 @@ FAILURES = {
     ),
     "reaper without an image": (
         {"reaper": {"enabled": True, "image": {"repository": " "}}},
-        "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0",
+        "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)",
     ),
 }
 

@@ -1,9 +1,10 @@
-"""Worker images pulled for real: the real node's kubelet and containerd pull the worker image from the local
-cluster's registry (distribution's, TLS from the cluster's CA, a password) with the pull policy and pull Secrets the
-scheduler's config gives. A missing tag, no credentials and a wrong password each fail as the real kubelet reports
-them (ErrImagePull, then ImagePullBackOff) and reach AReaL as WorkerFailedError with the advice for that cause. The
-digest a revision's pods ran is recorded with the revision, so a tag moved between two revisions shows in the
-history. The image is the one the real node runs everywhere else (tools/realnode/images.py), pushed by crane."""
+"""Images pulled for real: the real node's kubelet and containerd pull the worker image from the local cluster's
+registry (distribution's, TLS from the cluster's CA, a password) with the pull policy and pull Secrets the
+scheduler's config gives, and the chart's reaper CronJob pulls the release's reaper image. A missing tag, no
+credentials and a wrong password each fail as the real kubelet reports them (ErrImagePull, then ImagePullBackOff) and
+reach AReaL as WorkerFailedError with the advice for that cause. The digest a revision's pods ran is recorded with
+the revision, so a tag moved between two revisions shows in the history. The worker image is the one the real node
+runs everywhere else (tools/realnode/images.py), pushed by crane."""
 
 from __future__ import annotations
 
@@ -16,16 +17,20 @@ import uuid
 import pytest
 from kubernetes import client
 
-from areal_workers import KubernetesScheduler, naming
+from areal_workers import KubernetesScheduler, __version__, naming
 from areal_workers.cli.main import main
 from areal_workers.errors import WorkerFailedError
 from clusterlib import job
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
+from localkube.rbac import apply_rbac
 from real_node_trials import close_all, scheduler_factory, task
 from realnode.images import worker_image
+from realnode.values import placement
+from release.artifacts import build_python
+from release.images import REAPER, build_reaper
 from release.publish import Publisher, Registry
-from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
+from repo_paths import AREAL_WORKER_ENV, REPO, TOOLS_BIN
 
 pytestmark = [
     pytest.mark.serial_cluster,
@@ -33,6 +38,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
 
+CHART = REPO / "charts" / "areal-workers"
 LOGIN_SECRET = "registry-login"
 WRONG_SECRET = "registry-wrong-password"
 FAILS_WITHIN = 240.0  # a pull fails in a second; the kubelet's first back-off and a loaded machine take longer
@@ -192,3 +198,45 @@ def test_a_refused_pull_is_diagnosed_as_missing_credentials(publisher, make, sec
         assert f"with the login of image pull Secret(s) {WRONG_SECRET}" in failure, failure
     else:
         assert "the pod has no image pull Secret" in failure and "image.pullSecrets" in failure, failure
+
+
+def test_the_released_reaper_image_is_pulled_and_runs_on_the_real_node(
+    publisher, namespace, kube_client, kubeconfig, helm_executable, tmp_path
+):
+    """`make release`'s reaper image, pushed as the release pushes it, run by the chart's CronJob at its default tag
+    (the chart's version) with the pull Secret. The real node's pods have no route to the apiserver (it listens on
+    127.0.0.1 only), so the Job shows what the image holds; reaping itself runs in test_reaper_cronjob.py."""
+    wheel, _ = build_python(tmp_path / "dist")
+    reference, digest = publisher.push_image(build_reaper(wheel, tmp_path, __version__), REAPER, __version__)
+    repository = reference.rpartition(":")[0]
+    apply_rbac(kubeconfig, namespace, policy=False)  # the areal-reaper ServiceAccount (rbac/reaper.yaml)
+    reaper = {
+        "enabled": True,
+        "schedule": "0 0 1 1 *",  # never during the test: a Job is made from it
+        "serviceAccountName": "areal-reaper",
+        "image": {"repository": repository, "pullPolicy": "Always"},
+        "command": ["sh", "-c", "areal-workers --version && helm version --short"],
+        **placement(),
+    }
+    values = tmp_path / "reaper.json"
+    values.write_text(json.dumps({"roles": {}, "image": {"pullSecrets": [LOGIN_SECRET]}, "reaper": reaper}))
+    helm = [helm_executable, "--kubeconfig", str(kubeconfig), "-n", namespace]
+    subprocess.run([*helm, "install", "reaper", str(CHART), "-f", str(values)], check=True, timeout=300)
+    try:
+        kubectl = [str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "-n", namespace]
+        run = [*kubectl, "create", "job", "reap-now", "--from=cronjob/reaper-areal-workers-reaper"]
+        subprocess.run(run, check=True, capture_output=True, timeout=60)
+        waited = subprocess.run(
+            [*kubectl, "wait", "--for=condition=complete", "job/reap-now", "--timeout=300s"],
+            capture_output=True,
+            text=True,
+            timeout=330,
+        )
+        logs = subprocess.run([*kubectl, "logs", "job/reap-now"], capture_output=True, text=True, timeout=60)
+        assert waited.returncode == 0, (waited.stderr, logs.stdout, logs.stderr)
+        assert f"areal-workers {__version__} (chart areal-workers {__version__}" in logs.stdout, logs.stdout
+        assert "v3." in logs.stdout, logs.stdout  # helm's version: the image's own helm ran
+        pods = client.CoreV1Api(kube_client).list_namespaced_pod(namespace, label_selector="job-name=reap-now").items
+        assert [s.image_id for p in pods for s in p.status.container_statuses] == [f"{repository}@{digest}"]
+    finally:
+        subprocess.run([*helm, "uninstall", "reaper", "--wait"], capture_output=True, timeout=300)

@@ -5,6 +5,7 @@
   Pod) and a small layer with this repository's CPU engines on PYTHONPATH. AReaL's environment (torch: ~7 GB) is not
   in the image: worker pods mount the cached environment and its interpreter read-only from the host at their host
   paths (values.worker_values), so the image is ~200 MB and builds once.
+- `local/areal-workers-reaper:dev`: the same rootfs, this package with its dependencies, and helm (`reaper_image`).
 
 Each image is written as a docker-archive tar (manifest.json, config, one tar per layer) under the tool cache, named
 by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes it.
@@ -18,13 +19,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from localkube.settings import ClusterError
-from repo_paths import REPO
+from repo_paths import REPO, TOOLS_BIN
 
 CACHE = Path(os.environ.get("AREAL_WORKERS_CACHE") or Path.home() / ".cache" / "areal-workers") / "images"
 PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
@@ -42,6 +44,16 @@ ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
     "areal_workers_testing": REPO / "tests" / "support" / "areal_workers_testing",
 }
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+REAPER_IMAGE = "local/areal-workers-reaper:dev"
+REAPER_LIB = "/opt/areal-workers/lib"  # the package and its dependencies (pip --target), on PYTHONPATH
+CONSTRAINTS = REPO / "tools" / "install" / "dev-constraints.txt"  # the versions the tests run with
+REAPER_LAUNCHER = """#!/usr/bin/python3
+import sys
+
+from areal_workers.cli.main import main
+
+sys.exit(main())
+"""
 
 
 @dataclass(frozen=True)
@@ -217,6 +229,34 @@ def worker_image(environment: Path) -> Path:
             "Cmd": ["python3"],
         }
         return docker_archive(out, WORKER_IMAGE, [base, layer], config)
+
+
+def reaper_image(wheel: Path, out: Path) -> Path:
+    """The reaper image's archive at `out` (images/reaper/Dockerfile's content, built without a container engine):
+    the Debian rootfs layer (its python3 is 3.11, the package's) and a layer with `wheel` and its pinned dependencies
+    installed under REAPER_LIB, helm, and an `areal-workers` command; runs as uid 1000. Not cached: every wheel is
+    a new build (seconds; the rootfs layer is cached)."""
+    helm = (TOOLS_BIN / "helm").resolve()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        root = Path(tmp) / "reaper"
+        lib, bin_dir = root / REAPER_LIB.lstrip("/"), root / "usr" / "local" / "bin"
+        bin_dir.mkdir(parents=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(lib)]
+        _run([*pip, "-c", str(CONSTRAINTS), str(wheel)], f"installing {wheel.name} into the reaper image")
+        shutil.rmtree(lib / "bin", ignore_errors=True)  # console scripts with this machine's interpreter path
+        shutil.copy2(helm, bin_dir / "helm")
+        launcher = bin_dir / "areal-workers"
+        launcher.write_text(REAPER_LAUNCHER)
+        launcher.chmod(0o755)
+        layer = _layer_of_dir(root, Path(tmp) / "reaper.tar")
+        config = {
+            "Env": [f"PATH={BASE_PATH}", f"PYTHONPATH={REAPER_LIB}"],
+            "WorkingDir": "/tmp",
+            "User": "1000:1000",
+            "Cmd": ["areal-workers", "reap"],
+        }
+        return docker_archive(out, REAPER_IMAGE, [base_layer(), layer], config)
 
 
 if __name__ == "__main__":

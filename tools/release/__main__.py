@@ -14,8 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m release", description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the artifacts go (default: dist/)")
     steps = parser.add_subparsers(dest="step", required=True)
-    steps.add_parser("build", help="build and check the wheel, the sdist and the packaged chart")
-    push = steps.add_parser("push", help="push the packaged chart of --out to an OCI registry")
+    steps.add_parser("build", help="build and check the wheel, the sdist, the packaged chart and the reaper image")
+    push = steps.add_parser("push", help="push the packaged chart and the reaper image of --out to an OCI registry")
     publish.add_arguments(push)
     args = parser.parse_args(argv)
     try:

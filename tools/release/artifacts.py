@@ -3,7 +3,8 @@
 - the wheel and the sdist (`python -m build` in a copy of the project, so the build leaves nothing in the checkout;
   `twine check --strict`): the chart and rbac/ inside, no test infrastructure, the version of `_version.py`;
 - the packaged chart (`helm package`): `helm lint --strict` of the archive and `kubeconform -strict` of its render of
-  every example values file.
+  every example values file;
+- the reaper image (release/images.py), built from that wheel, as a docker-archive tar.
 
 Each check returns the problems it found, [] when there are none; `check` raises them together.
 """
@@ -22,6 +23,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from localkube.settings import ClusterError
+from release import images
 from release.kubeconform import kubeconform
 from repo_paths import REPO, TOOLS_BIN
 
@@ -194,6 +196,8 @@ def build(out: Path) -> list[Path]:
         problems += sdist_problems(archive.getnames(), version)
     problems += twine_problems(wheel, sdist)
     problems += chart_problems(chart)
+    reaper = images.build_reaper(wheel, out, version)
+    problems += images.check_reaper(reaper, version)
     if problems:
         raise ReleaseError(f"release {version} is not ready:\n- " + "\n- ".join(problems))
-    return [wheel, sdist, chart]
+    return [wheel, sdist, chart, reaper]

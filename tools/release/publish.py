@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from release.artifacts import ReleaseError, release_version, run
+from release.images import REAPER, reaper_archive_name
 from repo_paths import TOOLS_BIN
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -102,6 +103,9 @@ def push_from_arguments(args: argparse.Namespace) -> str:
     if not chart.exists():
         raise ReleaseError(f"{chart} does not exist: run `python -m release build` (make release) first")
     images = []
+    reaper = args.out / reaper_archive_name(version)
+    if reaper.exists():
+        images.append((REAPER, reaper))
     for item in args.image:
         name, equals, archive = item.partition("=")
         if not equals or not name or not Path(archive).is_file():

@@ -188,15 +188,12 @@ areal-reaper
 {{- end -}}
 {{- end -}}
 
-{{/* The reaper image: "repository", "repository:tag" or "repository@sha256:...". Params: root. */}}
+{{/* The reaper image: "repository:tag" or "repository@sha256:..."; no tag means the chart's version (the tag the
+release pushes). Params: root. */}}
 {{- define "areal-workers.reaperImage" -}}
 {{- $image := .Values.reaper.image -}}
-{{- $tag := include "areal-workers.scalar" $image.tag -}}
-{{- if $tag -}}
+{{- $tag := include "areal-workers.scalar" $image.tag | default .Chart.Version -}}
 {{- include "areal-workers.imageRef" (dict "repository" $image.repository "tag" $tag) -}}
-{{- else -}}
-{{- $image.repository -}}
-{{- end -}}
 {{- end -}}
 
 {{/*

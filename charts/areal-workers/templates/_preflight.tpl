@@ -138,7 +138,7 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 
 {{- /* The reaper has no default image: AReaL's runtime image has neither areal-workers nor helm. */ -}}
 {{- if and $v.reaper.enabled (not (trim $v.reaper.image.repository)) -}}
-{{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither), e.g. --set reaper.image.repository=registry.example.com/areal-workers --set reaper.image.tag=v0.1.0" -}}
+{{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)" -}}
 {{- end -}}
 
 {{- with $v.networkPolicy -}}
