@@ -49,6 +49,10 @@ BLOCK_TIMEOUT = 900
 CI_RUNS_IT = "the README's own commands: CI runs `make test` and, in a fresh clone, `make demo` (.ci/run)"
 REAL_CLUSTER = "for a real cluster (its registry, GPUs, storage)"
 KEPT_DEMO = "the release `make demo DEMO_ARGS=--keep` leaves running (the demo prints these commands for it)"
+NO_ENGINE = (
+    "needs a container engine, which these machines have not: the same content is built without one "
+    "(tools/realnode/images.py) and pulled by the real node in test_image_pulls.py"
+)
 STOPS_THE_CLUSTER = "stops the local cluster these tests run on; `make test` stops it at its end"
 NOT_RUN = {
     "make demo": CI_RUNS_IT,
@@ -118,6 +122,14 @@ NOT_RUN = {
     "make release REGISTRY=registry.example.com/areal REGISTRY_USER=ci REGISTRY_PASSWORD_FILE=token.txt": (
         "a registry outside: test_registry_chart.py builds the release and pushes it to the local cluster's registry"
     ),
+    "docker build -f images/worker/Dockerfile --build-arg CODE=. -t registry.example.com/rl/areal-worker:v1 my-code/": (
+        NO_ENGINE
+    ),
+    "docker push registry.example.com/rl/areal-worker:v1": NO_ENGINE,
+    (
+        "cp -r my-code dist/ && docker build -f images/trainer/Dockerfile --build-arg CODE=my-code -t "
+        "registry.example.com/rl/areal-trainer:v1 dist/"
+    ): NO_ENGINE,
     "kind create cluster && ct install --config ct.yaml --charts charts/areal-workers": (
         "kind needs Docker, which these machines have not"
     ),
@@ -129,6 +141,7 @@ GIVEN = {
     "docs/en/kueue.md": ["kubectl create namespace areal"],  # the LocalQueue's (examples/kueue-queue.yaml)
     "charts/areal-workers/README.md": ["kubectl create namespace rl"],
     "docs/en/trainer-lifetime.md": ["kubectl create namespace rl"],
+    "docs/en/images.md": ["kubectl create namespace rl"],
 }
 # Cluster-scoped objects a page makes, removed after it; after every page, the sandbox's admission policy.
 CLEANUP = {"docs/en/kueue.md": ["kubectl delete --ignore-not-found -f examples/kueue-queue.yaml"]}

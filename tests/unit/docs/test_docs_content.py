@@ -68,6 +68,7 @@ READ_NOT_REPORTED = {
     "TriggeredScaleUp": "cluster-autoscaler's event: makes Unschedulable wait",
     "NodeLost": "reported as NodeNotReady",
     "Preempting": "reported as Preempted",
+    "FailedToRetrieveImagePullSecret": "the kubelet's event, read to judge a refused first pull (ErrImagePull)",
 }
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from release.images import REAPER_FILES, REAPER_USER, reaper_problems
 from realnode.images import REAPER_LIB
+from release.images import REAPER_FILES, REAPER_USER, reaper_problems
 
 VERSION = "1.2.3"
 LIB = REAPER_LIB.lstrip("/")
