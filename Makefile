@@ -76,7 +76,7 @@ IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
 demo: ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
 	$(TOOLS_AND_WORKER)
-	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto)
+	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto) --registry
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
 	$(PY) tools/localcluster.py rbac $(DEMO_NAMESPACE) >/dev/null

@@ -39,7 +39,16 @@ from kubernetes import client
 from areal_workers import KubernetesScheduler
 from bandit_config import BanditExperimentConfig, cluster_for
 from demo_checks import DemoFailure
-from demo_setup import LOCAL_HELM, Target, ensure_namespace, find_target, local_kubeconfig, pod_runner, scheduler_config
+from demo_setup import (
+    LOCAL_HELM,
+    Target,
+    ensure_namespace,
+    ensure_pull_secret,
+    find_target,
+    local_kubeconfig,
+    pod_runner,
+    scheduler_config,
+)
 from demo_steps import BanditDemo
 from demo_terminal import Terminal
 
@@ -100,6 +109,7 @@ def build(args: argparse.Namespace, out: Terminal, target: Target) -> BanditDemo
     arm_probs = np.round(np.random.default_rng(ARMS_SEED).uniform(0.1, 0.9, exp.n_arms), 2)
     made_namespace = ensure_namespace(target, args.namespace)
     try:
+        ensure_pull_secret(target, args.namespace)
         scheduler = KubernetesScheduler(exp, config=scheduler_config(args, target))
     except BaseException:
         if made_namespace:

@@ -4,6 +4,7 @@ how its worker pods get their processes, the scheduler's settings and the spec o
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ LOCAL_HELM = REPO_ROOT / ".tools" / "bin" / "helm"
 LOCAL_WORKER_PYTHON = REPO_ROOT / ".tools" / "areal-worker" / "bin" / "python"
 WORKER_COMMAND = "python -m areal.infra.rpc.rpc_server"
 REPLICAS = 2
+PULL_SECRET = "local-registry"  # the demo namespace's pull Secret for the local cluster's registry
 
 
 def local_kubeconfig() -> Path:
@@ -53,6 +55,19 @@ class Target:
     fileroot: str  # AReaL's fileroot of the workers
     made_fileroot: bool = False
     real_node: bool = False  # the local cluster's real node runs the workers as containers (tools/realnode/)
+    registry: RegistryLogin | None = None  # the local cluster's registry, which the real node's containerd trusts
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    address: str
+    username: str
+    password: str
+
+    def docker_config(self) -> str:
+        auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        login = {"username": self.username, "password": self.password, "auth": auth}
+        return json.dumps({"auths": {self.address: login}})
 
 
 def connect(kubeconfig: str | None) -> client.ApiClient:
@@ -97,7 +112,21 @@ def find_target(args: argparse.Namespace) -> Target:
         fileroot=fileroot,
         made_fileroot=local,
         real_node=real_node,
+        registry=local_registry(args.kubeconfig) if real_node else None,
     )
+
+
+def local_registry(kubeconfig: str | None) -> RegistryLogin | None:
+    """The registry of this checkout's local cluster when it runs (`make demo` starts it); else None."""
+    if kubeconfig is None:
+        return None  # a trainer pod: it has the package, not tools/
+    from localkube.cluster import LocalCluster
+
+    local = LocalCluster()
+    if Path(kubeconfig).resolve() != local.kubeconfig.resolve() or local.registry().pid() is None:
+        return None
+    credentials = local.registry_credentials()
+    return RegistryLogin(credentials.address, credentials.username, credentials.password)
 
 
 def ensure_namespace(target: Target, namespace: str) -> bool:
@@ -111,6 +140,33 @@ def ensure_namespace(target: Target, namespace: str) -> bool:
             raise
         return False
     return True
+
+
+def ensure_pull_secret(target: Target, namespace: str) -> None:
+    """The local registry's login as the image pull Secret PULL_SECRET of the demo's namespace (gone with it)."""
+    if target.registry is None:
+        return
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=PULL_SECRET),
+        type="kubernetes.io/dockerconfigjson",
+        string_data={".dockerconfigjson": target.registry.docker_config()},
+    )
+    core = client.CoreV1Api(target.api)
+    try:
+        core.create_namespaced_secret(namespace, secret)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        core.replace_namespaced_secret(PULL_SECRET, namespace, secret)
+
+
+def missing_image(target: Target) -> str:
+    """An image no registry serves: on the real node with the local registry, a tag it never had (a real pull,
+    refused with "not found"); elsewhere a host under `.invalid`, reserved by RFC 2606 (no registry can ever
+    serve it, on any cluster)."""
+    if target.registry is not None:
+        return f"{target.registry.address}/areal-workers/areal-worker:never-pushed"
+    return "registry.invalid/areal-runtime:v1.0.4"
 
 
 def check_local_runner(kubeconfig: str | None) -> None:
@@ -147,6 +203,9 @@ def scheduler_config(args: argparse.Namespace, target: Target) -> KubernetesSche
     if target.real_node:
         # Containers of the locally built image, with AReaL's environment mounted; the fileroot is shared with them.
         settings.update(values_files=(str(real_node_values(target.fileroot)),), termination_grace_seconds=5)
+    if target.registry is not None:
+        # The node has the locally built image (never pulled); another image comes from the local registry.
+        settings.update(image_pull_policy="IfNotPresent", image_pull_secrets=(PULL_SECRET,))
     elif target.local:
         # The pods' `python` is this machine's AReaL environment (the cluster's pod runner maps it), and forks
         # started by a worker must find it by path.

@@ -20,11 +20,9 @@ from areal_workers import Job, KubernetesScheduler, Worker, WorkerFailedError
 from bandit_config import BanditExperimentConfig
 from bandit_training import BanditTraining
 from demo_checks import DemoFailure, expect
-from demo_setup import LOCAL_HELM, REPLICAS, Target, worker_spec
+from demo_setup import LOCAL_HELM, REPLICAS, Target, missing_image, worker_spec
 from demo_terminal import Terminal
 
-# `.invalid` is reserved (RFC 2606): no registry can ever serve this image, on any cluster.
-MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
 # How a kubelet reports an image it cannot have: a failed pull, or (pull policy Never, the real node) none to use.
 PULL_FAILURES = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull")
 
@@ -170,10 +168,14 @@ class BanditDemo:
     # --- 2. a failure ------------------------------------------------------------------------------------
 
     def bad_update(self) -> None:
-        self.out.step(
-            "A bad update, diagnosed and rolled back", f"update_workers(Job('rollout', 2, image={MISSING_IMAGE}))"
-        )
-        if self.target.real_node:
+        missing = missing_image(self.target)
+        self.out.step("A bad update, diagnosed and rolled back", f"update_workers(Job('rollout', 2, image={missing}))")
+        if self.target.registry is not None:
+            self.out.note(
+                f"(the real node's kubelet pulls it for real from the local cluster's registry at "
+                f"{self.target.registry.address}, which never had this tag: ErrImagePull, then ImagePullBackOff)"
+            )
+        elif self.target.real_node:
             self.out.note(
                 "(the real node's kubelet: the image is not on the node and no registry is reachable, so "
                 "the pull policy is Never: ErrImageNeverPull)"
@@ -184,9 +186,7 @@ class BanditDemo:
                 "registry.invalid as a kubelet reports them: ErrImagePull, then ImagePullBackOff)"
             )
         good, before = self.revision(), cluster.uids(self.pods())
-        self.scheduler.update_workers(
-            Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(self.target, MISSING_IMAGE)])
-        )
+        self.scheduler.update_workers(Job(role="rollout", replicas=REPLICAS, tasks=[worker_spec(self.target, missing)]))
         self.out.ok(f"helm revision {self.revision()}: the StatefulSet replaces its pods from the highest ordinal")
         error = self.wait_for_failure()
         self.check_rollback(good, before, error)
@@ -215,7 +215,7 @@ class BanditDemo:
     def check_rollback(self, good: int, before: dict[str, str], error: WorkerFailedError) -> None:
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
         expect(
-            MISSING_IMAGE in text and any(reason in text for reason in PULL_FAILURES),
+            missing_image(self.target) in text and any(reason in text for reason in PULL_FAILURES),
             "the diagnosis names neither the image nor the pull failure",
         )
         latest = self.scheduler.history()[-1]
@@ -231,7 +231,8 @@ class BanditDemo:
         replaced = sorted(name for name in before if name not in kept)
         expect(all("-actor-" not in name for name in replaced), f"the failed update of rollout touched {replaced}")
         images = {c.image for p in self.pods() for c in p.spec.containers}
-        expect(MISSING_IMAGE not in images, f"pods still use {MISSING_IMAGE} after the rollback")
+        missing = missing_image(self.target)
+        expect(missing not in images, f"pods still use {missing} after the rollback")
         self.out.ok(
             f"revision {latest['revision']} ({latest['description']}): the release is back at revision {good}'s values",
             time.monotonic() - started,

@@ -149,10 +149,15 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
     assert "hold identical weights: the gradients were all-reduced between their pods" in output
     failure = output[output.index(STEPS[5]) : output.index(STEPS[6])]
     assert "get_workers('rollout') raised WorkerFailedError" in failure
-    if LocalCluster().real_node().is_running():  # `make demo` puts the workers on it: real containers
+    local = LocalCluster()
+    if local.real_node().is_running():  # `make demo` puts the workers on it: real containers
         assert "the local cluster's real node" in output and "container of the locally built image" in output
-        assert f'"{MISSING_IMAGE}" is not present with pull policy of Never' in failure, failure
-        assert "ErrImageNeverPull [fatal]" in failure and "on node real-node-0" in failure
+        # ... and starts the registry: the kubelet pulls the missing tag from it for real
+        missing = f"{local.registry_credentials().address}/areal-workers/areal-worker:never-pushed"
+        assert "pulls it for real from the local cluster's registry" in failure, failure
+        assert f'"{missing}"' in failure and "not found" in failure, failure
+        assert "ErrImagePull [fatal]" in failure or "ImagePullBackOff [fatal]" in failure, failure
+        assert "on node real-node-0" in failure and f"image {missing} does not exist" in failure, failure
     else:
         assert f'Back-off pulling image "{MISSING_IMAGE}"' in failure and "ImagePullBackOff [fatal]" in failure
         assert "simulated" in failure  # the output says what the local cluster simulates
