@@ -1,7 +1,8 @@
 """The release pulled from a real OCI registry: `make release`'s artifacts built from this checkout, the chart pushed
 to the local cluster's registry (distribution's registry, TLS from the cluster's CA, a password), then installed from
 `oci://` by plain helm and by KubernetesScheduler with `chart="oci://..."` and `chart_version`, which creates,
-upgrades and rolls back a trial from it. A wrong password gets the registry's 401."""
+upgrades and rolls back a trial from it. A wrong password gets the registry's 401. `make release REGISTRY=...`
+pushes the chart and the reaper image."""
 
 from __future__ import annotations
 
@@ -124,3 +125,29 @@ def test_a_chart_version_the_registry_lacks_fails_before_anything_is_installed(
         scheduler.create_workers(Job(role="actor", replicas=1, tasks=[spec(cpu=1, mem=1)]))
     assert "99.0.0" in str(raised.value) and "not found" in str(raised.value), raised.value
     assert client.AppsV1Api(kube_client).list_namespaced_stateful_set(namespace).items == []
+
+
+def test_make_release_pushes_the_chart_and_the_reaper_image(published, tmp_path):
+    """The Makefile's own recipe with the local registry's account: both artifacts land, at the release's version,
+    with the digests the registry reports."""
+    _, publisher = published
+    registry = publisher.registry
+    password = tmp_path / "password"
+    password.write_text(registry.password or "")
+    result = subprocess.run(
+        ["make", "-s", "release", f"REGISTRY={registry.address}", f"REGISTRY_USER={registry.username}"]
+        + [f"REGISTRY_PASSWORD_FILE={password}", f"REGISTRY_CA={registry.ca_file}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    pushed = dict(line.split() for line in result.stdout.splitlines() if " sha256:" in line)
+    reaper = f"{registry.address}/areal-workers/reaper:{__version__}"
+    assert set(pushed) == {f"oci://{registry.address}/charts/areal-workers", reaper}, result.stdout
+    digest = subprocess.run(
+        [str(TOOLS_BIN / "crane"), "digest", reaper], capture_output=True, text=True, env=publisher.env, timeout=120
+    )
+    assert digest.returncode == 0, digest.stderr
+    assert digest.stdout.strip() == pushed[reaper]
