@@ -4,7 +4,9 @@ that exists, where building a scheduler creates nothing until the first create_w
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -138,3 +140,22 @@ def test_rejected_credentials_are_named(kubeconfig, helm_executable, tmp_path):
         )
     assert raised.value.cause == "unauthorized"
     assert "rejected the credentials (401 Unauthorized)" in str(raised.value)
+
+
+def test_the_checkouts_command_finds_its_helm_without_the_tools_on_path(kubeconfig, make_namespace):
+    """`make venv` links helm and kubectl into .venv/bin and the package looks for helm beside its interpreter, so
+    `.venv/bin/areal-workers doctor` passes with neither .tools/bin nor .venv/bin on PATH (a newcomer's shell)."""
+    assert (REPO / ".venv" / "bin" / "helm").resolve() == (REPO / ".tools" / "bin" / "helm").resolve()
+    namespace = make_namespace({"pod-security.kubernetes.io/enforce": "restricted"})  # else doctor warns of it
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "areal-workers"), "--kubeconfig", str(kubeconfig), "-n", namespace]
+        + ["-o", "json", "doctor", "--no-probe"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = json.loads(result.stdout)["checks"]
+    assert [c for c in checks if c["status"] not in ("pass", "skip")] == [], checks
+    assert any(c["name"] == "chart renders" and c["status"] == "pass" for c in checks), checks

@@ -1,0 +1,69 @@
+"""`make tools` installs the Debian packages the README's commands need (tools.sh's system_packages step), so that a
+newcomer's `make test` or `make demo` does not stop at a missing redis-server: run on a PATH that has none of them,
+with an apt-get stand-in that records what it is asked and "installs" a stub of each package's command."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from repo_paths import REPO
+
+COMMANDS = ("dirname", "mkdir", "id", "tail", "cat", "chmod")  # what tools.sh and the stand-in run
+FAKE_APT = """#!/bin/bash
+echo "$*" >>"$APT_LOG"
+[ "$1" = install ] || exit 0
+for package in "$@"; do
+  case $package in -*|install) ;; *) printf '#!/bin/bash\\n' >"$STUB_DIR/$package"; chmod +x "$STUB_DIR/$package";; esac
+done
+"""
+
+
+def sandbox(tmp_path: Path, with_apt: bool = True) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "tools" / "install", root / "tools" / "install")
+    path = tmp_path / "bin"
+    path.mkdir()
+    for command in COMMANDS:
+        (path / command).symlink_to(shutil.which(command))
+    if with_apt:
+        (path / "apt-get").write_text(FAKE_APT)
+        (path / "apt-get").chmod(0o755)
+    env = {
+        "PATH": str(path),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "AREAL_WORKERS_CACHE": str(tmp_path / "cache"),
+        "APT_LOG": str(tmp_path / "apt.log"),
+        "STUB_DIR": str(path),
+    }
+    return root, env
+
+
+def system_packages(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    script = root / "tools" / "install" / "tools.sh"
+    return subprocess.run(
+        [shutil.which("bash"), str(script), "system_packages"], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_missing_packages_are_installed_and_a_second_run_installs_nothing(tmp_path):
+    root, env = sandbox(tmp_path)
+    first = system_packages(root, env)
+    assert first.returncode == 0, first.stderr
+    calls = Path(env["APT_LOG"]).read_text().splitlines()
+    assert calls[0] == "update -qq"
+    assert calls[1].startswith("install -y -qq --no-install-recommends openssl unzip redis-server ")
+    requested = set(calls[1].split())
+    assert {"containerd", "runc", "debootstrap", "iptables"} <= requested  # the real node's
+    second = system_packages(root, env)
+    assert second.returncode == 0 and "installed" in second.stdout, second.stderr
+    assert len(Path(env["APT_LOG"]).read_text().splitlines()) == 2  # nothing asked of apt-get again
+
+
+def test_without_apt_get_the_missing_packages_are_named(tmp_path):
+    root, env = sandbox(tmp_path, with_apt=False)
+    result = system_packages(root, env)
+    assert result.returncode == 1
+    assert "openssl unzip redis-server missing and this is not a root Debian shell" in result.stderr, result.stderr
