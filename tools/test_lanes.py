@@ -76,6 +76,11 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
     main = Lane("main", ["-m", SIDE_BY_SIDE])
+    # -k "not rbac" deselects the [rbac] half of test_scheduler.py (each of its tests again as the least-privilege
+    # controller of rbac/: docs/en/testing.md, "The RBAC lane"), so that half runs in the main lane only. On AReaL's
+    # worker it would check nothing new: the controller's identity changes nothing on the worker side (ibid., "The
+    # AReaL-worker lane", "Not in this lane"). The helm 4 lane keeps to the [admin] half likewise: it checks helm 4
+    # driving the releases, and the controller's Role is checked with helm 3.
     areal = Lane(
         "areal",
         [*AREAL_FILES, "-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"],

@@ -4,6 +4,7 @@ socket another thread reads waits for that read. Stopping shuts the socket down,
 
 from __future__ import annotations
 
+import codecs
 import socket
 import sys
 import threading
@@ -13,10 +14,14 @@ from urllib3.exceptions import HTTPError
 
 
 def _copy(response: Any) -> None:
+    # Incremental: a character whose UTF-8 bytes two chunks split is written whole, not as two U+FFFD.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
         for chunk in response.stream(4096):
-            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.write(decoder.decode(chunk))
             sys.stdout.flush()
+        sys.stdout.write(decoder.decode(b"", final=True))
+        sys.stdout.flush()
     except (HTTPError, OSError, AttributeError, ValueError):  # the socket was shut down under it
         pass
 

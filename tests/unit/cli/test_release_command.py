@@ -1,0 +1,368 @@
+"""`areal-workers history`, `rollback` and `down` (cli/commands/release.py) over a fake session and driver: which
+revision a rollback returns to by default, what it refuses before anything changes, the wait for the restored
+workers, and the confirmation `down` asks for."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from areal_workers import naming
+from areal_workers.cli.commands import release
+from areal_workers.cli.session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError
+from areal_workers.pods.watch import WaitTimedOut
+from areal_workers.release.model import ReleaseModel
+
+RELEASE = "aw-exp-t-1a2b3c4d"
+SELECTOR = {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: RELEASE}
+
+
+def model(revision: int | None = 3, **topology: Any) -> ReleaseModel:
+    return ReleaseModel(
+        values={"roles": {"actor": {"replicas": 2}}},
+        topology={
+            "selector": SELECTOR,
+            "experiment": "exp",
+            "trial": "t",
+            "roles": {"actor": {"replicas": 2}, "critic": {"replicas": 1}},
+            **topology,
+        },
+        revision=revision,
+    )
+
+
+def entry(revision: int, status: str = "superseded", description: str = "") -> SimpleNamespace:
+    return SimpleNamespace(
+        revision=revision,
+        updated=datetime(2026, 1, 2, 3, revision, 5, tzinfo=UTC),
+        status=SimpleNamespace(value=status),
+        description=description,
+    )
+
+
+def ready_pod(name: str, index: int) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={naming.LABEL_POD_INDEX: str(index)}),
+        status=client.V1PodStatus(
+            pod_ip=f"10.0.0.{index + 1}", conditions=[client.V1PodCondition(type="Ready", status="True")]
+        ),
+    )
+
+
+class FakePods:
+    """PodWatch.wait: the pods of each selector (all Ready), or a time-out for `slow` selectors."""
+
+    def __init__(self, slow: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.slow = slow
+        self.waited: list[str] = []
+
+    def wait(self, selector: str, done: Any, timeout: float) -> dict[str, client.V1Pod]:
+        self.waited.append(selector)
+        replicas = {"actor": 2, "critic": 1, "judge": 2}[selector.rsplit("=", 1)[1]]
+        pods = {f"pod-{i}": ready_pod(f"pod-{i}", i) for i in range(replicas)}
+        if selector in self.slow or not done(pods):
+            raise WaitTimedOut({})
+        return pods
+
+
+class FakeDriver:
+    """The ReleaseDriver calls the commands make, recorded in `steps`."""
+
+    def __init__(self, current: ReleaseModel, good_revision: int | None = None, pods: FakePods | None = None) -> None:
+        self.name = RELEASE
+        self.model = current
+        self.good_revision = good_revision
+        self.pods = pods or FakePods()
+        self.inspector = SimpleNamespace(timeout_diagnosis=lambda workload, replicas, pods: f"{workload}: Pending")
+        self.steps: list[tuple[Any, ...]] = []
+
+    def restore(self, target: int) -> list[str]:
+        self.steps.append(("restore", target))
+        self.model = ReleaseModel(self.model.values, self.model.topology, (self.model.revision or 0) + 1)
+        return ["aw-exp-t-1a2b3c4d-actor-1"]
+
+    def mark_good(self) -> None:
+        self.steps.append(("mark_good",))
+
+    def scale_down_to_rank_zero(self, role: str) -> None:
+        self.steps.append(("scale_down_to_rank_zero", role))
+
+    def uninstall(self) -> None:
+        self.steps.append(("uninstall",))
+
+
+class FakeSession:
+    """What the commands use of cli.session.Session; `foreign` holds the revisions of another chart (None: the
+    release itself)."""
+
+    namespace = "rl"
+
+    def __init__(
+        self,
+        history: list[SimpleNamespace],
+        driver: FakeDriver | None = None,
+        ready_revision: int | None = None,
+        foreign: set[int | None] = frozenset(),  # type: ignore[assignment]
+        pods: list[client.V1Pod] | None = None,
+    ) -> None:
+        self.entries = history
+        self.made_driver = driver or FakeDriver(model())
+        self.ready = ready_revision
+        self.foreign = foreign
+        self.listed = pods or []
+        self.refused: list[tuple[Any, ...]] = []
+        self.drivers_built = 0
+        self.releases = SimpleNamespace(history=self._history)
+
+    async def _history(self, name: str) -> list[SimpleNamespace]:
+        return self.entries
+
+    def release(self) -> str:
+        return RELEASE
+
+    def helm(self, coroutine: Any, doing: str) -> Any:
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the fake's coroutines never wait")
+
+    def kube(self, call: Any, doing: str, *args: Any) -> Any:
+        return call(*args)
+
+    def inspector(self, name: str) -> SimpleNamespace:
+        return SimpleNamespace(ready_revision=lambda: self.ready)
+
+    def model(self, name: str) -> ReleaseModel:
+        return self.made_driver.model
+
+    def refuse_external(self, name: str, current: ReleaseModel, doing: str) -> None:
+        self.refused.append(("external", doing))
+        if current.revision is None:
+            raise CliError(f"cannot {doing} {name}: it was applied without helm", EXIT_USAGE)
+
+    def refuse_foreign(self, name: str, doing: str, revision: int | None = None) -> None:
+        self.refused.append(("foreign", doing, revision))
+        if revision in self.foreign:
+            raise CliError(f"cannot {doing} {name}: revision {revision} is another chart's", EXIT_USAGE)
+
+    def driver(self, name: str) -> FakeDriver:
+        self.drivers_built += 1
+        return self.made_driver
+
+    def pods(self) -> SimpleNamespace:
+        return SimpleNamespace(list=lambda selector: (self.listed, "1"))
+
+
+HISTORY = [entry(1), entry(2, description="Upgrade complete"), entry(3, status="deployed")]
+
+
+# --- history ----------------------------------------------------------------------------------------------
+
+
+def test_history_lists_each_revision_and_marks_the_last_all_ready_one(capsys):
+    assert release.history(FakeSession(HISTORY, ready_revision=2), "json") == EXIT_OK
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["release"] == RELEASE and printed["ready_revision"] == 2
+    assert [(r["revision"], r["status"], r["all_ready"]) for r in printed["revisions"]] == [
+        (1, "superseded", False),
+        (2, "superseded", True),
+        (3, "deployed", False),
+    ]
+    assert printed["revisions"][0]["updated"] == "2026-01-02T03:01:05+00:00"
+    assert printed["revisions"][1]["description"] == "Upgrade complete"
+
+
+def test_the_history_table_shows_the_time_to_the_second_and_yes_for_the_all_ready_revision(capsys):
+    assert release.history(FakeSession(HISTORY, ready_revision=2), "table") == EXIT_OK
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["REVISION", "UPDATED", "STATUS", "LAST", "ALL-READY", "DESCRIPTION"]
+    assert rows[2] == ["2", "2026-01-02", "03:02:05", "superseded", "yes", "Upgrade", "complete"]
+    assert rows[3] == ["3", "2026-01-02", "03:03:05", "deployed"]
+
+
+def test_a_release_without_history_is_not_found_unless_it_was_applied_without_helm():
+    session = FakeSession([])
+    with pytest.raises(CliError) as raised:
+        release.history(session, "json")
+    assert raised.value.exit_code == EXIT_NOT_FOUND
+    assert str(raised.value) == f"release {RELEASE} not found in namespace rl"
+    external = FakeSession([], driver=FakeDriver(model(revision=None)))
+    with pytest.raises(CliError, match="applied without helm") as raised:
+        release.history(external, "json")
+    assert raised.value.exit_code == EXIT_USAGE
+
+
+# --- the default rollback target --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("current", "good", "revisions", "target"),
+    [
+        (5, 3, [1, 2, 3, 4, 5], 3),  # the last all-ready revision, while the current one is not it
+        (5, 5, [1, 2, 3, 4, 5], 4),  # the current one is all-ready: the one before, as helm's default
+        (5, None, [1, 2, 3, 4, 5], 4),
+        (5, 1, [3, 4, 5], 4),  # helm no longer keeps the all-ready one
+        (5, 3, [1, 3, 5, 6], 3),
+        (6, None, [2, 4, 6], 4),  # the previous revision helm keeps, not current - 1
+    ],
+)
+def test_the_default_target_is_the_last_all_ready_revision_or_the_one_before(current, good, revisions, target):
+    driver: Any = FakeDriver(model(current), good_revision=good)
+    assert release._default_target(driver, revisions) == target
+
+
+def test_a_release_with_no_earlier_revision_has_no_default_target():
+    driver: Any = FakeDriver(model(1))
+    with pytest.raises(CliError, match="has no revision before 1 to roll back to") as raised:
+        release._default_target(driver, [1])
+    assert raised.value.exit_code == EXIT_USAGE
+
+
+# --- rollback ---------------------------------------------------------------------------------------------
+
+
+def test_rollback_restores_the_default_target_after_checking_it_is_this_charts(capsys):
+    driver = FakeDriver(model(3), good_revision=1)
+    session = FakeSession(HISTORY, driver=driver)
+    assert release.rollback(session, None, wait=False, timeout=60, fmt="json") == EXIT_OK
+    assert driver.steps == [("restore", 1)]  # no wait: not marked all-ready
+    assert session.refused == [("foreign", "roll back", None), ("foreign", "roll back", 1)]
+    assert json.loads(capsys.readouterr().out) == {
+        "release": RELEASE,
+        "from_revision": 3,
+        "to_revision": 1,
+        "new_revision": 4,
+        "replaced_pods": ["aw-exp-t-1a2b3c4d-actor-1"],
+        "ready": None,
+    }
+
+
+def test_a_revision_helm_does_not_keep_is_refused_before_anything_changes():
+    session = FakeSession(HISTORY)
+    with pytest.raises(CliError) as raised:
+        release.rollback(session, 7, wait=False, timeout=60, fmt="json")
+    assert raised.value.exit_code == EXIT_NOT_FOUND
+    assert str(raised.value).startswith(f"release {RELEASE} keeps revisions 1, 2, 3; no revision 7")
+    assert session.drivers_built == 0 and session.made_driver.steps == []
+
+
+def test_a_named_revision_of_another_chart_is_refused_before_the_driver_adopts_the_release():
+    session = FakeSession(HISTORY, foreign={2})
+    with pytest.raises(CliError, match="revision 2 is another chart's"):
+        release.rollback(session, 2, wait=False, timeout=60, fmt="json")
+    assert session.drivers_built == 0 and session.made_driver.steps == []
+
+
+def test_a_default_target_of_another_chart_is_refused_before_it_is_restored():
+    driver = FakeDriver(model(3))
+    session = FakeSession(HISTORY, driver=driver, foreign={2})
+    with pytest.raises(CliError, match="revision 2 is another chart's"):
+        release.rollback(session, None, wait=False, timeout=60, fmt="json")
+    assert driver.steps == []
+
+
+def test_a_release_of_another_chart_is_not_rolled_back():
+    session = FakeSession(HISTORY, foreign={None})
+    with pytest.raises(CliError, match="another chart's"):
+        release.rollback(session, 2, wait=False, timeout=60, fmt="json")
+    assert session.refused == [("foreign", "roll back", None)]
+
+
+def test_with_wait_the_restored_roles_and_pod_forks_are_waited_for_and_the_revision_marked_good(capsys):
+    forks = {"gen": {"target": "actor", "mode": "process"}, "judge": {"target": "actor", "mode": "pod"}}
+    pods = FakePods()
+    driver = FakeDriver(model(3, forks=forks), pods=pods)
+    assert release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, fmt="table") == EXIT_OK
+    # Roles, then pod-mode forks, each sorted; a process fork has no pods of its own.
+    assert pods.waited == [naming.role_selector(RELEASE, w) for w in ("actor", "critic", "judge")]
+    assert driver.steps == [("restore", 2), ("mark_good",)]
+    assert (
+        capsys.readouterr().out.replace("\n", " ").split()
+        == (
+            f"rolled back {RELEASE} to revision 2 (now revision 4); replaced pods stuck on the abandoned revision: "
+            "aw-exp-t-1a2b3c4d-actor-1; every worker is ready"
+        ).split()
+    )
+
+
+def test_a_restored_role_not_ready_in_time_is_a_timeout_with_its_diagnosis():
+    pods = FakePods(slow={naming.role_selector(RELEASE, "critic")})
+    driver = FakeDriver(model(3), pods=pods)
+    with pytest.raises(CliError) as raised:
+        release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, fmt="json")
+    assert raised.value.exit_code == EXIT_TIMEOUT
+    assert str(raised.value) == "rolled back to revision 4, but critic was not ready within 60s:\ncritic: Pending"
+    assert ("mark_good",) not in driver.steps
+
+
+# --- down -------------------------------------------------------------------------------------------------
+
+
+def pods_of_release() -> list[client.V1Pod]:
+    return [ready_pod(f"{RELEASE}-critic-0", 0), ready_pod(f"{RELEASE}-actor-0", 0)]
+
+
+def test_down_without_a_terminal_needs_yes(monkeypatch):
+    monkeypatch.setattr(release.sys, "stdin", SimpleNamespace(isatty=lambda: False))
+    session = FakeSession(HISTORY, pods=pods_of_release())
+    with pytest.raises(CliError) as raised:
+        release.down(session, yes=False, rank_zero_last=False, fmt="json")
+    assert raised.value.exit_code == EXIT_USAGE
+    assert str(raised.value) == (
+        f"would delete release {RELEASE} (experiment exp, trial t) in namespace rl: 2 worker pod(s), roles actor, "
+        "critic; pass --yes to confirm without a terminal"
+    )
+    assert session.made_driver.steps == []
+
+
+@pytest.mark.parametrize(("answer", "deleted"), [("", False), ("n", False), ("yes please", False), (" Y ", True)])
+def test_down_on_a_terminal_deletes_only_when_the_answer_is_yes(answer, deleted, monkeypatch, capsys):
+    monkeypatch.setattr(release.sys, "stdin", SimpleNamespace(isatty=lambda: True))
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
+    session = FakeSession(HISTORY, pods=pods_of_release())
+    code = release.down(session, yes=False, rank_zero_last=False, fmt="json")
+    assert asked and asked[0].startswith(f"Delete release {RELEASE} ") and asked[0].endswith("? [y/N] ")
+    assert (code, session.made_driver.steps) == ((EXIT_OK, [("uninstall",)]) if deleted else (EXIT_ABORTED, []))
+    if not deleted:
+        assert "nothing deleted" in capsys.readouterr().err
+
+
+def test_down_with_rank_zero_last_scales_each_role_down_to_rank_zero_first(capsys):
+    session = FakeSession(HISTORY, pods=pods_of_release())
+    assert release.down(session, yes=True, rank_zero_last=True, fmt="json") == EXIT_OK
+    assert session.made_driver.steps == [
+        ("scale_down_to_rank_zero", "actor"),
+        ("scale_down_to_rank_zero", "critic"),
+        ("uninstall",),
+    ]
+    assert json.loads(capsys.readouterr().out) == {
+        "release": RELEASE,
+        "namespace": "rl",
+        "deleted_pods": [f"{RELEASE}-actor-0", f"{RELEASE}-critic-0"],
+    }
+    assert session.refused == [("external", "delete"), ("foreign", "delete", None)]
+
+
+def test_down_refuses_a_release_applied_without_helm_and_one_of_another_chart():
+    external = FakeSession(HISTORY, driver=FakeDriver(model(revision=None)))
+    with pytest.raises(CliError, match="applied without helm"):
+        release.down(external, yes=True, rank_zero_last=False, fmt="json")
+    foreign = FakeSession(HISTORY, foreign={None})
+    with pytest.raises(CliError, match="another chart's"):
+        release.down(foreign, yes=True, rank_zero_last=False, fmt="json")
+    assert external.made_driver.steps == [] and foreign.made_driver.steps == []
+
+
+def test_a_release_without_selector_labels_lists_no_pods():
+    bare = ReleaseModel(values={}, topology={"roles": {"actor": {"replicas": 1}}}, revision=2)
+    session = FakeSession(HISTORY, driver=FakeDriver(bare), pods=pods_of_release())
+    session.pods = lambda: pytest.fail("no selector: nothing to list")  # type: ignore[method-assign]
+    assert release.down(session, yes=True, rank_zero_last=False, fmt="table") == EXIT_OK
+    assert session.made_driver.steps == [("uninstall",)]
