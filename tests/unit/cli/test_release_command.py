@@ -109,8 +109,10 @@ class FakeSession:
         ready_revision: int | None = None,
         foreign: set[int | None] = frozenset(),  # type: ignore[assignment]
         pods: list[client.V1Pod] | None = None,
+        images: dict[int, dict[str, list[str]]] | None = None,
     ) -> None:
         self.entries = history
+        self.images = images or {}
         self.made_driver = driver or FakeDriver(model())
         self.ready = ready_revision
         self.foreign = foreign
@@ -136,7 +138,7 @@ class FakeSession:
         return call(*args)
 
     def inspector(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(ready_revision=lambda: self.ready)
+        return SimpleNamespace(ready_revision=lambda: self.ready, revision_images=lambda: self.images)
 
     def model(self, name: str) -> ReleaseModel:
         return self.made_driver.model
@@ -181,9 +183,22 @@ def test_history_lists_each_revision_and_marks_the_last_all_ready_one(capsys):
 def test_the_history_table_shows_the_time_to_the_second_and_yes_for_the_all_ready_revision(capsys):
     assert release.history(FakeSession(HISTORY, ready_revision=2), "table") == EXIT_OK
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert rows[0] == ["REVISION", "UPDATED", "STATUS", "LAST", "ALL-READY", "DESCRIPTION"]
+    assert rows[0] == ["REVISION", "UPDATED", "STATUS", "LAST", "ALL-READY", "IMAGES", "RAN", "DESCRIPTION"]
     assert rows[2] == ["2", "2026-01-02", "03:02:05", "superseded", "yes", "Upgrade", "complete"]
     assert rows[3] == ["3", "2026-01-02", "03:03:05", "deployed"]
+
+
+def test_the_history_shows_the_digests_each_recorded_revision_ran(capsys):
+    ran = {
+        1: {"actor": ["r.local/areal-worker@sha256:" + "a" * 64]},
+        2: {"actor": ["r.local/areal-worker@sha256:" + "b" * 64]},
+    }
+    assert release.history(FakeSession(HISTORY, ready_revision=2, images=ran), "json") == EXIT_OK
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["images"] for r in printed["revisions"]] == [ran[1], ran[2], {}]
+    assert release.history(FakeSession(HISTORY, ready_revision=2, images=ran), "table") == EXIT_OK
+    table = capsys.readouterr().out
+    assert "actor=areal-worker@sha256:aaaaaaaaaaaa" in table and "actor=areal-worker@sha256:bbbbbbbbbbbb" in table
 
 
 def test_a_release_without_history_is_not_found_unless_it_was_applied_without_helm():
