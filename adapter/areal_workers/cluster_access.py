@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -17,6 +18,22 @@ from urllib3.exceptions import HTTPError
 from .errors import ClusterAccessError
 
 APPLY_RBAC = "kubectl apply -n {namespace} -f rbac/"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the reader of a message chooses the namespace and the cluster: the scheduler's options (SCHEDULER), or
+    a command line's (the CLI's)."""
+
+    namespace: str
+    credentials: str
+
+
+SCHEDULER = Settings(
+    namespace="the scheduler's namespace (AREAL_K8S_NAMESPACE)",
+    credentials="the kubeconfig and context the scheduler uses (kubeconfig, context; AREAL_K8S_KUBECONFIG, "
+    "AREAL_K8S_CONTEXT)",
+)
 
 
 def _status(error: ApiException) -> dict[str, Any]:
@@ -32,12 +49,23 @@ def _user(message: str) -> str | None:
     return found.group(1) if found else None
 
 
-def missing_namespace(namespace: str) -> ClusterAccessError:
+def attempted(message: str) -> str | None:
+    """What a 'forbidden' answer says was refused, in kubectl's spelling: `list pods`, `create jobs.batch`,
+    `patch statefulsets.apps/scale`; None when the message does not say."""
+    found = re.search(r'cannot (\S+) resource "([^"]+)"(?: in API group "([^"]*)")?', message)
+    if found is None:
+        return None
+    verb, resource, group = found.group(1), found.group(2), found.group(3) or ""
+    name, _, subresource = resource.partition("/")
+    return f"{verb} {name}" + (f".{group}" if group else "") + (f"/{subresource}" if subresource else "")
+
+
+def missing_namespace(namespace: str, settings: Settings = SCHEDULER) -> ClusterAccessError:
     return ClusterAccessError(
         "namespace-missing",
         f"namespace {namespace} does not exist: create it (kubectl create namespace {namespace}) and give the "
-        f"trainer's identity the Role of rbac/ there ({APPLY_RBAC.format(namespace=namespace)}), or set the "
-        f"scheduler's namespace (AREAL_K8S_NAMESPACE) to one that exists",
+        f"trainer's identity the Role of rbac/ there ({APPLY_RBAC.format(namespace=namespace)}), or set "
+        f"{settings.namespace} to one that exists",
     )
 
 
@@ -71,23 +99,27 @@ def unauthorized(server: str) -> ClusterAccessError:
     )
 
 
-def unreachable(server: str, error: BaseException) -> ClusterAccessError:
+def unreachable(server: str, error: BaseException, settings: Settings = SCHEDULER) -> ClusterAccessError:
     reason = str(getattr(error, "reason", None) or error)
     return ClusterAccessError(
         "unreachable",
-        f"cannot reach the Kubernetes API server at {server}: {reason}; check the kubeconfig and context the "
-        f"scheduler uses (kubeconfig, context; AREAL_K8S_KUBECONFIG, AREAL_K8S_CONTEXT) and that the cluster is "
-        f"up (kubectl cluster-info)",
+        f"cannot reach the Kubernetes API server at {server}: {reason}; check {settings.credentials} and that the "
+        f"cluster is up (kubectl cluster-info)",
     )
 
 
 def api_failure(
-    error: ApiException | HTTPError | OSError, namespace: str, server: str, doing: str
+    error: ApiException | HTTPError | OSError,
+    namespace: str,
+    server: str,
+    doing: str,
+    settings: Settings = SCHEDULER,
 ) -> ClusterAccessError | None:
     """The cause of a failed request made while `doing` something in `namespace`; None for an answer that is not
-    about access (a conflict, a validation error: the caller's own business)."""
+    about access (a conflict, a validation error: the caller's own business). `settings`: how the reader changes
+    the namespace and the cluster (the scheduler's options unless told)."""
     if not isinstance(error, ApiException):
-        return unreachable(server, error)
+        return unreachable(server, error, settings)
     status = _status(error)
     if error.status == 401:
         return unauthorized(server)
@@ -95,11 +127,11 @@ def api_failure(
         return forbidden(namespace, str(status.get("message") or error.reason), doing)
     details = status.get("details") or {}
     if error.status == 404 and details.get("kind") == "namespaces":
-        return missing_namespace(namespace)
+        return missing_namespace(str(details.get("name") or namespace), settings)
     return None
 
 
-def check_namespace(core: client.CoreV1Api, namespace: str) -> None:
+def check_namespace(core: client.CoreV1Api, namespace: str, settings: Settings = SCHEDULER) -> None:
     """Raises ClusterAccessError unless `namespace` exists, is not being deleted and this identity may work in it.
     A namespaced identity (rbac/) may not read Namespace objects: then a namespaced read tells whether it may work
     there."""
@@ -108,19 +140,19 @@ def check_namespace(core: client.CoreV1Api, namespace: str) -> None:
         found = core.read_namespace(namespace)
     except ApiException as error:
         if error.status == 404:
-            raise missing_namespace(namespace) from None
+            raise missing_namespace(namespace, settings) from None
         if error.status != 403:
-            raise (api_failure(error, namespace, server, "read the namespace") or error) from None
-        _check_namespaced_access(core, namespace, server)
+            raise (api_failure(error, namespace, server, "read the namespace", settings) or error) from None
+        _check_namespaced_access(core, namespace, server, settings)
         return
     except (HTTPError, OSError) as error:
-        raise unreachable(server, error) from None
+        raise unreachable(server, error, settings) from None
     if found.status is not None and found.status.phase == "Terminating":
         raise terminating_namespace(namespace)
 
 
-def _check_namespaced_access(core: client.CoreV1Api, namespace: str, server: str) -> None:
+def _check_namespaced_access(core: client.CoreV1Api, namespace: str, server: str, settings: Settings) -> None:
     try:
         core.list_namespaced_pod(namespace, limit=1)
     except (ApiException, HTTPError, OSError) as error:
-        raise (api_failure(error, namespace, server, "list pods") or error) from None
+        raise (api_failure(error, namespace, server, "list pods", settings) or error) from None

@@ -347,7 +347,8 @@ def test_an_unreachable_cluster_is_exit_4_with_what_to_check(tmp_path, capsys):
         )
     )
     code, _, err = run(capsys, "--kubeconfig", str(missing), "-n", "x", "status")
-    assert code == EXIT_CLUSTER and "cannot reach the cluster" in err
+    assert code == EXIT_CLUSTER and "cannot reach the Kubernetes API server at https://127.0.0.1:9" in err
+    assert "--kubeconfig, --context" in err and "kubectl cluster-info" in err
 
 
 def test_the_installed_entry_point_runs(kubeconfig, namespace):

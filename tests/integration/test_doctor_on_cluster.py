@@ -70,6 +70,7 @@ def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothi
     _, accesses = role_accesses(ROLE_FILE.read_text())
     assert names == [
         "cluster reachable",
+        "namespace",
         *(access.name for access in accesses),
         "permission list nodes",
         "chart renders",

@@ -402,6 +402,22 @@ class MemoryLeases:
         del self.leases[name]
 
 
+class FailingLeases(MemoryLeases):
+    """Every read and create of a Lease answered with `error` (an ApiException as the apiserver at `host` sends it,
+    or a refused connection): a Lease the scheduler cannot take."""
+
+    def __init__(self, error: BaseException, host: str = "https://127.0.0.1:6443") -> None:
+        super().__init__()
+        self.error = error
+        self.api_client = SimpleNamespace(configuration=SimpleNamespace(host=host))
+
+    def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> client.V1Lease:
+        raise self.error
+
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        raise self.error
+
+
 def memory_connect(
     cluster: MemoryCluster,
     guard: MemoryGuard | None = None,

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from areal_workers import ClusterAccessError
-from areal_workers.cluster_access import api_failure, check_namespace
+from areal_workers.cluster_access import SCHEDULER, Settings, api_failure, attempted, check_namespace
 
 SERVER = "https://127.0.0.1:6443"
 FORBIDDEN_LEASE = (
@@ -141,6 +141,44 @@ def test_an_administrator_is_told_the_namespace_does_not_exist():
     with pytest.raises(ClusterAccessError, match=r"^namespace rl does not exist: create it") as raised:
         check_namespace(core, "rl")  # type: ignore[arg-type]
     assert raised.value.cause == "namespace-missing"
+
+
+def test_the_namespace_missing_message_is_one_line_naming_the_readers_own_setting():
+    """The scheduler's (what a trainer's log shows of its constructor) and another reader's (the CLI's -n)."""
+    core = Core(api_error(404, 'namespaces "bandit-demo" not found', {"name": "bandit-demo", "kind": "namespaces"}))
+    messages = []
+    for settings in (SCHEDULER, Settings(namespace="the command's namespace (-n)", credentials="--kubeconfig")):
+        with pytest.raises(ClusterAccessError) as raised:
+            check_namespace(core, "bandit-demo", settings)  # type: ignore[arg-type]
+        messages.append(str(raised.value))
+    assert not any("\n" in message for message in messages), messages
+    assert messages[0].endswith("or set the scheduler's namespace (AREAL_K8S_NAMESPACE) to one that exists")
+    assert messages[1].endswith("or set the command's namespace (-n) to one that exists")
+
+
+def test_an_unreachable_server_is_named_with_the_readers_own_settings():
+    settings = Settings(namespace="-n", credentials="--kubeconfig and --context")
+    with pytest.raises(ClusterAccessError, match="; check --kubeconfig and --context and that the cluster is up"):
+        check_namespace(Core(refused()), "rl", settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("message", "refused_request"),
+    [
+        (FORBIDDEN_LEASE, "get leases.coordination.k8s.io"),
+        (
+            'pods "x" is forbidden: User "u" cannot get resource "pods/log" in API group "" in the namespace "rl"',
+            "get pods/log",
+        ),
+        (
+            'User "u" cannot patch resource "statefulsets/scale" in API group "apps" in the namespace "rl"',
+            "patch statefulsets.apps/scale",
+        ),
+        ("forbidden", None),
+    ],
+)
+def test_the_refused_request_is_read_from_the_answer_in_kubectls_spelling(message, refused_request):
+    assert attempted(message) == refused_request
 
 
 def test_a_namespace_being_deleted_is_refused():

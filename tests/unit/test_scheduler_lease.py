@@ -13,7 +13,8 @@ from areal_workers.areal_types import Job, SchedulingSpec
 from areal_workers.cluster_access import missing_namespace
 from areal_workers.errors import LeaseHeldError, LeaseLostError, WorkerCreationError
 from areal_workers.runtime.lease import ReleaseLease, lease_name
-from memory_backend import MemoryCluster, MemoryLeases, memory_connect
+from memory_backend import FailingLeases, MemoryCluster, MemoryLeases, memory_connect
+from test_cluster_access import api_error
 
 RELEASE = "trial-release"
 
@@ -93,6 +94,26 @@ def test_a_namespace_that_cannot_be_used_stops_the_constructor_before_anything_i
     with pytest.raises(ClusterAccessError, match="^namespace ns does not exist: create it"):
         make_scheduler(cluster, access_error=missing_namespace("ns"))
     assert leases.leases == {} and cluster.revisions == []
+
+
+def test_a_namespace_gone_before_the_first_install_is_named_in_one_line_without_lease_advice():
+    """The namespace existed when the scheduler was built and was deleted before its first create_workers: the
+    Lease's creation is answered 404 for the namespace, and the trainer is told that, not to change its Lease."""
+    cluster = MemoryCluster(RELEASE)
+    leases = FailingLeases(api_error(404, 'namespaces "ns" not found', {"name": "ns", "kind": "namespaces"}))
+    scheduler = KubernetesScheduler(
+        config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE),
+        experiment_name="exp",
+        trial_name="trial",
+        connect=memory_connect(cluster, lease=ReleaseLease(leases, "ns", RELEASE, grace_seconds=60)),  # type: ignore[arg-type]
+    )
+    try:
+        with pytest.raises(ClusterAccessError) as raised:
+            scheduler.create_workers(job("actor"))
+    finally:
+        scheduler.close()
+    assert raised.value.cause == "namespace-missing" and cluster.revisions == []
+    assert "\n" not in str(raised.value) and str(raised.value) == str(missing_namespace("ns"))
 
 
 def test_a_trainer_whose_lease_was_deleted_gets_an_error_not_fresh_workers(make_scheduler, leases):

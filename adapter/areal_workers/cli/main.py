@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor = command(
         "doctor",
-        "preflight: permissions (SelfSubjectAccessReview), chart and schema, the namespace's PodSecurity level, "
-        "GPU capacity, a probe worker reachable from here (exit 1 when a check fails)",
+        "preflight: the namespace exists, permissions (SelfSubjectAccessReview), chart and schema, the namespace's "
+        "PodSecurity level, GPU capacity, a probe worker reachable from here (exit 1 when a check fails)",
     )
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
     doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")
@@ -304,16 +304,18 @@ def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
         }
         out = console()
         allowed = [c for c in checks if c.name.startswith("permission ") and c.status == "pass"]
-        rows = [[marks[c.status], c.name, c.detail] for c in checks if c not in allowed]
-        if allowed:  # one row for the permissions that pass (-o json lists each)
-            rows.insert(
-                1 if rows else 0,
-                [
-                    marks["pass"],
-                    "permissions",
-                    f"all {len(allowed)} permissions the adapter uses are allowed (-o json lists each)",
-                ],
-            )
+        rows = []
+        for check in checks:
+            if check is (allowed[0] if allowed else None):  # one row for the permissions that pass (-o json: each)
+                rows.append(
+                    [
+                        marks["pass"],
+                        "permissions",
+                        f"all {len(allowed)} permissions the adapter uses are allowed (-o json lists each)",
+                    ]
+                )
+            if check not in allowed:
+                rows.append([marks[check.status], check.name, check.detail])
         out.print(table(["", "CHECK", "DETAIL"], rows))
         for check in checks:
             if check.fix and check.status != "pass":
@@ -370,6 +372,10 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return reap.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":
             return release.down(session, args.yes, args.rank_zero_last, fmt)
+    except BrokenPipeError:  # stdout's reader is gone (a ConnectionError, but not the cluster's): main ends quietly
+        raise
+    except (ApiException, HTTPError, ConnectionError) as error:  # a request no command caught: its cause named
+        raise session.cluster_error(error, args.command) from None
     finally:
         session.close()
     raise AssertionError(f"unhandled command {args.command}")

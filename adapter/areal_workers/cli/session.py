@@ -4,6 +4,7 @@ cluster clients, the trial a command is about, and the exit codes."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,7 +15,7 @@ from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from .. import naming
+from .. import cluster_access, naming
 from ..config import ConfigError, KubernetesSchedulerConfig
 from ..orchestration.driver import ReleaseDriver
 from ..pods.inspector import ReleaseInspector
@@ -125,21 +126,56 @@ def make_config(
         raise CliError(str(error), EXIT_USAGE) from None
 
 
-def cluster_error(error: Exception, doing: str) -> CliError:
-    """An API or connection failure as the command's error, with what to check."""
+# How a person running the CLI changes the namespace and the cluster, for cluster_access's messages.
+CLI_SETTINGS = cluster_access.Settings(
+    namespace="the command's namespace (-n, or AREAL_K8S_NAMESPACE)",
+    credentials="the kubeconfig and context the command uses (--kubeconfig, --context; KUBECONFIG, "
+    "AREAL_K8S_KUBECONFIG, AREAL_K8S_CONTEXT)",
+)
+
+
+def api_message(error: ApiException) -> str:
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return str(error.reason)
+    return str((status.get("message") if isinstance(status, dict) else None) or error.reason)
+
+
+def _namespace_in(error: ApiException) -> str | None:
+    """The namespace an apiserver's answer names (a namespace not found, `in the namespace "rl"`)."""
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return None
+    details = (status.get("details") if isinstance(status, dict) else None) or {}
+    if details.get("kind") == "namespaces" and details.get("name"):
+        return str(details["name"])
+    found = re.search(r'in the namespace "([^"]+)"', api_message(error))
+    return found.group(1) if found else None
+
+
+def cluster_error(
+    error: ApiException | HTTPError | OSError, doing: str, namespace: str | None = None, server: str | None = None
+) -> CliError:
+    """An API or connection failure as the command's error (EXIT_CLUSTER), with the cause the scheduler would name
+    (cluster_access: an unreachable API server, rejected credentials, a forbidden request with its user, verb and
+    resource, a namespace that does not exist) and its fix; other answers as the apiserver gave them."""
+    refused = "do this"
     if isinstance(error, ApiException):
-        if error.status == 403:
-            reason = json.loads(error.body or "{}").get("message", error.reason) if error.body else error.reason
+        namespace = namespace or _namespace_in(error)
+        if error.status == 403 and namespace is None:  # a cluster-scoped request: no namespace to name
             return CliError(
-                f"{doing}: forbidden: {reason}\n(areal-workers doctor lists every permission missing "
+                f"{doing}: forbidden: {api_message(error)}\n(areal-workers doctor lists every permission missing "
                 f"and the rbac/ file that grants it)",
                 EXIT_CLUSTER,
             )
-        return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
-    return CliError(
-        f"{doing}: cannot reach the cluster ({error}); check --kubeconfig/--context (kubectl cluster-info)",
-        EXIT_CLUSTER,
-    )
+        refused = cluster_access.attempted(api_message(error)) or refused
+    where = server or "the kubeconfig's address"
+    cause = cluster_access.api_failure(error, namespace or "", where, refused, CLI_SETTINGS)
+    if cause is not None:
+        return CliError(f"{doing}: {cause}", EXIT_CLUSTER)
+    return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
 
 
 class Session:
@@ -188,7 +224,12 @@ class Session:
         try:
             return call(*args, **kwargs)
         except (ApiException, HTTPError, ConnectionError) as error:
-            raise cluster_error(error, doing) from None
+            raise self.cluster_error(error, doing) from None
+
+    def cluster_error(self, error: ApiException | HTTPError | OSError, doing: str) -> CliError:
+        """cluster_error for this command's namespace and API server."""
+        server = self.api.configuration.host if "api" in self.__dict__ else None
+        return cluster_error(error, doing, self.namespace, server)
 
     # --- trials ----------------------------------------------------------------------------------
 

@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 LEASE_LABEL = "areal-workers.dev/lease-of"  # the release a Lease keeps alive
 MAX_RENEW_SECONDS = 10.0
 WATCH_POLL_SECONDS = 0.5  # how often a starting scheduler reads another holder's Lease
+# Only for a Lease this identity may not use: without one, the scheduler needs no rule on leases.
+WITHOUT_LEASE_ADVICE = (
+    "or set lease_grace_seconds=0 (AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and without the "
+    "reaper's clean-up)"
+)
 TAKEOVER_ADVICE = (
     "set lease_takeover=true (AREAL_K8S_LEASE_TAKEOVER=true) to take the trial anyway (the other controller then "
     "stops writing and raises on its next call), or use another trial name"
@@ -126,12 +131,9 @@ class ReleaseLease:
             )
             if cause is None:
                 raise
-            raise ClusterAccessError(
-                cause.cause,
-                f"{cause}; or set lease_grace_seconds=0 "
-                f"(AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and "
-                f"without the reaper's clean-up)",
-            ) from error
+            if cause.cause != "forbidden":  # no Lease setting helps a missing namespace, bad credentials, no server
+                raise cause from error
+            raise ClusterAccessError(cause.cause, f"{cause}; {WITHOUT_LEASE_ADVICE}") from error
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.release}", daemon=True)
         self._thread.start()

@@ -1,7 +1,8 @@
 """The trainer's side of the Lease, against an in-memory coordination API: renewals with a time-out on every
 request, a Lease lost after the first renewal (deleted, marked by a reaper, taken over) never re-created, and one
 controller per trial: a live holder refused, a dead one's Lease taken over after watching it, and `lease_takeover`
-taking it at once."""
+taking it at once. A Lease that cannot be taken names the cause; running without a Lease is offered only where it
+helps (a Role without the leases rule), not for a missing namespace, rejected credentials or an absent server."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import time
 import pytest
 from kubernetes import client
 
-from areal_workers.errors import LeaseHeldError, LeaseLostError, WorkerCreationError
+from areal_workers.cluster_access import missing_namespace
+from areal_workers.errors import ClusterAccessError, LeaseHeldError, LeaseLostError, WorkerCreationError
 from areal_workers.runtime.lease import LEASE_LABEL, ReleaseLease, lease_name, renew_interval, request_timeout
 from areal_workers.runtime.lease_record import REAPING_ANNOTATION
-from memory_backend import MemoryLeases
+from memory_backend import FailingLeases, MemoryLeases
+from test_cluster_access import FORBIDDEN_LEASE, SERVER, api_error, refused
 
 NAME = lease_name("aw-a")
 
@@ -137,3 +140,35 @@ def test_renewals_go_on_after_the_apiserver_was_unreachable():
     assert lease.running and lease.lost is None
     lease.stop()
     assert not lease.running
+
+
+def start_failure(error: BaseException) -> ClusterAccessError:
+    with pytest.raises(ClusterAccessError) as raised:
+        trainer(FailingLeases(error, SERVER)).start()  # type: ignore[arg-type]
+    return raised.value
+
+
+NAMESPACE_NOT_FOUND = api_error(404, 'namespaces "rl" not found', {"name": "rl", "kind": "namespaces"})
+WITHOUT_A_LEASE = (
+    "; or set lease_grace_seconds=0 (AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and without the "
+    "reaper's clean-up)"
+)
+
+
+def test_running_without_a_lease_is_offered_only_where_it_helps():
+    """A Role without the leases rule: a scheduler without a Lease needs none. Nothing about the Lease helps a
+    namespace that does not exist, rejected credentials or an API server that does not answer."""
+    forbidden = start_failure(api_error(403, FORBIDDEN_LEASE))
+    assert forbidden.cause == "forbidden" and str(forbidden).endswith(WITHOUT_A_LEASE)
+    for error, cause in [
+        (NAMESPACE_NOT_FOUND, "namespace-missing"),
+        (api_error(401, "Unauthorized"), "unauthorized"),
+        (refused(), "unreachable"),
+    ]:
+        failure = start_failure(error)
+        assert failure.cause == cause and "lease_grace_seconds" not in str(failure), str(failure)
+
+
+def test_the_namespace_missing_message_of_a_starting_lease_is_the_namespace_check_s_one_line():
+    failure = start_failure(NAMESPACE_NOT_FOUND)
+    assert "\n" not in str(failure) and str(failure) == str(missing_namespace("rl"))

@@ -4,7 +4,6 @@ by PodSecurity admission, a missing ServiceAccount, a webhook) ends the wait wit
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from ... import diagnosis
 from ...pods.watch import WaitTimedOut
 from .. import log_stream
 from ..output import Format, console, emit
-from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
 from ..trainer_job import load_spec, trainer_job
 
 FINISHED = ("Succeeded", "Failed")
@@ -156,13 +155,6 @@ def _watch_creation(
     return check, lambda: seen[-1] if seen else None
 
 
-def _api_message(error: ApiException) -> str:
-    try:
-        return str(json.loads(error.body or "{}").get("message") or error.reason)
-    except ValueError:
-        return str(error.reason)
-
-
 def _pod_states(session: Session, selector: str) -> str:
     try:
         pods = session.core.list_namespaced_pod(session.namespace, label_selector=selector).items
@@ -237,11 +229,13 @@ def submit(
             ) from None
         if error.status == 422:  # invalid, e.g. a securityContext with privileged and not allowPrivilegeEscalation
             raise CliError(
-                f"the apiserver refuses job {name} as invalid: {_api_message(error)}; change that in the submit "
+                f"the apiserver refuses job {name} as invalid: {api_message(error)}; change that in the submit "
                 "file (areal-workers submit --dry-run prints the Job); nothing was created",
                 EXIT_USAGE,
             ) from None
-        raise
+        raise session.cluster_error(error, f"creating job {name} in namespace {session.namespace}") from None
+    except (HTTPError, ConnectionError) as error:
+        raise session.cluster_error(error, f"creating job {name} in namespace {session.namespace}") from None
     err = console(stderr=True)
     err.print(f"submitted job {name} in namespace {session.namespace}")
     if detach:

@@ -21,7 +21,7 @@ from ...runtime.lease import lease_name
 from ...runtime.lease_record import being_reaped, observation_of
 from .. import log_stream
 from ..output import Format, console, emit, status_renderable
-from ..session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..session import EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
 from ..status_view import TrialStatus, trial_status
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
@@ -266,7 +266,7 @@ def logs(session: Session, target: str, follow: bool, tail: int | None, previous
             raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
         if error.status == 400:  # no previous container, or the container has not started
             raise CliError(f"no log for {pod}: {error.body or error.reason}", EXIT_PROBLEM) from None
-        raise CliError(f"reading the log of {pod}: {error.status} {error.reason}", EXIT_CLUSTER) from None
+        raise session.cluster_error(error, f"reading the log of {pod}") from None
     reader = log_stream.start_copy(response)
     try:
         log_stream.wait_for(reader)

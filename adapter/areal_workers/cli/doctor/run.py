@@ -1,4 +1,5 @@
 """Every check of `areal-workers doctor`, in order: can this identity, from this machine, run AReaL's workers here?
+The namespace is checked before anything in it: one that does not exist is that one failure, with how to create it.
 Each check passes, fails, warns or is skipped, with what was found and, unless it passed, what to change."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ...scheduler import KubernetesScheduler
 from .chart import PROBE_ROLE, render_chart
 from .check import Check, listed
 from .gpus import check_gpus
+from .namespace import check_namespace
 from .permissions import ROLE_FILE_NAME, check_permissions
 from .podsecurity import check_pod_security
 from .probe import probe_worker
@@ -56,13 +58,25 @@ def run_doctor(
     progress("connecting to the cluster")
     checks = [check_cluster(api_client)]
     reachable = checks[0].status == "pass"
+    gone = ""  # why the namespace cannot be used at all (does not exist, is being deleted)
     if reachable:
+        progress(f"checking namespace {config.namespace}")
+        namespace, missing = check_namespace(client.CoreV1Api(api_client), config.namespace)
+        checks.append(namespace)
+        gone = namespace.detail if missing else ""
+    else:
+        checks.append(Check("namespace", "skip", "the cluster is not reachable"))
+    if gone:  # its fix is the namespace check's: no permission is missing in a namespace that is not there
+        checks.append(Check("permissions", "skip", gone))
+    elif reachable:
         progress(f"checking the permissions of {ROLE_FILE_NAME} in namespace {config.namespace}")
         checks += check_permissions(client.AuthorizationV1Api(api_client), config.namespace)
     progress("rendering the chart")
     rendered, manifests = render_chart(config, gpus_per_worker, workers)
     checks.append(rendered)
-    if reachable:
+    if gone:
+        checks.append(Check("PodSecurity", "skip", gone))
+    elif reachable:
         progress(f"reading the PodSecurity level of namespace {config.namespace}")
         checks.append(check_pod_security(client.CoreV1Api(api_client), config.namespace, manifests))
     else:
