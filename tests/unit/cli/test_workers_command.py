@@ -339,7 +339,7 @@ def test_diagnose_of_one_worker_looks_at_that_worker_only(capsys):
     [
         (404, EXIT_NOT_FOUND, f"pod {RELEASE}-actor-0 not found in namespace rl"),
         (400, EXIT_PROBLEM, f"no log for {RELEASE}-actor-0: previous terminated container not found"),
-        (500, EXIT_CLUSTER, f"reading the log of {RELEASE}-actor-0: 500 Internal Server Error"),
+        (500, EXIT_CLUSTER, f"reading the log of {RELEASE}-actor-0: the apiserver answered 500 Internal Server Error"),
     ],
 )
 def test_a_log_the_api_refuses_is_an_error_by_its_status(status, exit_code, message):
