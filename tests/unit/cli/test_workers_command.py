@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
+from areal_workers.cli import session as session_module
 from areal_workers.cli.commands import workers
 from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError
 from areal_workers.release.model import ReleaseModel
@@ -131,6 +132,9 @@ class FakeSession:
         self.events: list[client.CoreV1Event] = []
         self.core = SimpleNamespace(read_namespaced_pod_log=self._log, list_namespaced_event=self._events)
         self.selection = SimpleNamespace(named=lambda: RELEASE)
+
+    def cluster_error(self, error: Any, doing: str) -> CliError:
+        return session_module.cluster_error(error, doing, self.namespace)
 
     async def _current(self, release: str) -> Any:
         self.reads += 1
