@@ -150,6 +150,18 @@ FAILURES = {
         {"reaper": {"enabled": True, "image": {"repository": " "}}},
         "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)",
     ),
+    "shared storage without a volume": (
+        {"sharedStorage": {"enabled": True}},
+        "sharedStorage.enabled is true but names no volume: set sharedStorage.claimName to a ReadWriteMany PersistentVolumeClaim of the release namespace, or sharedStorage.volume to a volume source (e.g. {nfs: {server: ..., path: ...}})",
+    ),
+    "shared storage with two volumes": (
+        {"sharedStorage": {"enabled": True, "claimName": "c", "volume": {"emptyDir": {}}}},
+        "sharedStorage sets both claimName and volume: keep one of them",
+    ),
+    "unshared nfs paths refused": (
+        {"sharedStorage": {"uncoveredPaths": "fail"}},
+        "cluster.fileroot /tmp/areal, cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve: on no volume every worker mounts, so AReaL's workers and trainer would not see each other's files (name_resolve type nfs); set sharedStorage.enabled with a claimName and put cluster.fileroot and cluster.nameResolve.nfsRecordRoot under sharedStorage.mountPath (/areal-shared), use cluster.nameResolve.type etcd3, or set sharedStorage.uncoveredPaths=warn",
+    ),
 }
 
 
@@ -176,7 +188,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 23
+    assert len(formats) == 26
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

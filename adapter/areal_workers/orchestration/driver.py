@@ -128,6 +128,16 @@ class ReleaseDriver:
         else:
             revision, values = snapshot
             self.model = ReleaseModel(values=values, topology=self.inspector.topology(), revision=revision)
+        unshared = self.model.topology.get("unshared_paths") or []
+        if unshared and unshared != previous.topology.get("unshared_paths"):
+            # AReaL's validate_shared_path warns the same way: a trial on per-pod disks runs, its records do not meet
+            logger.warning(
+                "release %s: %s on no volume every worker mounts, but name_resolve type nfs needs them on storage the "
+                "workers and the trainer share: set the chart's sharedStorage (a ReadWriteMany claim) and put them "
+                "under its mountPath, or use name_resolve type etcd3",
+                self.name,
+                ", ".join(unshared),
+            )
         epochs: dict[str, int] = {}
         for workload in self.model.workloads():
             unchanged = workload in self._epochs and self.model.fingerprint(workload) == previous.fingerprint(workload)

@@ -141,6 +141,19 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 {{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)" -}}
 {{- end -}}
 
+{{- with $v.sharedStorage -}}
+{{- if and .enabled (not .claimName) (not .volume) -}}
+{{- fail "sharedStorage.enabled is true but names no volume: set sharedStorage.claimName to a ReadWriteMany PersistentVolumeClaim of the release namespace, or sharedStorage.volume to a volume source (e.g. {nfs: {server: ..., path: ...}})" -}}
+{{- end -}}
+{{- if and .enabled .claimName .volume -}}
+{{- fail "sharedStorage sets both claimName and volume: keep one of them" -}}
+{{- end -}}
+{{- end -}}
+{{- $uncovered := (include "areal-workers.uncoveredPaths" . | fromJson).items -}}
+{{- if and $uncovered (eq $v.sharedStorage.uncoveredPaths "fail") -}}
+{{- fail (printf "%s: on no volume every worker mounts, so AReaL's workers and trainer would not see each other's files (name_resolve type nfs); set sharedStorage.enabled with a claimName and put cluster.fileroot and cluster.nameResolve.nfsRecordRoot under sharedStorage.mountPath (%s), use cluster.nameResolve.type etcd3, or set sharedStorage.uncoveredPaths=warn" (join ", " $uncovered) $v.sharedStorage.mountPath) -}}
+{{- end -}}
+
 {{- with $v.networkPolicy -}}
 {{- if and .enabled .allocatedPorts.enabled (gt (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}
 {{- fail (printf "networkPolicy.allocatedPorts.start (%d) is greater than networkPolicy.allocatedPorts.end (%d); swap them" (int .allocatedPorts.start) (int .allocatedPorts.end)) -}}

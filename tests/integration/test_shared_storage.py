@@ -1,0 +1,174 @@
+"""The chart's sharedStorage on the real node: a ReadWriteMany PersistentVolumeClaim (bound to a hostPath volume of
+the one node, as a platform's NFS or CephFS claim binds to its share) mounted into every worker at the trainer's own
+path, holding AReaL's fileroot and nfs name_resolve root. Two worker containers and the trainer on the host write and
+read each other's records with AReaL's own name_resolve; `helm test` checks the volume is writable for the workers'
+uid. Without a shared volume the topology names the paths and the scheduler warns, as AReaL's validate_shared_path
+does."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from areal_workers import naming
+from clusterlib import job
+from real_node_trials import TIMEOUTS, kubectl, task
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON
+
+pytestmark = [
+    pytest.mark.serial_cluster,
+    pytest.mark.real_node,
+    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
+]
+
+CLAIM = "areal-shared"
+# argv: record root, then `add KEY VALUE` or `get KEY`; prints what `get` found. AReaL's own name_resolve (nfs).
+NAME_RESOLVE = """
+import sys
+from areal.api.cli_args import NameResolveConfig
+from areal.utils import name_resolve
+name_resolve.reconfigure(NameResolveConfig(type="nfs", nfs_record_root=sys.argv[1]))
+if sys.argv[2] == "add":
+    name_resolve.add(sys.argv[3], sys.argv[4], delete_on_exit=False, replace=True)
+else:
+    print(name_resolve.get(sys.argv[3]))
+"""
+
+
+@pytest.fixture
+def shared(real_node, kube_client, tmp_path):
+    """(namespace, host directory): a namespace whose claim CLAIM is bound to a hostPath volume of that directory."""
+    core = client.CoreV1Api(kube_client)
+    namespace = f"t-shared-{uuid.uuid4().hex[:6]}"
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    directory.chmod(0o777)  # the workers run as uid 1000
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    volume = f"{namespace}-{CLAIM}"
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=volume),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Gi"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(directory), type="Directory"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=CLAIM),
+            ),
+        )
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=CLAIM),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=volume,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+    yield namespace, directory
+    core.delete_namespace(namespace, propagation_policy="Background")
+    core.delete_persistent_volume(volume)
+
+
+def make_scheduler(kubeconfig, helm_executable, namespace: str, values: dict, directory: Path):
+    from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
+
+    values_file = directory / f"values-{uuid.uuid4().hex[:6]}.json"
+    values_file.write_text(json.dumps(values))
+    config = KubernetesSchedulerConfig(
+        namespace=namespace,
+        kubeconfig=str(kubeconfig),
+        helm_executable=helm_executable,
+        values_files=(str(values_file),),
+        **TIMEOUTS,
+    )
+    return KubernetesScheduler(config=config, experiment_name="exp", trial_name=f"t{uuid.uuid4().hex[:4]}")
+
+
+def in_pod(kubeconfig, namespace: str, pod: str, *argv: str) -> str:
+    done = kubectl(kubeconfig, "-n", namespace, "exec", pod, "-c", "worker", "--", "python", "-c", NAME_RESOLVE, *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def on_host(*argv: str) -> str:
+    done = subprocess.run(
+        [str(AREAL_WORKER_PYTHON), "-c", NAME_RESOLVE, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_workers_and_the_trainer_share_name_resolve_records_through_the_claim(
+    shared, kubeconfig, helm_executable, kube_client, tmp_path, caplog
+):
+    namespace, directory = shared
+    records = str(directory / "name_resolve")
+    values = {
+        **worker_values(AREAL_WORKER_ENV),  # the real node's image and AReaL's environment, no shared host mount
+        "sharedStorage": {"enabled": True, "claimName": CLAIM, "mountPath": str(directory)},
+        "cluster": {"fileroot": str(directory / "fileroot"), "nameResolve": {"nfsRecordRoot": records}},
+    }
+    scheduler = make_scheduler(kubeconfig, helm_executable, namespace, values, tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="areal_workers"):
+            scheduler.create_workers(job("actor", 2, [task()]))
+            assert len(scheduler.get_workers("actor")) == 2
+        assert not [r for r in caplog.records if "no volume every worker mounts" in r.getMessage()]
+        pods = sorted(
+            p.metadata.name
+            for p in client.CoreV1Api(kube_client)
+            .list_namespaced_pod(namespace, label_selector=naming.release_selector(scheduler.release))
+            .items
+        )
+        first, second = pods
+        in_pod(kubeconfig, namespace, first, records, "add", "exp/trial/actor/0", "from-worker-0")
+        assert in_pod(kubeconfig, namespace, second, records, "get", "exp/trial/actor/0") == "from-worker-0"
+        in_pod(kubeconfig, namespace, second, records, "add", "exp/trial/actor/1", "from-worker-1")
+        assert on_host(records, "get", "exp/trial/actor/1") == "from-worker-1"  # the trainer, on the host
+        on_host(records, "add", "exp/trial/trainer", "from-the-trainer")
+        assert in_pod(kubeconfig, namespace, first, records, "get", "exp/trial/trainer") == "from-the-trainer"
+
+        test = subprocess.run(
+            [helm_executable, "--kubeconfig", str(kubeconfig), "-n", namespace, "test", scheduler.release, "--logs"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert test.returncode == 0, test.stdout + test.stderr
+        assert f"shared volume {directory} writable" in test.stdout and "2/2 workers healthy" in test.stdout
+    finally:
+        scheduler.delete_workers()
+        scheduler.close()
+
+
+def test_without_a_shared_volume_the_scheduler_warns_of_the_unshared_paths(
+    real_node, kubeconfig, helm_executable, kube_client, tmp_path, caplog
+):
+    core = client.CoreV1Api(kube_client)
+    namespace = f"t-unshared-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    scheduler = make_scheduler(kubeconfig, helm_executable, namespace, worker_values(AREAL_WORKER_ENV), tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="areal_workers"):
+            scheduler.create_workers(job("actor", 1, [task()]))
+        warnings = [r.getMessage() for r in caplog.records if "no volume every worker mounts" in r.getMessage()]
+        assert len(warnings) == 1, caplog.text
+        assert "cluster.fileroot /tmp/areal, cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve" in warnings[0]
+        assert "set the chart's sharedStorage" in warnings[0]
+    finally:
+        scheduler.delete_workers()
+        scheduler.close()
+        core.delete_namespace(namespace, propagation_policy="Background")
