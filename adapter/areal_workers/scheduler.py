@@ -248,7 +248,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             raise
         with self._lock:
             if self.driver.model.revision == model.revision:  # nothing changed while we waited
-                self.driver.confirm_ready(role)
+                self.driver.confirm_ready(role, self.held.ready_pods(role, self.driver.epoch(role)))
         return workers
 
     def _check_alive(self, worker: Worker) -> None:

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from kubernetes import client
+
 from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
@@ -253,31 +255,35 @@ class ReleaseDriver:
 
     # --- the last all-ready revision and the rollback to it ------------------------------------
 
-    def confirm_ready(self, workload: str) -> None:
-        """`workload`'s workers all answered: the revision is good once every other pending workload's pods are
-        Ready too (one pod listing, only when there are others)."""
+    def confirm_ready(self, workload: str, ready_pods: list[client.V1Pod]) -> None:
+        """`workload`'s workers all answered (`ready_pods`: its pods as they answered): the revision is good once
+        every other pending workload's pods are Ready too (one pod listing, only when there are others)."""
         if self.config.ownership != "managed":
             return
         others = self.pending() - {workload}
+        pods = ready_pods
         if others:
             pods, _ = self.pods.list(naming.release_selector(self.name))
             for other in others:
                 mine = {p.metadata.name: p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
                 if not all_ready(self.model.replicas(other))(mine):
                     return
-        self.mark_good()
+        self.mark_good(pods)
 
     def settle(self) -> None:
         """After a change that only removed or mapped workloads: as good as its predecessor, if nothing waits."""
         if self.config.ownership == "managed" and not self.pending():
             self.mark_good()
 
-    def mark_good(self) -> None:
+    def mark_good(self, pods: list[client.V1Pod] | None = None) -> None:
+        """The current revision is the last all-ready one; `pods` (default: listed) ran it, and their images are
+        recorded with it."""
         revision = self.model.revision
         if revision is None or revision == self.good_revision:
             return
         self.good_revision = revision
-        pods, _ = self.pods.list(naming.release_selector(self.name))
+        if pods is None:
+            pods, _ = self.pods.list(naming.release_selector(self.name))
         self.inspector.record_ready_revision(revision, pods, self.config.history_max)
 
     def roll_back(self, error: BaseException) -> None:

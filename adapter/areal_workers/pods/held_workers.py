@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from kubernetes import client
 
 from ..areal_types import Worker
+from ..naming import LABEL_ROLE
 
 
 class HeldWorkers:
@@ -26,6 +27,14 @@ class HeldWorkers:
     def workers(self, workload: str, epoch: int | None) -> list[Worker] | None:
         learnt, workers = self._workers.get(workload, (None, None))
         return workers if epoch is not None and learnt == epoch else None
+
+    def ready_pods(self, workload: str, epoch: int | None) -> list[client.V1Pod]:
+        """The pods of `workload` as AReaL got them in this epoch (none once it changed)."""
+        return [
+            pod
+            for learnt, pod in self._pods.values()
+            if epoch is not None and learnt == epoch and (pod.metadata.labels or {}).get(LABEL_ROLE) == workload
+        ]
 
     def ready_pod(self, name: str, epoch: int | None) -> client.V1Pod | None:
         """The pod as AReaL got it, if it is still the pod of the same epoch (a restart of it loses engines)."""

@@ -87,7 +87,7 @@ def test_pending_is_what_changed_since_the_last_all_ready_revision(cluster, loop
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR), "create actor", "actor")
     assert driver.pending() == {"actor"}
-    driver.confirm_ready("actor")
+    driver.confirm_ready("actor", [])
     assert (driver.good_revision, cluster.ready_revision, driver.pending()) == (1, 1, set())
     driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
     assert driver.pending() == {"critic"}
@@ -96,7 +96,7 @@ def test_pending_is_what_changed_since_the_last_all_ready_revision(cluster, loop
 def test_a_good_revision_pruned_from_the_history_leaves_every_workload_pending(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR), "create actor", "actor")
-    driver.confirm_ready("actor")
+    driver.confirm_ready("actor", [])
     driver.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
     cluster.revisions = [r for r in cluster.revisions if r.revision != 1]  # history_max dropped it
     fresh = make_driver(cluster, loop)
@@ -107,14 +107,14 @@ def test_a_good_revision_pruned_from_the_history_leaves_every_workload_pending(c
 def test_a_revision_is_not_good_while_another_pending_workload_is_not_ready(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR, critic={**CRITIC, "image": {"repository": "slow", "tag": "1"}}), "create", "a")
-    driver.confirm_ready("actor")
+    driver.confirm_ready("actor", [])
     assert driver.good_revision is None and cluster.ready_revision is None
 
 
 def test_a_change_that_only_removes_a_workload_is_as_good_as_its_predecessor(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR, critic=CRITIC), "create", "actor")
-    driver.confirm_ready("actor")
+    driver.confirm_ready("actor", [])
     driver.apply(values(actor=ACTOR), "delete critic", "critic")
     driver.settle()
     assert driver.good_revision == 2
@@ -191,7 +191,7 @@ def test_helms_failure_is_a_scheduler_error_with_helms_own_message(cluster, loop
 def test_a_restarted_controller_adopts_the_recorded_ready_revision(cluster, loop):
     first = make_driver(cluster, loop)
     first.apply(values(actor=ACTOR), "create actor", "actor")
-    first.confirm_ready("actor")
+    first.confirm_ready("actor", [])
     first.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")
     again = make_driver(cluster, loop)
     model = again.adopt()
@@ -235,7 +235,7 @@ def test_an_external_release_that_is_not_there_names_what_to_install(cluster, lo
 def test_a_failed_change_rolls_back_to_the_last_all_ready_revision(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR), "create actor", "actor")
-    driver.confirm_ready("actor")
+    driver.confirm_ready("actor", [])
     driver.apply(values(actor={**ACTOR, "image": {"repository": "broken", "tag": "1"}}), "update actor", "actor")
     error = RuntimeError("actor/0 crashed")
     driver.roll_back(error)
