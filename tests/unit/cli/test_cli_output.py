@@ -39,7 +39,7 @@ def worker_row(index: int, ready: bool = True, **fields: object) -> WorkerRow:
         "state": "Running",
         "restarts": 0,
         "node": "gpu-1",
-        "ip": f"10.0.0.{index + 1}",
+        "ip": f"127.30.0.{index + 1}",
         "ports": ["8000", "8001"],
         "age_seconds": 3700,
     }
@@ -162,7 +162,7 @@ def test_the_roles_and_workers_tables_show_each_row_with_dashes_for_what_is_miss
     assert ["actor", "role", "-", "1/2"] in [line.split() for line in text]
     assert ["gen", "fork", "(process)", "actor", "2/2"] in [line.split() for line in text]
     rows = {line.split()[0]: line.split() for line in text if line.startswith("actor/")}
-    assert rows["actor/0"] == ["actor/0", "aw-t-actor-0", "yes", "Running", "0", "gpu-1", "10.0.0.1:8000,8001", "1h"]
+    assert rows["actor/0"] == ["actor/0", "aw-t-actor-0", "yes", "Running", "0", "gpu-1", "127.30.0.1:8000,8001", "1h"]
     assert rows["actor/1"][2:5] == ["FAILED", "CrashLoopBackOff", "4"] and rows["actor/1"][-3:] == ["exit", "code", "1"]
     assert rows["actor/2"] == ["actor/2", "-", "no", "Missing", "0", "-", "-", "-"]
 

@@ -49,7 +49,7 @@ def ready_pod(name: str, index: int) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels={naming.LABEL_POD_INDEX: str(index)}),
         status=client.V1PodStatus(
-            pod_ip=f"10.0.0.{index + 1}", conditions=[client.V1PodCondition(type="Ready", status="True")]
+            pod_ip=f"127.30.0.{index + 1}", conditions=[client.V1PodCondition(type="Ready", status="True")]
         ),
     )
 

@@ -99,7 +99,7 @@ def pod(role: str, index: int, ready: bool = True, terminating: bool = False, re
         spec=client.V1PodSpec(containers=[client.V1Container(name="worker", image="example.com/areal:1")]),
         status=client.V1PodStatus(
             phase="Running",
-            pod_ip=f"10.0.0.{index + 1}",
+            pod_ip=f"127.30.0.{index + 1}",
             conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
             container_statuses=[
                 client.V1ContainerStatus(

@@ -21,7 +21,7 @@ from areal_workers.guard import transport
 from areal_workers.guard.replies import NoReply, Reply
 from areal_workers.guard.transport import GuardTransport
 
-WORKER = Worker(id="actor/0", ip="10.0.0.7", worker_ports=["8000", "8001"])
+WORKER = Worker(id="actor/0", ip="127.30.0.7", worker_ports=["8000", "8001"])
 
 
 class Liveness:
@@ -73,7 +73,7 @@ def test_the_sync_session_ignores_proxies_pools_per_host_and_never_retries():
     session = transport._pooled_http_session()
     try:
         assert session.trust_env is False
-        adapter = session.get_adapter("http://10.0.0.7:8000/call")
+        adapter = session.get_adapter("http://127.30.0.7:8000/call")
         assert adapter._pool_connections == transport.POOL_SIZE and adapter._pool_maxsize == transport.POOL_SIZE
         assert adapter.max_retries.total == 0
     finally:
@@ -86,8 +86,8 @@ def test_a_sync_attempt_posts_json_to_the_guard_with_the_connect_timeout_capped_
     assert attempt._sync_attempt(WORKER, "/call", b"{}", 300.0) == Reply(201, b'{"ok": true}')
     assert attempt._sync_attempt(WORKER, "/health", b"", 2.0) == Reply(201, b'{"ok": true}')
     assert fake.posts == [
-        ("http://10.0.0.7:8000/call", {"data": b"{}", "headers": transport.JSON_HEADERS, "timeout": (10.0, 300.0)}),
-        ("http://10.0.0.7:8000/health", {"data": b"", "headers": transport.JSON_HEADERS, "timeout": (2.0, 2.0)}),
+        ("http://127.30.0.7:8000/call", {"data": b"{}", "headers": transport.JSON_HEADERS, "timeout": (10.0, 300.0)}),
+        ("http://127.30.0.7:8000/health", {"data": b"", "headers": transport.JSON_HEADERS, "timeout": (2.0, 2.0)}),
     ]
 
 

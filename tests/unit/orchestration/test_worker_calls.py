@@ -24,7 +24,7 @@ RELEASE = "aw-exp-trial-1a2b3c4d"
 
 def worker(worker_id: str) -> Worker:
     index = int(worker_id.rpartition("/")[2])
-    return Worker(id=worker_id, ip=f"10.0.0.{index + 1}", worker_ports=["8000"])
+    return Worker(id=worker_id, ip=f"127.30.0.{index + 1}", worker_ports=["8000"])
 
 
 class FakeFinder:
