@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from session_fakes import RELEASE, SessionCalls
 
 from areal_workers import naming
 from areal_workers.cli.commands import release
@@ -18,7 +19,6 @@ from areal_workers.cli.session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXI
 from areal_workers.pods.watch import WaitTimedOut
 from areal_workers.release.model import ReleaseModel
 
-RELEASE = "aw-exp-t-1a2b3c4d"
 SELECTOR = {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: RELEASE}
 
 
@@ -96,7 +96,7 @@ class FakeDriver:
         self.steps.append(("uninstall",))
 
 
-class FakeSession:
+class FakeSession(SessionCalls):
     """What the commands use of cli.session.Session; `foreign` holds the revisions of another chart (None: the
     release itself)."""
 
@@ -123,19 +123,6 @@ class FakeSession:
 
     async def _history(self, name: str) -> list[SimpleNamespace]:
         return self.entries
-
-    def release(self) -> str:
-        return RELEASE
-
-    def helm(self, coroutine: Any, doing: str) -> Any:
-        try:
-            coroutine.send(None)
-        except StopIteration as done:
-            return done.value
-        raise AssertionError("the fake's coroutines never wait")
-
-    def kube(self, call: Any, doing: str, *args: Any) -> Any:
-        return call(*args)
 
     def inspector(self, name: str) -> SimpleNamespace:
         return SimpleNamespace(ready_revision=lambda: self.ready, revision_images=lambda: self.images)

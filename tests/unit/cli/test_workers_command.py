@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from session_fakes import RELEASE, SessionCalls
 
 from areal_workers import naming
 from areal_workers.cli import session as session_module
@@ -29,7 +30,6 @@ from areal_workers.runtime.lease_record import (
     record_of,
 )
 
-RELEASE = "aw-exp-t-1a2b3c4d"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # the reaper's clock
 ENTRY = {"replicas": 2, "guard_port": 8000, "extra_ports": []}
 TOPOLOGY: dict[str, Any] = {
@@ -115,7 +115,7 @@ def pod(role: str, index: int, ready: bool = True, terminating: bool = False, re
     )
 
 
-class FakeSession:
+class FakeSession(SessionCalls):
     """What the commands use of cli.session.Session, over `topology` (None: no helm record of the release)."""
 
     namespace = "rl"
@@ -155,19 +155,6 @@ class FakeSession:
     def _events(self, namespace: str, field_selector: str) -> SimpleNamespace:
         self.event_selector = field_selector
         return SimpleNamespace(items=self.events)
-
-    def release(self) -> str:
-        return RELEASE
-
-    def helm(self, coroutine: Any, doing: str) -> Any:
-        try:
-            coroutine.send(None)
-        except StopIteration as done:
-            return done.value
-        raise AssertionError("the fake's coroutines never wait")
-
-    def kube(self, call: Any, doing: str, *args: Any, **kwargs: Any) -> Any:
-        return call(*args, **kwargs)
 
     def inspector(self, release: str) -> SimpleNamespace:
         return SimpleNamespace(
