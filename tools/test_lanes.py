@@ -9,8 +9,9 @@ Lanes that share nothing but the cluster run side by side, each test in namespac
 conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`,
 which load or change what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that
 run on the real node (`real_node`) beside those that do not. Last, alone, the tests that restart a component of the
-control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log; the report prints
-every lane's log once it ends (whole for a failed lane, the summary line otherwise), its time and its result. The exit
+control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report
+to .tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
+otherwise), its time, its result and its slowest test files (what to move when the lanes are rebalanced). The exit
 status is the first failure's, else 0.
 """
 
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,11 +58,15 @@ class Lane:
     def log(self) -> Path:
         return LOGS / f"{self.name}.log"
 
+    @property
+    def junit(self) -> Path:
+        return LOGS / f"{self.name}.xml"
+
     def run(self, extra: list[str]) -> int:
         started = time.monotonic()
         with self.log.open("w") as out:
             self.code = subprocess.run(
-                [str(PYTEST), *self.arguments, *extra],
+                [str(PYTEST), *self.arguments, f"--junitxml={self.junit}", *extra],
                 cwd=REPO,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -104,11 +111,26 @@ def by_name(name: str) -> Lane:
     return found[0]
 
 
+def slowest_files(junit: Path, count: int = 6) -> list[tuple[str, float]]:
+    """The test files that took longest in a lane's JUnit report, with their summed seconds (setup included)."""
+    if not junit.exists():
+        return []
+    seconds: Counter[str] = Counter()
+    for case in ElementTree.parse(junit).iter("testcase"):
+        module = case.get("classname", "").split("[")[0]
+        path = "/".join(part for part in module.split(".") if not part[:1].isupper())
+        seconds[f"{path}.py"] += float(case.get("time") or 0)
+    return seconds.most_common(count)
+
+
 def report(lane: Lane, lock: threading.Lock) -> None:
     text = lane.log.read_text(errors="replace")
     summary = next((line for line in reversed(text.splitlines()) if line.startswith("=")), "(no summary)")
+    slowest = ", ".join(f"{path} {spent:.0f} s" for path, spent in slowest_files(lane.junit))
     with lock:
         print(f"\n===== lane {lane.name}: exit {lane.code} in {lane.seconds:.0f} s: {summary.strip('= ')}", flush=True)
+        if slowest:
+            print(f"      slowest: {slowest}", flush=True)
         if lane.code != 0:
             print(text, flush=True)
 
