@@ -40,9 +40,14 @@ $(VENV)/.dev-paths: $(VENV)/.installed
 
 venv: $(VENV)/.installed $(VENV)/.dev-paths ## Python virtualenv with the package and test dependencies
 
+# TOOLS: the tools of tools/install/tools.sh to install (empty: all of them). `make demo` asks only for what its local
+# cluster runs (the control plane, KWOK, the real node, the registry), so a newcomer's first demo does not wait for the
+# tools only the tests use (helm 4, ct, kubeconform, helm-unittest, Kueue, crane, Argo CD: about 14 minutes cold).
+TOOLS ?=
+DEMO_TOOLS := system_packages node_images helm3_kubectl etcd kwok kubernetes kubelet coredns network_policies registry
 # helm and kubectl also beside the virtualenv's python, where .venv/bin/areal-workers finds helm off PATH.
-tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too)
-	tools/install/tools.sh
+tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too; TOOLS=names: only those)
+	tools/install/tools.sh $(TOOLS)
 	ln -sf $(CURDIR)/.tools/bin/helm $(CURDIR)/.tools/bin/kubectl $(VENV)/bin/
 
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
@@ -75,7 +80,7 @@ DEMO_ARGS ?=
 IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
 demo: ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
-	$(TOOLS_AND_WORKER)
+	$(TOOLS_AND_WORKER) TOOLS="$(DEMO_TOOLS)"
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto) --registry
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
