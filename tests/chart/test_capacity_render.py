@@ -40,3 +40,37 @@ def test_rendered_roles_forks_and_colocations(render):
     assert problem.message.startswith(
         "role helper needs cpu: 8, memory: 64Gi per worker; no node offers more than 4 cpu"
     )
+
+
+def rack_node(name: str, rack: str, gpus: int = 8) -> V1Node:
+    node = gpu_node(name, gpus)
+    node.metadata.labels = {"pool": "gpu", "example.com/rack": rack, "kubernetes.io/hostname": name}
+    return node
+
+
+def test_rendered_exclusive_and_kueue_topology_roles_need_one_domain_that_holds_them_all(render):
+    docs = render(
+        {
+            "roles": {
+                "actor": role(
+                    3, resources={"gpu": 8, "cpu": 8, "memory": "64Gi"}, exclusiveTopology="example.com/rack"
+                ),
+                "rollout": role(
+                    3,
+                    resources={"gpu": 8, "cpu": 8, "memory": "64Gi"},
+                    kueue={"queueName": "tas", "requiredTopology": "example.com/rack"},
+                ),
+            },
+            "forks": {"ref": {"target": "actor", "mode": "pod"}},
+        }
+    )
+    racks = [rack_node("a1", "a"), rack_node("a2", "a"), rack_node("b1", "b")]
+    problems = {problem.role: problem.message for problem in check_capacity(docs, ["actor", "rollout", "ref"], racks)}
+    assert problems["actor"].startswith(
+        "role actor must run its 3 workers in one domain of node label example.com/rack (exclusiveTopology), but no "
+        "domain could ever hold more than 2 (a: 2 on a1 (1), a2 (1); b: 1 on b1 (1))"
+    )
+    assert "(kueue.requiredTopology), but no domain could ever hold more than 2" in problems["rollout"]
+    # The fork has no GPUs: 12 of its pods fit on each rack-a node (96 cpu / 8).
+    assert "ref" not in problems
+    assert check_capacity(docs, ["actor", "rollout"], [*racks, rack_node("a3", "a")]) == []

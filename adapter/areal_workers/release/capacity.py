@@ -9,7 +9,9 @@ Resources in use by other pods do not count: they are freed over time, so only "
 The predicates are those of `diagnosis` (which explains pods that are already Pending): `node_fit`, `pod_requests`,
 `describe_selector`. Like there, a node that is NotReady or has a `node.kubernetes.io/` taint still counts (it may
 recover); a cordoned node does not. Without nodes (an empty list: no permission to list them) there is no verdict.
-Pod (anti-)affinity, topology spread, host ports and volumes are not judged: they depend on pods not created yet.
+Pod anti-affinity, topology spread, host ports and volumes are not judged: they depend on pods not created yet. A
+role whose pods must share one topology domain (exclusive placement, Kueue's required topology) is judged by
+domain_capacity.py: some domain must hold all its replicas.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kubernetes.client import (
 from ..config import CapacityCheck
 from ..diagnosis import NodeFit, describe_selector, format_quantity, node_fit, pod_requests
 from ..naming import LABEL_ROLE
+from .domain_capacity import domain_verdict
 
 __all__ = ["CapacityCheck", "CapacityProblem", "check_capacity", "preflight", "role_statefulsets", "template_pod"]
 
@@ -79,7 +82,8 @@ def check_capacity(
         for statefulset in role_statefulsets(manifests, role):
             if (statefulset.get("spec") or {}).get("replicas") == 0:
                 continue
-            message = _role_verdict(role, template_pod(statefulset), nodes)
+            pod = template_pod(statefulset)
+            message = _role_verdict(role, pod, nodes) or domain_verdict(role, statefulset, pod, nodes)
             if message is not None:
                 problems.append(CapacityProblem(role, message))
     return problems

@@ -103,6 +103,12 @@ kueue.x-k8s.io/priority-class: {{ . | quote }}
 {{- end }}
 {{- end -}}
 
+{{/* The exclusive-placement group of a role and its pod-mode forks: unique per namespace, release and role, and a
+valid label value. Params: root, role. */}}
+{{- define "areal-workers.exclusiveGroup" -}}
+{{- printf "%s/%s/%s" .root.Release.Namespace .root.Release.Name .role | sha256sum | trunc 20 -}}
+{{- end -}}
+
 {{- define "areal-workers.workloadAnnotations" -}}
 {{ include "areal-workers.annotations" .root }}
 areal.io/role-name: {{ .workload.name | quote }}

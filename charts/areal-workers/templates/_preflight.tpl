@@ -102,6 +102,14 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 {{- end -}}
 {{- end -}}
 {{- $kueue := $cfg.kueue | default dict -}}
+{{- range $level := list "requiredTopology" "preferredTopology" -}}
+{{- if and (get $kueue $level) (not $kueue.queueName) -}}
+{{- fail (printf "%s: kueue.%s %q is set without kueue.queueName (in %s): Kueue places only the workers it admits; set kueue.queueName to a LocalQueue whose ResourceFlavor has a Topology, or use exclusiveTopology (the kube-scheduler's own placement)" $w.name $level (get $kueue $level) $w.source) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $kueue.requiredTopology $kueue.preferredTopology -}}
+{{- fail (printf "%s: kueue.requiredTopology and kueue.preferredTopology are both set (in %s); Kueue takes one: keep requiredTopology for a hard requirement, preferredTopology for a wish" $w.name $w.source) -}}
+{{- end -}}
 {{- if and $kueue.priorityClass (not $kueue.queueName) -}}
 {{- fail (printf "%s: kueue.priorityClass %q is set without kueue.queueName (in %s); set kueue.queueName to the role's LocalQueue or remove kueue.priorityClass" $w.name $kueue.priorityClass $w.source) -}}
 {{- end -}}
