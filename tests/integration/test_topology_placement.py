@@ -1,0 +1,94 @@
+"""Placement in topology domains on labelled nodes, judged by the real kube-scheduler: exclusiveTopology keeps a
+role's workers in one rack that no other role's workers share, and the capacity check refuses, before anything is
+written, a role no rack could ever hold.
+
+The test's own KWOK nodes (two in rack a, one in rack b, 8 GPUs each, so one 8-GPU worker per node) carry a taint of
+the test's, which only its roles tolerate, and its roles are pinned to them. serial_cluster: the nodes are
+cluster-wide, and capacity messages of tests running beside it would count them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from areal_workers import WorkerCreationError, WorkerTimeoutError
+from clusterlib import job, spec
+from fault_nodes import remove_fault_node, wait_node_ready
+
+pytestmark = [pytest.mark.integration, pytest.mark.serial_cluster]
+
+RACK = "topology.areal-workers.dev/rack"
+MARK = "areal-workers.dev/topology-test"
+
+
+@pytest.fixture
+def racks(core):
+    """{node name: rack} of three nodes of the test's own, and the values that put the test's roles on them."""
+    from localkube.cluster import LocalCluster
+    from localkube.nodes import NodeShape, node_manifest
+
+    mark = f"t{os.getpid()}-{int(time.time() * 1000) % 100000}"
+    layout = {f"{mark}-a1": "a", f"{mark}-a2": "a", f"{mark}-b1": "b"}
+    for index, (name, rack) in enumerate(layout.items()):
+        manifest = node_manifest(260 + index, NodeShape(gpus=8), LocalCluster().ports.kwok)
+        manifest["metadata"]["name"] = name
+        manifest["metadata"]["labels"].update({"kubernetes.io/hostname": name, RACK: rack, MARK: mark})
+        manifest["spec"]["taints"] = [{"key": MARK, "value": mark, "effect": "NoSchedule"}]
+        core.create_node(manifest)
+    try:
+        for name in layout:
+            wait_node_ready(core, name)
+        on_them = {
+            "nodeSelector": {MARK: mark},
+            "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
+        }
+        yield layout, on_them
+    finally:
+        for name in layout:
+            try:
+                remove_fault_node(core, name)
+            except ApiException as error:  # pragma: no cover - cleanup of a node another path removed
+                if error.status != 404:
+                    raise
+
+
+def placed(core, namespace: str, role: str) -> list[str]:
+    pods = core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
+    return sorted(pod.spec.node_name for pod in pods if pod.spec.node_name)
+
+
+def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_scheduler, core, namespace, racks):
+    layout, on_them = racks
+    exclusive = {**on_them, "exclusiveTopology": RACK}
+    values = {"roles": {"actor": exclusive, "rollout": exclusive, "critic": on_them}}
+    scheduler = make_scheduler(extra_values=values)
+    gpu = [spec(gpu=8)]
+
+    with pytest.raises(WorkerCreationError) as refused:
+        scheduler.create_workers(job("actor", 3, gpu))
+    assert (
+        f"role actor must run its 3 workers in one domain of node label {RACK} (exclusiveTopology), but no domain "
+        "could ever hold more than 2"
+    ) in str(refused.value)
+    assert core.list_namespaced_config_map(namespace, label_selector="owner=helm").items == []  # nothing written
+
+    scheduler.create_workers(job("actor", 2, gpu))
+    scheduler.get_workers("actor", timeout=120)
+    actor_nodes = placed(core, namespace, "actor")
+    assert {layout[node] for node in actor_nodes} == {"a"} and len(actor_nodes) == 2  # the one rack that holds 2
+
+    scheduler.create_workers(job("rollout", 1, [spec(gpu=1)]))  # room beside the actors, but rack a is theirs
+    scheduler.get_workers("rollout", timeout=120)
+    assert [layout[node] for node in placed(core, namespace, "rollout")] == ["b"]
+
+    # Every rack is held: a worker of a role without exclusive placement would fit b1's free GPUs, but the real
+    # scheduler keeps it out of rack b (and rack a has no GPU left).
+    scheduler.create_workers(job("critic", 1, [spec(gpu=1)]))
+    with pytest.raises(WorkerTimeoutError) as waited:
+        scheduler.get_workers("critic", timeout=30)
+    assert "anti-affinity" in waited.value.diagnosis, waited.value.diagnosis
+    assert placed(core, namespace, "critic") == []
