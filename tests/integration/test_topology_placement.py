@@ -74,7 +74,7 @@ def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_schedu
         f"role actor must run its 3 workers in one domain of node label {RACK} (exclusiveTopology), but no domain "
         "could ever hold more than 2"
     ) in str(refused.value)
-    assert core.list_namespaced_config_map(namespace, label_selector="owner=helm").items == []  # nothing written
+    assert core.list_namespaced_secret(namespace, label_selector="owner=helm").items == []  # no release written
 
     scheduler.create_workers(job("actor", 2, gpu))
     scheduler.get_workers("actor", timeout=120)
