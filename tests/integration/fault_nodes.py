@@ -1,10 +1,12 @@
-"""KWOK nodes of a test's own, for faults and drains: tainted so only the role pinned there runs on them, made
-NotReady as a silent kubelet's node would be, and removed with their pods."""
+"""KWOK nodes of a test's own, for faults, drains and topology: tainted so only the roles pinned there run on them,
+made NotReady as a silent kubelet's node would be, labelled as racks, and removed with their pods."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kubernetes.client.exceptions import ApiException
 
@@ -32,6 +34,38 @@ def fault_node(core, index: int, prefix: str) -> tuple[str, dict]:
         }
     }
     return name, placement
+
+
+RACK_MARK = "areal-workers.dev/topology-test"
+
+
+@contextmanager
+def rack_nodes(core, racks: dict[str, str], label: str, first_index: int) -> Iterator[tuple[dict[str, str], dict]]:
+    """KWOK nodes with 8 GPUs each, one per `racks` entry ({name suffix: rack}), labelled `label`=rack and tainted
+    with a mark of their own; yields {node name: rack} and the role values that pin a role onto them (nodeSelector
+    and toleration of the mark). The nodes and their pods are removed afterwards."""
+    from localkube.cluster import LocalCluster
+    from localkube.nodes import NodeShape, node_manifest
+
+    mark = f"t{os.getpid()}-{int(time.time() * 1000) % 100000}"
+    layout = {f"{mark}-{suffix}": rack for suffix, rack in racks.items()}
+    try:
+        for index, (name, rack) in enumerate(layout.items()):
+            manifest = node_manifest(first_index + index, NodeShape(gpus=8), LocalCluster().ports.kwok)
+            manifest["metadata"]["name"] = name
+            manifest["metadata"]["labels"].update({"kubernetes.io/hostname": name, label: rack, RACK_MARK: mark})
+            manifest["spec"]["taints"] = [{"key": RACK_MARK, "value": mark, "effect": "NoSchedule"}]
+            core.create_node(manifest)
+        for name in layout:
+            wait_node_ready(core, name)
+        pinned = {
+            "nodeSelector": {RACK_MARK: mark},
+            "tolerations": [{"key": RACK_MARK, "operator": "Exists", "effect": "NoSchedule"}],
+        }
+        yield layout, pinned
+    finally:
+        for name in layout:
+            remove_fault_node(core, name)
 
 
 def remove_fault_node(core, name: str) -> None:

@@ -9,51 +9,21 @@ cluster-wide, and capacity messages of tests running beside it would count them.
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from areal_workers import WorkerCreationError, WorkerTimeoutError
 from clusterlib import job, spec
-from fault_nodes import remove_fault_node, wait_node_ready
+from fault_nodes import rack_nodes
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial_cluster]
+pytestmark = pytest.mark.serial_cluster
 
 RACK = "topology.areal-workers.dev/rack"
-MARK = "areal-workers.dev/topology-test"
 
 
 @pytest.fixture
 def racks(core):
-    """{node name: rack} of three nodes of the test's own, and the values that put the test's roles on them."""
-    from localkube.cluster import LocalCluster
-    from localkube.nodes import NodeShape, node_manifest
-
-    mark = f"t{os.getpid()}-{int(time.time() * 1000) % 100000}"
-    layout = {f"{mark}-a1": "a", f"{mark}-a2": "a", f"{mark}-b1": "b"}
-    for index, (name, rack) in enumerate(layout.items()):
-        manifest = node_manifest(260 + index, NodeShape(gpus=8), LocalCluster().ports.kwok)
-        manifest["metadata"]["name"] = name
-        manifest["metadata"]["labels"].update({"kubernetes.io/hostname": name, RACK: rack, MARK: mark})
-        manifest["spec"]["taints"] = [{"key": MARK, "value": mark, "effect": "NoSchedule"}]
-        core.create_node(manifest)
-    try:
-        for name in layout:
-            wait_node_ready(core, name)
-        on_them = {
-            "nodeSelector": {MARK: mark},
-            "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
-        }
-        yield layout, on_them
-    finally:
-        for name in layout:
-            try:
-                remove_fault_node(core, name)
-            except ApiException as error:  # pragma: no cover - cleanup of a node another path removed
-                if error.status != 404:
-                    raise
+    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=260) as made:
+        yield made
 
 
 def placed(core, namespace: str, role: str) -> list[str]:
