@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from podrunner.forked import ForkedProcess
 from podrunner.processes import StartFailure
 from realnode.config import NODE_NAME as REAL_NODE_NAME
 from repo_paths import AREAL_WORKER_PYTHON, REPO
@@ -26,7 +27,8 @@ KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (bench
 HOOK_ANNOTATION = "helm.sh/hook"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 TRAINER_COMPONENT = "trainer"  # pods of `areal-workers submit` (adapter/areal_workers/cli/trainer_job.py)
-DEFAULT_MODULE_MAP = {"areal.infra.rpc.rpc_server": "areal_workers_testing.reference_guard"}
+AREAL_SERVER_MODULE = "areal.infra.rpc.rpc_server"
+DEFAULT_MODULE_MAP = {AREAL_SERVER_MODULE: "areal_workers_testing.reference_guard"}
 # Where the stand-ins of module maps live: test infrastructure, not part of the installed areal_workers package.
 STAND_IN_DIR = REPO / "tests" / "support"
 # Where the engines of worker processes come from: the demo's (examples/) and the tests' (tests/support).
@@ -161,7 +163,7 @@ class ManagedPod:
     kubelet_env: dict[str, str] = field(default_factory=dict)
     credentials: Path | None = None
     pythonpath: tuple[str, ...] = ()  # prepended to PYTHONPATH after the runner's own
-    process: subprocess.Popen | StartFailure | None = None
+    process: subprocess.Popen | ForkedProcess | StartFailure | None = None
     ready: bool = False
     restarts: int = 0
     restart_at: float = 0.0

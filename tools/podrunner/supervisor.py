@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from podrunner.credentials import host_environment, remove_credentials
+from podrunner.forked import ForkedProcess, ForkServer, ForkServerError
 from podrunner.logs import append_cri_line, previous_log, write_cri_log
 from podrunner.pods import ManagedPod
 from podrunner.processes import ProcessLedger, StartFailure, kill_tree, send_signal
@@ -53,8 +54,10 @@ class PodSupervisor:
         pythonpath: tuple[str, ...],
         ledger: ProcessLedger | None,
         tools: Path | None = None,
+        fork_server: ForkServer | None = None,
     ) -> None:
         self.status = status
+        self.fork_server = fork_server
         self.stopping = stopping
         self.hosts = hosts
         self.pythonpath = pythonpath
@@ -89,16 +92,24 @@ class PodSupervisor:
         if pod.kind in ("hook", "once"):  # run to completion, never restarted
             threading.Thread(target=self._finish_hook, args=(pod,), daemon=True).start()
 
-    def _spawn(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | StartFailure:
+    def _start(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | ForkedProcess:
+        if self.fork_server is not None and pod.kind == "worker" and self.fork_server.handles(pod.argv):
+            try:
+                return self.fork_server.spawn(pod.argv, environment)
+            except (ForkServerError, OSError) as error:  # the pod still runs, as its own `python -m`
+                log.warning("%s: fork server: %s; starting it with exec", pod.name, error)
+        return subprocess.Popen(
+            pod.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=environment,
+            start_new_session=True,
+        )
+
+    def _spawn(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | ForkedProcess | StartFailure:
         try:
-            process = subprocess.Popen(
-                pod.argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=environment,
-                start_new_session=True,
-            )
+            process = self._start(pod, environment)
         except OSError as error:
             message = f"failed to start {pod.argv[0]!r}: {error}"
             log.warning("%s: %s", pod.name, message)
@@ -111,14 +122,14 @@ class PodSupervisor:
         threading.Thread(target=self._reap, args=(process,), daemon=True).start()
         return process
 
-    def _reap(self, process: subprocess.Popen) -> None:
+    def _reap(self, process: subprocess.Popen | ForkedProcess) -> None:
         process.wait()
         if self.ledger is not None:
             self.ledger.forget(process.pid)
 
     def _finish_hook(self, pod: ManagedPod) -> None:
         process = pod.process
-        code = process.wait() if isinstance(process, subprocess.Popen) else 127  # 127: the command did not start
+        code = 127 if isinstance(process, StartFailure) or process is None else process.wait()  # 127: never started
         log.info("%s: %s pod exited with %d", pod.name, "test hook" if pod.kind == "hook" else "run-once", code)
         self.status.hook_finished(pod, code)
 
@@ -146,7 +157,9 @@ class PodSupervisor:
         if healthy != pod.ready and self.status.container_state(pod, ready=healthy):
             pod.ready = healthy
 
-    def _record_exit(self, pod: ManagedPod, process: subprocess.Popen | StartFailure, now: float) -> None:
+    def _record_exit(
+        self, pod: ManagedPod, process: subprocess.Popen | ForkedProcess | StartFailure, now: float
+    ) -> None:
         pod.process = None
         pod.restarts += 1
         pod.ready = False
@@ -182,7 +195,7 @@ class PodSupervisor:
             self._stoppers.append(thread)
         thread.start()
 
-    def _finish_stop(self, pod: ManagedPod, process: subprocess.Popen) -> None:
+    def _finish_stop(self, pod: ManagedPod, process: subprocess.Popen | ForkedProcess) -> None:
         """After the grace period (at most 10 s), SIGKILL to the process group and every descendant; then the
         pod's credentials go (a process may use them while it shuts down, as with a kubelet's token volume)."""
         try:

@@ -9,6 +9,7 @@ kubeconfigs of the pods that mount a token, PodCredentials'.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -18,13 +19,25 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from podrunner.credentials import PodCredentials, remove_credentials, tools_directory
+from podrunner.credentials import PodCredentials, host_environment, remove_credentials, tools_directory
+from podrunner.forked import ForkServer
 from podrunner.logs import publish_logs, withdraw_logs
-from podrunner.pods import DEFAULT_MODULE_MAP, STAND_IN_DIR, ManagedPod, UnsupportedPod, managed_pod, pod_kind
+from podrunner.pods import (
+    AREAL_SERVER_MODULE,
+    DEFAULT_MODULE_MAP,
+    STAND_IN_DIR,
+    ManagedPod,
+    UnsupportedPod,
+    managed_pod,
+    pod_kind,
+)
 from podrunner.processes import ProcessLedger
 from podrunner.status import StatusWriter
 from podrunner.supervisor import PodSupervisor
 
+# PODRUNNER_FORK_SERVER=0: each AReaL rpc_server pod process is its own `python -m` (8 s of imports each), not a
+# child of fork_server.py.
+FORK_SERVER_SWITCH = "PODRUNNER_FORK_SERVER"
 # Namespaces with this label are run by a runner of their own (a test's): the cluster's runner skips them.
 PRIVATE_LABEL, PRIVATE_VALUE = "areal-workers.dev/podrunner", "private"
 PRIVATE_CACHE_SECONDS = 30.0
@@ -72,8 +85,19 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
         self.status = StatusWriter(self.api, self._error)
         self.credentials = PodCredentials(self.api, log_dir / "credentials")
+        self.fork_server = None
+        if not self.module_map and os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
+            environment = host_environment(tools_directory())
+            environment["PYTHONPATH"] = os.pathsep.join(self.pythonpath)
+            self.fork_server = ForkServer(python, AREAL_SERVER_MODULE, log_dir, environment, ledger)
         self.supervisor = PodSupervisor(
-            self.status, self._stop, self.hosts, self.pythonpath, ledger, tools=tools_directory()
+            self.status,
+            self._stop,
+            self.hosts,
+            self.pythonpath,
+            ledger,
+            tools=tools_directory(),
+            fork_server=self.fork_server,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -95,6 +119,8 @@ class PodRunner:
         for uid in list(self.pods):
             self._forget(uid, "runner stopping")
         self.supervisor.wait_for_stops()
+        if self.fork_server is not None:
+            self.fork_server.stop()
         for thread in self._threads:  # the watch ends with its stream (at most 5 s); it starts nothing now
             thread.join(timeout=1.0)
 
