@@ -5,10 +5,10 @@
     python tools/test_lanes.py --lane NAME [PYTEST_ARGS...]   one lane, its output on the terminal
 
 Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane
-(unit, chart and the integration tests that keep to their namespaces) beside the AReaL lane (scheduler and
-conformance tests on AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`,
-which load or change what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that
-run on the real node (`real_node`) beside those that do not. Last, alone, the tests that restart a component of the
+(the integration tests that keep to their namespaces) beside the AReaL lane (scheduler and conformance tests on
+AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`, which load or change
+what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that run on the real node
+(`real_node`) beside those that do not, followed by the offline lane (unit and chart tests, which need no cluster). Last, alone, the tests that restart a component of the
 control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report
 to .tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
 otherwise), its time, its result and its slowest test files (what to move when the lanes are rebalanced). The exit
@@ -82,7 +82,10 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
-    main = Lane("main", ["-m", SIDE_BY_SIDE])
+    main = Lane("main", ["-m", f"integration and {SIDE_BY_SIDE}"])
+    # The unit and chart tests need no cluster, so they may run beside any lane: after the serial lane, in the
+    # serial phase's shorter stream, they take CPU time phase 1 (CPU-bound) would otherwise spend on them.
+    offline = Lane("offline", ["-m", "not integration"])
     # -k "not rbac" deselects the [rbac] half of test_scheduler.py (each of its tests again as the least-privilege
     # controller of rbac/: docs/en/testing.md, "The RBAC lane"), so that half runs in the main lane only. On AReaL's
     # worker it would check nothing new: the controller's identity changes nothing on the worker side (ibid., "The
@@ -98,7 +101,7 @@ def lanes() -> list[list[list[Lane]]]:
     serial_node = Lane("serial-node", ["-m", f"{SERIAL} and real_node"])
     serial = Lane("serial", ["-m", f"{SERIAL} and not real_node"])
     restarts = Lane("restarts", ["-m", "restarts_control_plane"])
-    return [[[main], [areal, helm4]], [[serial_node], [serial]], [[restarts]]]
+    return [[[main], [areal, helm4]], [[serial_node], [serial, offline]], [[restarts]]]
 
 
 def by_name(name: str) -> Lane:
