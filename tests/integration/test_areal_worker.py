@@ -53,6 +53,9 @@ def test_workers_run_arealss_server_with_the_charts_command_line(make_scheduler,
             str(index),
         )
         assert scheduler.call_engine(worker.id, "get_env", worker.id, "AREAL_WORKER_ID") == worker.id
+        # podrunner forked it from its fork server (tools/podrunner/fork_server.py), not a fall-back exec.
+        parent = scheduler.call_engine(worker.id, "parent_command", worker.id)
+        assert parent[1].endswith("fork_server.py") and parent[-1] == "areal.infra.rpc.rpc_server", parent
     # The server registers itself in name_resolve under the chart's --nfs-record-root.
     records = {p.read_text().strip() for p in (tmp_path / "areal" / "name_resolve").rglob("*") if p.is_file()}
     assert {f"{w.ip}:{w.worker_ports[0]}" for w in workers} <= records

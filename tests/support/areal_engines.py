@@ -64,6 +64,11 @@ class Counter(CounterProbes, TrainEngine):
         """The server's command line: the flags the chart (or a fork) really started it with."""
         return sys.argv[1:]
 
+    def parent_command(self) -> list[str]:
+        """The command line of the process that started the server (podrunner's fork server on KWOK pods)."""
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
+            return [part.decode() for part in cmdline.read().split(b"\0") if part]
+
 
 class Broken(Counter):
     """An engine whose constructor always raises, for the server's 500 path."""
