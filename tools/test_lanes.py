@@ -4,15 +4,15 @@
     python tools/test_lanes.py [PYTEST_ARGS...]               every lane (extra arguments go to each)
     python tools/test_lanes.py --lane NAME [PYTEST_ARGS...]   one lane, its output on the terminal
 
-Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane
-(the integration tests that keep to their namespaces) beside the AReaL lane (scheduler and conformance tests on
-AReaL's real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`, which load or change
-what every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that run on the real node
-(`real_node`) beside those that do not, followed by the offline lane (unit and chart tests, which need no cluster). Last, alone, the tests that restart a component of the
-control plane (`restarts_control_plane`). Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report
-to .tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
-otherwise), its time, its result and its slowest test files (what to move when the lanes are rebalanced). The exit
-status is the first failure's, else 0.
+Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane (the
+integration tests that keep to their namespaces) beside the AReaL lane (scheduler and conformance tests on AReaL's
+real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`, which load or change what
+every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that run on the real node
+(`real_node`) beside those that do not, followed by the offline lane (unit and chart tests, which need no cluster).
+Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). Each lane writes
+its output to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every
+lane's log once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
+test files (what to move when the lanes are rebalanced). The exit status is the first failure's, else 0.
 """
 
 from __future__ import annotations

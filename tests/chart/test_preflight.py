@@ -138,6 +138,14 @@ FAILURES = {
         {"roles": {"a": role(kueue={"priorityClass": "high"})}},
         'a: kueue.priorityClass "high" is set without kueue.queueName (in roles.a or workerDefaults); set kueue.queueName to the role\'s LocalQueue or remove kueue.priorityClass',
     ),
+    "kueue topology without a queue": (
+        {"roles": {"a": role(kueue={"preferredTopology": "example.com/rack"})}},
+        'a: kueue.preferredTopology "example.com/rack" is set without kueue.queueName (in roles.a or workerDefaults): Kueue places only the workers it admits; set kueue.queueName to a LocalQueue whose ResourceFlavor has a Topology, or use exclusiveTopology (the kube-scheduler\'s own placement)',
+    ),
+    "kueue required and preferred topology": (
+        {"roles": {"a": role(kueue={"queueName": "q", "requiredTopology": "x.io/b", "preferredTopology": "x.io/r"})}},
+        "a: kueue.requiredTopology and kueue.preferredTopology are both set (in roles.a or workerDefaults); Kueue takes one: keep requiredTopology for a hard requirement, preferredTopology for a wish",
+    ),
     "trial ..": (
         {"trial": ".."},
         'trial is "..": it becomes a directory of name_resolve\'s records and the fileroot, and ".." names another one; choose another name',
@@ -188,7 +196,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 26
+    assert len(formats) == 28
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):
