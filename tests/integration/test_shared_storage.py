@@ -2,8 +2,7 @@
 the one node, as a platform's NFS or CephFS claim binds to its share) mounted into every worker at the trainer's own
 path, holding AReaL's fileroot and nfs name_resolve root. Two worker containers and the trainer on the host write and
 read each other's records with AReaL's own name_resolve; `helm test` checks the volume is writable for the workers'
-uid. Without a shared volume the topology names the paths and the scheduler warns, as AReaL's validate_shared_path
-does."""
+uid. Without a shared volume the scheduler warns (test_unshared_paths.py, on KWOK nodes)."""
 
 from __future__ import annotations
 
@@ -152,23 +151,3 @@ def test_workers_and_the_trainer_share_name_resolve_records_through_the_claim(
     finally:
         scheduler.delete_workers()
         scheduler.close()
-
-
-def test_without_a_shared_volume_the_scheduler_warns_of_the_unshared_paths(
-    real_node, kubeconfig, helm_executable, kube_client, tmp_path, caplog
-):
-    core = client.CoreV1Api(kube_client)
-    namespace = f"t-unshared-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    scheduler = make_scheduler(kubeconfig, helm_executable, namespace, worker_values(AREAL_WORKER_ENV), tmp_path)
-    try:
-        with caplog.at_level(logging.WARNING, logger="areal_workers"):
-            scheduler.create_workers(job("actor", 1, [task()]))
-        warnings = [r.getMessage() for r in caplog.records if "no volume every worker mounts" in r.getMessage()]
-        assert len(warnings) == 1, caplog.text
-        assert "cluster.fileroot /tmp/areal, cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve" in warnings[0]
-        assert "set the chart's sharedStorage" in warnings[0]
-    finally:
-        scheduler.delete_workers()
-        scheduler.close()
-        core.delete_namespace(namespace, propagation_policy="Background")
