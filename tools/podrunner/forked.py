@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -84,12 +86,21 @@ class ForkServer:
     ) -> None:
         self.python = python
         self.module = module
-        self.socket_path = directory / f"fork-server-{os.getpid()}.sock"
+        # A directory of its own under the temporary directory: a Unix socket's path holds at most 107 bytes, and a
+        # test's log directory is longer than that.
+        self._socket_dir: Path | None = None
         self.log_path = directory / "fork-server.log"
         self.environment = environment
         self.ledger = ledger  # a crashed runner's server is stopped by whoever reads the ledger
         self._process: subprocess.Popen | None = None
+        self._failure: str | None = None  # a server that could not start is not tried again: pods exec instead
         self._lock = threading.Lock()
+
+    @property
+    def socket_path(self) -> Path:
+        if self._socket_dir is None:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="aw-fork-"))
+        return self._socket_dir / "server.sock"
 
     def handles(self, argv: list[str]) -> bool:
         return argv[:3] == [self.python, "-m", self.module]
@@ -99,6 +110,8 @@ class ForkServer:
         return None if self._process is None else self._process.pid
 
     def _ensure_started(self) -> None:
+        if self._failure is not None:
+            raise ForkServerError(self._failure)
         if self._process is not None and self._process.poll() is None:
             return
         if self._process is not None and self.ledger is not None:  # it died: nothing of it is left to stop
@@ -120,7 +133,8 @@ class ForkServer:
         line = self._process.stdout.readline() if readable else b""
         if line.strip() != b"ready":
             self.stop()
-            raise ForkServerError(f"the fork server for {self.module} did not start (log: {self.log_path})")
+            self._failure = f"the fork server for {self.module} did not start (log: {self.log_path})"
+            raise ForkServerError(self._failure)
 
     def spawn(self, argv: list[str], environment: dict[str, str], cwd: str | None = None) -> ForkedProcess:
         """Forks `python -m module ARGS` (argv as the supervisor would exec it) in `environment`."""
@@ -162,4 +176,6 @@ class ForkServer:
                 self._process.wait()
             if self.ledger is not None:
                 self.ledger.forget(self._process.pid)
-        self.socket_path.unlink(missing_ok=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from podrunner.forked import ForkServer
+from podrunner.forked import ForkServer, ForkServerError
 from podrunner.processes import ProcessLedger
 
 pytestmark = pytest.mark.unit
@@ -40,7 +40,9 @@ def server(tmp_path: Path):
     (tmp_path / "modules").mkdir()
     (tmp_path / "modules" / f"{MODULE}.py").write_text(PROBE)
     environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "modules"), "PROBE_STAGE": "server"}
-    made = ForkServer(sys.executable, MODULE, tmp_path, environment, ProcessLedger(tmp_path / "ledger"))
+    logs = tmp_path / ("pods-" + "x" * 110)  # as long as a test's own podrunner's log directory can be
+    logs.mkdir()
+    made = ForkServer(sys.executable, MODULE, logs, environment, ProcessLedger(tmp_path / "ledger"))
     yield made, tmp_path
     made.stop()
 
@@ -92,3 +94,17 @@ def test_a_server_that_died_is_started_again_and_its_orphans_read_as_killed(serv
     assert run(fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0
     fork_server.stop()
     assert list((tmp_path / "ledger").iterdir()) == []  # both servers were recorded and forgotten
+
+
+def test_a_server_that_cannot_start_is_not_tried_again_and_its_socket_dir_is_short(tmp_path: Path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)  # a test's log directory: longer than a Unix socket path may be
+    deep.mkdir(parents=True)
+    broken = ForkServer(sys.executable, "no_such_module_here", deep, {"PATH": os.environ["PATH"]}, None)
+    with pytest.raises(ForkServerError, match="did not start"):
+        broken.spawn([sys.executable, "-m", "no_such_module_here"], {})
+    started = time.monotonic()
+    with pytest.raises(ForkServerError, match="did not start"):
+        broken.spawn([sys.executable, "-m", "no_such_module_here"], {})
+    assert time.monotonic() - started < 1  # refused at once, no second start
+    assert "No module named 'no_such_module_here'" in (deep / "fork-server.log").read_text()
+    assert len(str(broken.socket_path)) < 100
