@@ -55,8 +55,9 @@ def revisions(scheduler: KubernetesScheduler) -> list[int]:
 
 
 def worker_processes(trial: str, role: str) -> list[list[str]]:
-    """argv of the local processes that serve `role` of `trial` (podrunner runs worker pods as local processes):
-    the interpreter running a module, not the shell wrappers around it."""
+    """argv of the local processes `python -m MODULE` that serve `role` of `trial`: process-mode forks, which the
+    worker server execs. (A worker pod's own process is a child of podrunner's fork server on KWOK nodes: its /proc
+    cmdline is the fork server's, its arguments are the pod's.)"""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -141,7 +142,7 @@ def test_a_time_out_changes_nothing_and_a_longer_wait_finds_the_workers(make_sch
 # --- forks -------------------------------------------------------------------------------------------------
 
 
-def test_forks_get_exactly_the_worker_flags_the_chart_gave_their_parents(make_scheduler, tmp_path):
+def test_forks_get_exactly_the_worker_flags_the_chart_gave_their_parents(make_scheduler, core, tmp_path):
     """LocalScheduler._fork_single_worker passes the parent's name-resolve and fileroot flags. Here they come from
     a values file, which the chart renders into the pods' args and its topology ConfigMap: the forks read them
     there, so a fork registers in the same name_resolve root as its parent."""
@@ -157,7 +158,9 @@ def test_forks_get_exactly_the_worker_flags_the_chart_gave_their_parents(make_sc
     scheduler.get_workers("actor")
     scheduler.fork_workers("ref", "actor")
     scheduler.get_workers("ref")
-    (parent,), (fork,) = worker_processes("flags", "actor"), worker_processes("flags", "ref")
+    (fork,) = worker_processes("flags", "ref")
+    (pod,) = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=actor").items
+    parent = [*(pod.spec.containers[0].command or []), *pod.spec.containers[0].args]
     assert [_flag(fork, name) for name in WORKER_FLAGS] == [_flag(parent, name) for name in WORKER_FLAGS]
     assert (_flag(fork, "--fileroot"), _flag(fork, "--nfs-record-root")) == (
         str(shared / "root"),
