@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -177,6 +178,11 @@ def shadowed_trial(make_scheduler, helm, foreign_chart, kube_client, namespace):
     scheduler.scale_workers("actor", 2)
     install_foreign(helm, foreign_chart, "shadow", instance=scheduler.release)
     name = "shadow-db"
+    # The StatefulSet controller creates its two pods after helm returns: the state to keep is the one with both.
+    deadline = time.monotonic() + 60
+    while len(statefulset_state(kube_client, namespace, name)[1]) < 2:
+        assert time.monotonic() < deadline, "the other chart's StatefulSet never had its 2 pods"
+        time.sleep(0.2)
     return scheduler, name, statefulset_state(kube_client, namespace, name)
 
 
