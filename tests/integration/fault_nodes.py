@@ -43,7 +43,9 @@ RACK_MARK = "areal-workers.dev/topology-test"
 def rack_nodes(core, racks: dict[str, str], label: str, first_index: int) -> Iterator[tuple[dict[str, str], dict]]:
     """KWOK nodes with 8 GPUs each, one per `racks` entry ({name suffix: rack}), labelled `label`=rack and tainted
     with a mark of their own; yields {node name: rack} and the role values that pin a role onto them (nodeSelector
-    and toleration of the mark). The nodes and their pods are removed afterwards."""
+    and toleration of the mark). The nodes and their pods are removed afterwards. `first_index` numbers the nodes'
+    loopback pod ranges (127.20.INDEX.0/24): below 256, apart from the other tests' nodes (fault nodes: 250-253)."""
+    assert first_index + len(racks) <= 250, "rack nodes take indexes below the fault nodes' 250-253"
     from localkube.cluster import LocalCluster
     from localkube.nodes import NodeShape, node_manifest
 

@@ -45,7 +45,7 @@ def custom(kube_client) -> client.CustomObjectsApi:
 
 @pytest.fixture
 def racks(core):
-    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=270) as made:
+    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=244) as made:
         yield made
 
 

@@ -22,7 +22,7 @@ RACK = "topology.areal-workers.dev/rack"
 
 @pytest.fixture
 def racks(core):
-    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=260) as made:
+    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=240) as made:
         yield made
 
 
