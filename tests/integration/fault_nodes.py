@@ -40,20 +40,24 @@ RACK_MARK = "areal-workers.dev/topology-test"
 
 
 @contextmanager
-def rack_nodes(core, racks: dict[str, str], label: str, first_index: int) -> Iterator[tuple[dict[str, str], dict]]:
-    """KWOK nodes with 8 GPUs each, one per `racks` entry ({name suffix: rack}), labelled `label`=rack and tainted
-    with a mark of their own; yields {node name: rack} and the role values that pin a role onto them (nodeSelector
-    and toleration of the mark). The nodes and their pods are removed afterwards. `first_index` numbers the nodes'
-    loopback pod ranges (127.20.INDEX.0/24): below 256, apart from the other tests' nodes (fault nodes: 250-253)."""
+def rack_nodes(
+    core, racks: dict[str, str], label: str, first_index: int, gpus: dict[str, int] | None = None
+) -> Iterator[tuple[dict[str, str], dict]]:
+    """KWOK nodes with 8 GPUs each (or `gpus`[suffix]), one per `racks` entry ({name suffix: rack}), labelled
+    `label`=rack and tainted with a mark of their own; yields {node name: rack} and the role values that pin a role
+    onto them (nodeSelector and toleration of the mark). The nodes and their pods are removed afterwards.
+    `first_index` numbers the nodes' loopback pod ranges (127.20.INDEX.0/24): below 256, apart from the other tests'
+    nodes (fault nodes: 250-253)."""
     assert first_index + len(racks) <= 250, "rack nodes take indexes below the fault nodes' 250-253"
     from localkube.cluster import LocalCluster
     from localkube.nodes import NodeShape, node_manifest
 
     mark = f"t{os.getpid()}-{int(time.time() * 1000) % 100000}"
     layout = {f"{mark}-{suffix}": rack for suffix, rack in racks.items()}
+    shapes = [NodeShape(gpus=(gpus or {}).get(suffix, 8)) for suffix in racks]
     try:
         for index, (name, rack) in enumerate(layout.items()):
-            manifest = node_manifest(first_index + index, NodeShape(gpus=8), LocalCluster().ports.kwok)
+            manifest = node_manifest(first_index + index, shapes[index], LocalCluster().ports.kwok)
             manifest["metadata"]["name"] = name
             manifest["metadata"]["labels"].update({"kubernetes.io/hostname": name, label: rack, RACK_MARK: mark})
             manifest["spec"]["taints"] = [{"key": RACK_MARK, "value": mark, "effect": "NoSchedule"}]

@@ -2,9 +2,11 @@
 role's workers in one rack that no other role's workers share, and the capacity check refuses, before anything is
 written, a role no rack could ever hold.
 
-The test's own KWOK nodes (two in rack a, one in rack b, 8 GPUs each, so one 8-GPU worker per node) carry a taint of
-the test's, which only its roles tolerate, and its roles are pinned to them. serial_cluster: the nodes are
-cluster-wide, and capacity messages of tests running beside it would count them.
+The test's own KWOK nodes (two in rack a with 8 GPUs each, so one 8-GPU worker per node, and one in rack b with 4)
+carry a taint of the test's, which only its roles tolerate, and its roles are pinned to them. Rack b cannot hold an
+8-GPU worker at all: the kube-scheduler picks the domain of a group's first worker without looking at room for the
+rest (the chart README says so), so a test where two racks could take the first one would pass by chance.
+serial_cluster: the nodes are cluster-wide, and capacity messages of tests running beside it would count them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ RACK = "topology.areal-workers.dev/rack"
 
 @pytest.fixture
 def racks(core):
-    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=240) as made:
+    with rack_nodes(core, {"a1": "a", "a2": "a", "b1": "b"}, RACK, first_index=240, gpus={"b1": 4}) as made:
         yield made
 
 
@@ -51,11 +53,11 @@ def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_schedu
     actor_nodes = placed(core, namespace, "actor")
     assert {layout[node] for node in actor_nodes} == {"a"} and len(actor_nodes) == 2  # the one rack that holds 2
 
-    scheduler.create_workers(job("rollout", 1, [spec(gpu=1)]))  # room beside the actors, but rack a is theirs
+    scheduler.create_workers(job("rollout", 1, [spec(gpu=1)]))  # rack a is the actors' (and full)
     scheduler.get_workers("rollout", timeout=120)
     assert [layout[node] for node in placed(core, namespace, "rollout")] == ["b"]
 
-    # Every rack is held: a worker of a role without exclusive placement would fit b1's free GPUs, but the real
+    # Every rack is held: a worker of a role without exclusive placement would fit b1's 3 free GPUs, but the real
     # scheduler keeps it out of rack b (and rack a has no GPU left).
     scheduler.create_workers(job("critic", 1, [spec(gpu=1)]))
     with pytest.raises(WorkerTimeoutError) as waited:
