@@ -14,6 +14,10 @@ the image must have it). Three engines play the roles of an RL experiment on a m
 - `BanditRollout` (role rollout, called through the scheduler): holds the bandit (arm payout probabilities) and a
   copy of the policy; samples actions and rewards. This is where a real experiment generates with an inference
   server.
+- `BanditInference` (an InferenceEngine, driven by AReaL's RolloutController): the same sampling behind AReaL's
+  rollout protocol: `submit` answers the controller's callback server when an episode is done, and
+  `update_weights_from_disk` loads the policy that `PolicyActor.update_weights` wrote to the shared fileroot, as
+  AReaL's disk weight path does.
 """
 
 from __future__ import annotations
@@ -23,15 +27,19 @@ import datetime
 import ipaddress
 import os
 import socket
+import threading
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
 import psutil
 import torch
 import torch.distributed as dist
-from areal.api import TrainEngine
+from areal.api import InferenceEngine, TrainEngine
+from areal.api.io_struct import LocalInfServerInfo
 
 RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=5)
+POLICY_FILE = "policy.npy"  # what PolicyActor.update_weights writes under a disk WeightUpdateMeta's path
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -48,11 +56,12 @@ def _not_on_cpu(name: str) -> Callable[..., Any]:
 
 
 def complete_engine_api(cls: type) -> type:
-    """Gives each abstract member of TrainEngine that `cls` leaves open a body raising NotImplementedError (a
-    property stays a property), so the class can be instantiated whatever AReaL's version declares abstract."""
+    """Gives each abstract member of the engine API (TrainEngine or InferenceEngine) that `cls` leaves open a body
+    raising NotImplementedError (a property stays a property), so the class can be instantiated whatever AReaL's
+    version declares abstract."""
     for name in sorted(getattr(cls, "__abstractmethods__", ())):
         body = _not_on_cpu(name)
-        declared = getattr(TrainEngine, name, None)
+        declared = getattr(cls, name, None)
         setattr(cls, name, property(body) if isinstance(declared, property) else body)
     abc.update_abstractmethods(cls)
     return cls
@@ -188,6 +197,20 @@ class PolicyActor(DistributedBanditEngine):
     def get_weights(self) -> np.ndarray:
         return self.logits.copy()
 
+    def connect_engine(self, engine: Any, meta: Any) -> None:
+        """TrainController.connect_engine hands over AReaL's RolloutCallback: HTTP to the trainer's callback
+        server, which forwards to the RolloutController."""
+        self.rollout_engine = engine
+
+    def update_weights(self, meta: Any) -> Future | None:
+        """AReaL's disk weight path: rank 0 writes the policy under `meta.path` (the shared fileroot) and asks the
+        trainer, through the callback, to have the rollout engines load it; the worker server waits on the Future."""
+        if dist.get_rank() != 0:
+            return None
+        os.makedirs(meta.path, exist_ok=True)
+        np.save(os.path.join(meta.path, POLICY_FILE), self.logits)
+        return self.rollout_engine.update_weights_from_disk(meta)
+
     def reinforce_update(self, batch: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """REINFORCE with a mean baseline on a KL-shaped reward r - kl_coef * (log pi(a) - log ref(a)), over this
         rank's share of the batch; the gradient is then averaged over the ranks by an all-reduce."""
@@ -241,3 +264,76 @@ class BanditRollout(BanditEngine):
         actions = self.rng.choice(len(self.logits), size=int(n), p=softmax(self.logits))
         rewards = (self.rng.random(int(n)) < self.arm_probs[actions]).astype(float)
         return {"actions": actions, "rewards": rewards, "version": self._version}
+
+
+@complete_engine_api
+class BanditInference(InferenceEngine):
+    """Samples episodes from its copy of the policy, behind AReaL's rollout protocol. AReaL's worker server runs
+    every call in one engine thread, so `submit` only queues the episode; a thread of the engine's own samples it
+    and posts the controller's callback, and `wait_for_task` hands the result over."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        self._version = 0
+        self._done: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._paused = threading.Event()
+
+    def launch_server(self, server_args: dict[str, Any]) -> LocalInfServerInfo:
+        """No generation server to start: the engine samples in-process; the address is the pod's."""
+        return LocalInfServerInfo(host=os.environ.get("POD_IP", "127.0.0.1"), port=0, process=None)
+
+    def initialize(self, engine_id: str | None = None, *, n_arms: int, arm_probs: list[float], seed: int) -> None:
+        self.engine_id = engine_id
+        self.logits = np.zeros(int(n_arms))
+        self.arm_probs = np.asarray(arm_probs, dtype=float)
+        self.rng = np.random.default_rng(seed + int(engine_id or 0))
+
+    @property
+    def initialized(self) -> bool:
+        return hasattr(self, "logits")
+
+    def get_version(self) -> int:
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        self._version = int(version)
+
+    def submit(self, data: dict[str, Any], workflow: Any = None, workflow_kwargs: dict[str, Any] | None = None,
+               should_accept_fn: Any = None, group_size: int = 1, task_id: int | None = None,
+               is_eval: bool = False, callback_addr: str | None = None, proxy_addr: str | None = None) -> int:
+        threading.Thread(target=self._episode, args=(task_id, int(data["n"]), workflow, callback_addr),
+                         daemon=True).start()
+        return task_id
+
+    def _episode(self, task_id: int, n: int, workflow: Any, callback_addr: str | None) -> None:
+        import requests
+
+        actions = self.rng.choice(len(self.logits), size=n, p=softmax(self.logits))
+        rewards = (self.rng.random(n) < self.arm_probs[actions]).astype(float)
+        with self._lock:
+            self._done[task_id] = {"actions": actions.tolist(), "rewards": rewards.tolist(),
+                                   "version": self._version, "logits": self.logits.tolist(), "workflow": workflow,
+                                   "pod": os.environ.get("POD_NAME", socket.gethostname())}
+        if callback_addr:  # what AReaL's WorkflowExecutor posts when an episode is done
+            requests.post(callback_addr, json={"task_id": task_id}, timeout=30).raise_for_status()
+
+    def wait_for_task(self, task_id: int, timeout: float | None = None,
+                      raise_timeout: bool = True) -> dict[str, Any] | None:
+        with self._lock:
+            return self._done.pop(task_id, None)
+
+    def update_weights_from_disk(self, meta: Any) -> Future:
+        self.logits = np.load(os.path.join(meta.path, POLICY_FILE))
+        loaded: Future = Future()
+        loaded.set_result(None)
+        return loaded
+
+    def pause_generation(self) -> None:
+        self._paused.set()
+
+    def continue_generation(self) -> None:
+        self._paused.clear()
+
+    def destroy(self) -> None:
+        """Called by RolloutController.destroy and by the worker server's shutdown hooks."""

@@ -38,6 +38,7 @@ AREAL_FILES = [
     "tests/integration/test_areal_conformance.py",
     "tests/integration/test_areal_scheduler_semantics.py",
     "tests/integration/test_train_controller.py",
+    "tests/integration/test_rollout_controller.py",
 ]
 HELM4_FILES = [
     "tests/integration/test_harness_smoke.py",

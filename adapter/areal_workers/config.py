@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -84,6 +85,9 @@ class KubernetesSchedulerConfig:
             StatefulSet (the role is queued and admitted again, with fresh workers).
         kueue_priority_class: the Kueue WorkloadPriorityClass of those roles (admission order, preemption); None:
             the pods' priority.
+        trainer_address: the address of this machine that AReaL's controllers advertise to the workers (the
+            RolloutController's callback server, its proxy gateway): one the worker pods can reach. None: AReaL's
+            own choice (gethostip: the host name's address), right inside a pod, often not outside the cluster.
     """
 
     namespace: str = "default"
@@ -119,6 +123,7 @@ class KubernetesSchedulerConfig:
     owner_pod_uid: str | None = None
     kueue_queue: str | None = None
     kueue_priority_class: str | None = None
+    trainer_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -161,6 +166,13 @@ class KubernetesSchedulerConfig:
             raise ConfigError(
                 "kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that admits the roles"
             )
+        if self.trainer_address is not None:
+            try:
+                ipaddress.ip_address(self.trainer_address)
+            except ValueError:
+                raise ConfigError(
+                    f"trainer_address must be an IP address the worker pods can reach, got {self.trainer_address!r}"
+                ) from None
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 

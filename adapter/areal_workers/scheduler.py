@@ -34,6 +34,7 @@ from .pods.held_workers import HeldWorkers
 from .release import request_checks, values as job_values
 from .runtime import backend as backend_module
 from .runtime.loop_thread import LoopThread
+from .trainer_address import advertise
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
                     f"{problem} (it names directories of name_resolve's records and the fileroot, as in AReaL's "
                     f"schedulers)"
                 )
+        if self.config.trainer_address is not None:  # before the cluster is contacted: a refusal changes nothing
+            advertise(self.config.trainer_address)
         self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
         self.loop = LoopThread(f"areal-workers-{self.release}")

@@ -46,15 +46,15 @@ RESERVED_ENV = frozenset(
     }
 )
 
-# Slurm/Ray-only SchedulingSpec fields, each with the Kubernetes way to get the same effect.
+# Slurm-only SchedulingSpec fields, each with the Kubernetes way to get the same effect. ray_placement_strategy is
+# not among them: AReaL's RolloutController sets it to "separate" on every rollout job, and AReaL's Local and Slurm
+# schedulers ignore it, as this one does (docs/en/decisions.md).
 SLURM_ONLY = {
     "nodelist": "choose nodes with KubernetesSchedulerConfig.node_selector or the chart's "
     "workerDefaults.nodeSelector / affinity (values_files)",
     "exclude": "keep workers off nodes with a node affinity NotIn rule or taints in the chart's values (values_files)",
     "srun_additional_args": "there is no srun on Kubernetes; set pod options through the chart's values (values_files)",
     "mount": "mount storage with the chart's workerDefaults.extraVolumes and extraVolumeMounts (values_files)",
-    "ray_placement_strategy": "Ray placement does not apply; spread workers with the chart's "
-    "topologySpreadConstraints or affinity",
 }
 
 
@@ -111,7 +111,7 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
     for name, alternative in SLURM_ONLY.items():
         value = getattr(spec, name)
         if value not in (None, "", defaults[name]):
-            raise TopologyError(role, f"SchedulingSpec.{name} is Slurm/Ray-only", f"got {value!r}; {alternative}")
+            raise TopologyError(role, f"SchedulingSpec.{name} is Slurm-only", f"got {value!r}; {alternative}")
     if spec.task_type != "worker":
         raise TopologyError(
             role,

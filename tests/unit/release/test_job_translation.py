@@ -136,14 +136,19 @@ SLURM_FIELDS = [
     ("exclude", "node-7", "affinity"),
     ("srun_additional_args", "--exclusive", "values_files"),
     ("mount", "/data:/data", "extraVolumes"),
-    ("ray_placement_strategy", "separate", "topologySpreadConstraints"),
 ]
+
+
+@pytest.mark.parametrize("strategy", ["shared", "separate", "deferred"])
+def test_ray_placement_strategy_is_accepted_and_ignored_as_by_areals_local_and_slurm_schedulers(strategy):
+    # AReaL's RolloutController turns the default "shared" into "separate" on every rollout job.
+    check_spec("rollout", spec(ray_placement_strategy=strategy))  # raises TopologyError when refused
 
 
 @pytest.mark.parametrize("name,value,alternative", SLURM_FIELDS)
 def test_slurm_only_fields_rejected_when_set(name, value, alternative):
     error = rejection("actor", spec(**{name: value}))
-    assert error.reason == f"SchedulingSpec.{name} is Slurm/Ray-only"
+    assert error.reason == f"SchedulingSpec.{name} is Slurm-only"
     assert repr(value) in error.details
     assert alternative in error.details
     assert error.worker_key == "actor"

@@ -1,0 +1,111 @@
+"""AReaL's own RolloutController (areal 1.0.4, unmodified) drives the rollout role through the scheduler, and the
+workers reach the trainer's callback server at the scheduler's trainer_address: every finished episode is
+announced there (rollout_complete), and the actor's disk weight update goes through it too (PolicyActor writes
+the policy under the shared fileroot and calls update_weights_disk; the controller has the rollout engines load it,
+then removes the files). The trainer runs on the host, as a process of this machine: on KWOK nodes (workers as
+processes, loopback pod IPs) it advertises 127.0.0.1; on the real node (containers in their own network namespaces
+behind the node's bridge) the bridge's address. AReaL's default, the host name's address, is this machine's own
+address, which no test may send traffic to: without trainer_address the workers would call it.
+
+The controllers run in AReaL's environment (tests/support/rollout_controller_run.py), as a trainer does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+
+from localkube.cluster import LocalCluster
+from realnode.config import NETWORK, NODE_IP
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
+
+pytestmark = [
+    pytest.mark.areal_worker,
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the engines and the real node are the local cluster's",
+    ),
+]
+RUN = REPO / "tests" / "support" / "rollout_controller_run.py"
+TIMEOUT = 600
+
+
+def run_controllers(settings: dict, directory) -> dict:
+    path = directory / "settings.json"
+    path.write_text(json.dumps(settings))
+    python_path = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
+    result = subprocess.run(
+        [str(AREAL_WORKER_PYTHON), str(RUN), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=directory,
+        env={**os.environ, "PYTHONPATH": python_path},
+    )
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(2 * TIMEOUT)
+@pytest.mark.parametrize("node", ["kwok", "real"])
+def test_rollouts_and_disk_weight_updates_call_the_trainer_back_at_its_advertised_address(
+    node, make_namespace, kubeconfig, helm_executable, tmp_path, core
+):
+    assert AREAL_WORKER_PYTHON.exists(), "the controllers and workers run AReaL: run `make areal-worker`"
+    cluster = LocalCluster()
+    shared = tmp_path / "areal"
+    shared.mkdir()
+    shared.chmod(0o777)  # the real node's workers run as uid 1000
+    values = {"cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}
+    if node == "real":
+        if not cluster.real_node().is_running():
+            cluster.up(real_node=True, timeout=300.0)
+        values.update(worker_values(AREAL_WORKER_ENV, shared))
+        namespace = make_namespace()  # the real node's kubelet runs its pods
+        address = NODE_IP  # the bridge's address on the host: the pods' gateway
+    else:
+        assert cluster.podrunner_workers() == "areal", "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
+        namespace = make_namespace(private=False)
+        address = "127.0.0.1"
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    seen = run_controllers(
+        {
+            "namespace": namespace,
+            "kubeconfig": str(kubeconfig),
+            "helm_executable": helm_executable,
+            "values_files": [str(tmp_path / "values.json")],
+            "termination_grace_seconds": 5,
+            "ready_timeout": 300.0,
+            "helm_timeout": 300.0,
+            "trainer_address": address,
+            "trial": f"t{uuid.uuid4().hex[:6]}",
+            "cpu": 0.25 if node == "real" else 1,
+            "fileroot": str(shared),
+        },
+        tmp_path,
+    )
+
+    assert seen["callback"].rsplit(":", 1)[0] == address, seen["callback"]  # AReaL bound and advertised it
+    ips = [ip for _, ip in seen["workers"]]
+    assert len(set(ips)) == 2
+    prefix = NETWORK.rsplit(".", 1)[0] if node == "real" else "127."
+    assert all(ip.startswith(prefix) for ip in ips), ips
+    # Every episode came back: rollout_batch waits for each one's rollout_complete callback from its pod.
+    for batch in (seen["before"], seen["after"]):
+        assert len(batch) == 4 and all(len(item["actions"]) == 8 for item in batch), batch
+        assert {item["workflow"] for item in batch} == {"bandit_engines.BanditInference"}
+        assert len({item["pod"] for item in batch}) == 2  # round-robin over both rollout workers
+    assert all(item["version"] == 0 and not any(item["logits"]) for item in seen["before"])
+    # The actor's new policy reached both rollout engines from the shared fileroot, then the controller removed it.
+    for item in seen["after"]:
+        assert item["version"] == 1
+        assert np.allclose(item["logits"], seen["actor_weights"]), (item["logits"], seen["actor_weights"])
+    assert any(seen["actor_weights"])
+    assert seen["weight_path"].startswith(str(shared)) and seen["published_removed"]
+    assert core.list_namespaced_pod(namespace).items == []
