@@ -5,7 +5,8 @@ the policy under the shared fileroot and calls update_weights_disk; the controll
 then removes the files). The trainer runs on the host, as a process of this machine: on KWOK nodes (workers as
 processes, loopback pod IPs) it advertises 127.0.0.1; on the real node (containers in their own network namespaces
 behind the node's bridge) the bridge's address. AReaL's default, the host name's address, is this machine's own
-address, which no test may send traffic to: without trainer_address the workers would call it.
+address, which no test may send traffic to: without trainer_address the workers would call it. Then the trainer as
+the pod of `areal-workers submit`, whose Job sets trainer_address to the pod's IP.
 
 The controllers run in AReaL's environment (tests/support/rollout_controller_run.py), as a trainer does.
 """
@@ -20,7 +21,9 @@ import uuid
 import numpy as np
 import pytest
 
+from areal_workers.cli.main import main
 from localkube.cluster import LocalCluster
+from localkube.rbac import apply_rbac
 from realnode.config import NETWORK, NODE_IP
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
@@ -109,3 +112,59 @@ def test_rollouts_and_disk_weight_updates_call_the_trainer_back_at_its_advertise
     assert any(seen["actor_weights"])
     assert seen["weight_path"].startswith(str(shared)) and seen["published_removed"]
     assert core.list_namespaced_pod(namespace).items == []
+
+
+def test_a_trainer_pod_advertises_its_pod_ip_and_its_workers_call_it_back(
+    make_namespace, kubeconfig, helm_executable, tmp_path, core, capsys
+):
+    """The trainer of `areal-workers submit` (a KWOK pod: a process of this machine with a loopback pod IP, run
+    with AReaL's environment, as the rbac/ ServiceAccount): the Job's AREAL_K8S_TRAINER_ADDRESS is its pod IP."""
+    assert LocalCluster().podrunner_workers() == "areal", (
+        "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
+    )
+    namespace = make_namespace(private=False)
+    apply_rbac(kubeconfig, namespace)
+    shared = tmp_path / "areal"
+    shared.mkdir()
+    values = {"cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    settings = {
+        "values_files": [str(tmp_path / "values.json")],
+        "helm_executable": helm_executable,
+        "termination_grace_seconds": 5,
+        "ready_timeout": 300.0,
+        "helm_timeout": 300.0,
+        "trial": f"t{uuid.uuid4().hex[:6]}",
+        "cpu": 1,
+        "fileroot": str(shared),
+    }
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    code = main(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "submit",
+            "--image",
+            "local/areal-trainer:dev",
+            "--name",
+            "rollout-trainer",
+            "--start-timeout",
+            "300",
+            "--",
+            "python",
+            str(RUN),
+            str(tmp_path / "settings.json"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, f"{out}\n{err}"
+    # The pod's log has its stderr too (AReaL's logs, interpreter shutdown notes): the JSON line is the result.
+    seen = json.loads([line for line in out.splitlines() if line.startswith('{"callback"')][-1])
+    [pod] = core.list_namespaced_pod(namespace, label_selector="job-name=rollout-trainer").items
+    assert seen["trainer_address"] == pod.status.pod_ip and pod.status.pod_ip.startswith("127.")
+    assert seen["callback"].rsplit(":", 1)[0] == pod.status.pod_ip
+    for item in seen["after"]:
+        assert item["version"] == 1 and np.allclose(item["logits"], seen["actor_weights"])
+    assert seen["published_removed"]

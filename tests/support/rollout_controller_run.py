@@ -6,6 +6,9 @@ same server, which has the rollout engines load them. Prints one JSON line of wh
 
     python rollout_controller_run.py SETTINGS.json    (KubernetesSchedulerConfig fields, plus "trial", "cpu",
                                                        "fileroot")
+
+The settings apply over the environment (KubernetesSchedulerConfig.from_env), so as the trainer pod of
+`areal-workers submit` it takes the namespace, its pod as owner and the pod IP as trainer_address from the Job.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def main(settings_file: str) -> None:
     trial, cpu, fileroot = settings.pop("trial"), settings.pop("cpu"), settings.pop("fileroot")
     exp = BanditExperimentConfig(experiment_name="rc", trial_name=trial, n_arms=len(ARM_PROBS))
     scheduler = KubernetesScheduler(
-        experiment_name="rc", trial_name=trial, config=KubernetesSchedulerConfig(**settings)
+        experiment_name="rc", trial_name=trial, config=KubernetesSchedulerConfig.from_env(**settings)
     )
     spec = SchedulingSpec(cpu=cpu, gpu=0, mem=2, port_count=2, cmd="python -m areal.infra.rpc.rpc_server")
     inference = InferenceEngineConfig(
@@ -84,6 +87,7 @@ def main(settings_file: str) -> None:
         json.dumps(
             {
                 "callback": callback,
+                "trainer_address": scheduler.config.trainer_address,
                 "workers": workers,
                 "before": before,
                 "after": after,

@@ -199,6 +199,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         _field_env("AREAL_K8S_OWNER_POD_UID", "metadata.uid"),
         {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)},
     ]
+    if "AREAL_K8S_TRAINER_ADDRESS" not in spec.env:  # the callbacks' address: the pod's, not the host name's
+        env.append(_field_env("AREAL_K8S_TRAINER_ADDRESS", "status.podIP"))
     env += [{"name": key, "value": str(value)} for key, value in sorted(spec.env.items())]
     uid = {**spec.pod_security_context, **spec.container_security_context}.get("runAsUser")
     if uid not in (None, 0) and "HOME" not in spec.env:

@@ -44,6 +44,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
         "AREAL_K8S_OWNER_POD": "metadata.name",
         "AREAL_K8S_OWNER_POD_UID": "metadata.uid",
         "AREAL_K8S_LEASE_GRACE_SECONDS": "120",
+        "AREAL_K8S_TRAINER_ADDRESS": "status.podIP",  # what AReaL's controllers advertise for callbacks
         "WANDB_MODE": "offline",
         "HOME": "/tmp",  # uid 1000 has no home in most images; helm writes under HOME
     }
