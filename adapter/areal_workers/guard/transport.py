@@ -133,6 +133,7 @@ class GuardTransport:
         loop = asyncio.get_running_loop()  # raises outside a running loop, where no session may be made
         entry = self._loop_sessions.get(loop)
         if entry is None:
+            self._drop_closed_loops()
             # No connection limit: calls may run for hours (http_timeout 7200 s), and a capped
             # pool would queue every other worker's calls behind them.
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), read_bufsize=READ_BUFSIZE)
@@ -154,10 +155,21 @@ class GuardTransport:
 
     # ----------------------------------------------------------------------- closing
 
+    def _drop_closed_loops(self) -> None:
+        """Closes the sessions of loops closed without cancelling their tasks (AReaL's RolloutController serves
+        its callbacks from such a loop): their closer can never run, and their session and pending task would be
+        reported at exit ("Unclosed client session", "Task was destroyed but it is pending")."""
+        for loop, entry in list(self._loop_sessions.items()):
+            if loop.is_closed():
+                del self._loop_sessions[loop]
+                entry.closer._log_destroy_pending = False  # type: ignore[attr-defined]  # asyncio's own switch
+                entry.session.connector._close(abort_ssl=True)  # type: ignore[union-attr]  # no loop to await in
+
     def close(self) -> None:
-        """Closes the synchronous session.  Asynchronous sessions close with their loop's
-        asyncio.run(), or through aclose() inside that loop."""
+        """Closes the synchronous session and those of loops already closed.  Asynchronous sessions of other
+        loops close with their loop's asyncio.run(), or through aclose() inside that loop."""
         self._http.close()
+        self._drop_closed_loops()
 
     async def aclose(self) -> None:
         """Closes the current loop's session; those of other loops close with their loop's

@@ -6,6 +6,7 @@ session is a fake; the async attempts go to a small HTTP server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.server
 import threading
 from collections.abc import Iterator
@@ -245,6 +246,21 @@ def test_aclose_closes_the_current_loops_session_and_a_later_call_opens_another(
     first, second = asyncio.run(use())
     made.close()
     assert first is not second and second.closed
+
+
+def test_the_session_of_a_loop_closed_without_cancelling_its_tasks_is_closed_quietly(guard_worker, caplog):
+    # As RolloutController's callback server uses its loop: run_until_complete per request, then close().
+    made = GuardTransport()
+    loop = asyncio.new_event_loop()
+    reply = loop.run_until_complete(made._async_attempt(guard_worker, "/call", b"{}", 10.0))
+    session = made._loop_sessions[loop].session
+    loop.close()
+    made.close()
+    assert reply.status == 202 and session.closed and len(made._loop_sessions) == 0
+    del loop, session
+    gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text
+    assert "Unclosed" not in caplog.text
 
 
 def test_no_session_is_made_outside_a_running_loop():
