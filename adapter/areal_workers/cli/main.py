@@ -382,7 +382,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.getLogger("pyhelm3").setLevel(logging.ERROR)  # "command failed: helm status" of a missing release
+    logging.getLogger("pyhelm3").setLevel(logging.ERROR)  # its "command failed" warnings: the CLI reports failures
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

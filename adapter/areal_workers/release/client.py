@@ -7,6 +7,7 @@ caller's.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import shutil
 import sys
@@ -25,6 +26,19 @@ from ..errors import InvalidSchedulerSetupError
 __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
+
+
+class _MissingReleaseProbes(logging.Filter):
+    """pyhelm3 logs "command failed: <command>" as a warning before it raises. `helm status` failing is how
+    `Releases.current` learns that a release does not exist yet, on every first install, so that warning only
+    alarms whoever reads the trainer's log; every other failure reaches the caller as an error with helm's stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        command = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
+        return not (record.msg == "command failed: %s" and " status " in f" {command} ")
+
+
+logging.getLogger("pyhelm3.command").addFilter(_MissingReleaseProbes())
 
 PENDING = {
     ReleaseRevisionStatus.PENDING_INSTALL,
