@@ -39,6 +39,7 @@ AREAL_FILES = [
     "tests/integration/test_areal_scheduler_semantics.py",
     "tests/integration/test_train_controller.py",
     "tests/integration/test_rollout_controller.py",
+    "tests/integration/test_etcd_name_resolve.py",
 ]
 HELM4_FILES = [
     "tests/integration/test_harness_smoke.py",

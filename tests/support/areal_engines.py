@@ -64,6 +64,12 @@ class Counter(CounterProbes, TrainEngine):
         """The server's command line: the flags the chart (or a fork) really started it with."""
         return sys.argv[1:]
 
+    def name_records(self, root: str) -> list[str]:
+        """What AReaL's name_resolve, as the server configured it (nfs or etcd3), holds under `root`."""
+        from areal.utils import name_resolve
+
+        return sorted(name_resolve.get_subtree(root))
+
     def parent_command(self) -> list[str]:
         """The command line of the process that started the server (podrunner's fork server on KWOK pods)."""
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
