@@ -92,6 +92,7 @@ CONFIG_FIELDS = [
     "owner_pod_uid",
     "kueue_queue",
     "kueue_priority_class",
+    "trainer_address",
 ]
 # Modules the docs, the examples or the chart tell users to import or run.
 PUBLIC_MODULES = [
