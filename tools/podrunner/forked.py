@@ -21,6 +21,10 @@ from podrunner.processes import ProcessLedger
 SERVER = Path(__file__).resolve().parent / "fork_server.py"
 READY_TIMEOUT = 300.0  # the server's imports, on a loaded machine
 LOST = -9  # the return code of a child whose server went away before it reported
+# Variables that change what a module does while it is imported: a pod that sets one of them differently from the
+# fork server, which imported the module once, is exec'd. PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION decides whether
+# AReaL's name_resolve can import its etcd3 client (tests/integration/test_etcd_name_resolve.py).
+IMPORT_TIME_VARIABLES = ("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",)
 
 
 class ForkServerError(RuntimeError):
@@ -102,8 +106,10 @@ class ForkServer:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="aw-fork-"))
         return self._socket_dir / "server.sock"
 
-    def handles(self, argv: list[str]) -> bool:
-        return argv[:3] == [self.python, "-m", self.module]
+    def handles(self, argv: list[str], environment: dict[str, str]) -> bool:
+        """Whether a pod of this command and environment can be a child of the server."""
+        same_imports = all(environment.get(name) == self.environment.get(name) for name in IMPORT_TIME_VARIABLES)
+        return argv[:3] == [self.python, "-m", self.module] and same_imports
 
     @property
     def pid(self) -> int | None:

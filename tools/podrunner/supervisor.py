@@ -93,7 +93,7 @@ class PodSupervisor:
             threading.Thread(target=self._finish_hook, args=(pod,), daemon=True).start()
 
     def _start(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | ForkedProcess:
-        if self.fork_server is not None and pod.kind == "worker" and self.fork_server.handles(pod.argv):
+        if self.fork_server is not None and pod.kind == "worker" and self.fork_server.handles(pod.argv, environment):
             try:
                 return self.fork_server.spawn(pod.argv, environment)
             except (ForkServerError, OSError) as error:  # the pod still runs, as its own `python -m`

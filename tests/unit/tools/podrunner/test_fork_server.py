@@ -108,3 +108,13 @@ def test_a_server_that_cannot_start_is_not_tried_again_and_its_socket_dir_is_sho
     assert time.monotonic() - started < 1  # refused at once, no second start
     assert "No module named 'no_such_module_here'" in (deep / "fork-server.log").read_text()
     assert len(str(broken.socket_path)) < 100
+
+
+def test_a_pod_that_sets_an_import_time_variable_otherwise_is_not_forked(server):
+    server, _ = server
+    argv = [sys.executable, "-m", MODULE]
+    assert server.handles(argv, dict(server.environment))
+    assert server.handles(argv, {**server.environment, "UNRELATED": "1"})
+    # The server imported the module without it: forked, the pod's protobuf choice would come too late.
+    assert not server.handles(argv, {**server.environment, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"})
+    assert not server.handles([sys.executable, "-m", "other.module"], dict(server.environment))
