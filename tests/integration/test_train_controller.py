@@ -9,18 +9,15 @@ The controller runs in AReaL's environment (tests/support/train_controller_run.p
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import uuid
 
 import numpy as np
 import pytest
 
-from localkube.cluster import LocalCluster
+from areal_controller_runs import TIMEOUT, run_in_areal, trial_setup
 from realnode.config import NETWORK
-from realnode.values import worker_values
-from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
+from repo_paths import REPO
 
 pytestmark = [
     pytest.mark.areal_worker,
@@ -30,23 +27,6 @@ pytestmark = [
     ),
 ]
 RUN = REPO / "tests" / "support" / "train_controller_run.py"
-TIMEOUT = 600
-
-
-def run_controller(settings: dict, directory) -> dict:
-    path = directory / "settings.json"
-    path.write_text(json.dumps(settings))
-    python_path = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
-    result = subprocess.run(
-        [str(AREAL_WORKER_PYTHON), str(RUN), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=directory,
-        env={**os.environ, "PYTHONPATH": python_path},
-    )
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.timeout(2 * TIMEOUT)
@@ -54,27 +34,14 @@ def run_controller(settings: dict, directory) -> dict:
 def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(
     node, make_namespace, kubeconfig, helm_executable, tmp_path, core
 ):
-    assert AREAL_WORKER_PYTHON.exists(), "the controller and workers run AReaL: run `make areal-worker`"
-    cluster = LocalCluster()
-    shared = tmp_path / "areal"
-    shared.mkdir()
-    shared.chmod(0o777)  # the real node's workers run as uid 1000
-    values = {"cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}
-    if node == "real":
-        if not cluster.real_node().is_running():
-            cluster.up(real_node=True, timeout=300.0)
-        values.update(worker_values(AREAL_WORKER_ENV, shared))
-        namespace = make_namespace()  # the real node's kubelet runs its pods
-    else:
-        assert cluster.podrunner_workers() == "areal", "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
-        namespace = make_namespace(private=False)
-    (tmp_path / "values.json").write_text(json.dumps(values))
-    seen = run_controller(
+    namespace, _, values_file = trial_setup(node, make_namespace, tmp_path)
+    seen = run_in_areal(
+        RUN,
         {
             "namespace": namespace,
             "kubeconfig": str(kubeconfig),
             "helm_executable": helm_executable,
-            "values_files": [str(tmp_path / "values.json")],
+            "values_files": [str(values_file)],
             "termination_grace_seconds": 5,
             "ready_timeout": 300.0,
             "helm_timeout": 300.0,

@@ -1,0 +1,56 @@
+"""What the tests of AReaL's own controllers share (test_train_controller.py, test_rollout_controller.py): the
+trial's shared directory and chart values on KWOK nodes or the real node, and a controller script run in AReaL's
+environment, as a trainer runs, that prints its findings as its last JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from localkube.cluster import LocalCluster
+from realnode.values import worker_values
+from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
+
+TIMEOUT = 600
+PYTHONPATH = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
+
+
+def trial_setup(node: str, make_namespace: Callable[..., str], directory: Path) -> tuple[str, Path, Path]:
+    """(namespace, shared directory, values file) for a trial on `node` ("kwok" or "real"): AReaL's fileroot and nfs
+    records in the shared directory, which the real node's workers mount at the same path."""
+    assert AREAL_WORKER_PYTHON.exists(), "the controllers and workers run AReaL: run `make areal-worker`"
+    cluster = LocalCluster()
+    shared = directory / "areal"
+    shared.mkdir()
+    shared.chmod(0o777)  # the real node's workers run as uid 1000
+    values = {"cluster": {"fileroot": str(shared), "nameResolve": {"nfsRecordRoot": str(shared / "name_resolve")}}}
+    if node == "real":
+        if not cluster.real_node().is_running():
+            cluster.up(real_node=True, timeout=300.0)
+        values.update(worker_values(AREAL_WORKER_ENV, shared))
+        namespace = make_namespace()  # the real node's kubelet runs its pods
+    else:
+        assert cluster.podrunner_workers() == "areal", "the KWOK pods run AReaL's rpc_server (the cluster's podrunner)"
+        namespace = make_namespace(private=False)
+    values_file = directory / "values.json"
+    values_file.write_text(json.dumps(values))
+    return namespace, shared, values_file
+
+
+def run_in_areal(script: Path, settings: dict, directory: Path) -> dict:
+    """`script SETTINGS.json` in AReaL's environment; the JSON of its last line of output."""
+    path = directory / "settings.json"
+    path.write_text(json.dumps(settings))
+    result = subprocess.run(
+        [str(AREAL_WORKER_PYTHON), str(script), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=directory,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
