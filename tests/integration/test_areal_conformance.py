@@ -126,14 +126,16 @@ def test_workers_are_asked_to_destroy_their_engines_before_deletion(make_schedul
 # --- waiting ---------------------------------------------------------------------------------------------
 
 
-def test_a_time_out_changes_nothing_and_a_longer_wait_finds_the_workers(make_scheduler):
+def test_a_time_out_changes_nothing_and_a_longer_wait_finds_the_workers(make_scheduler, tmp_path):
     """LocalScheduler.get_workers raises WorkerTimeoutError and keeps the role: a retry with a longer timeout
     returns the workers. Only a fatal diagnosis (WorkerFailedError) rolls a change back."""
     scheduler = make_scheduler()
-    scheduler.create_workers(job("slow", 1, [spec(additional_bash_cmds=["sleep 8"])]))
+    gate = tmp_path / "start-the-worker"  # the worker starts once the first wait has timed out, however slow CI is
+    scheduler.create_workers(job("slow", 1, [spec(additional_bash_cmds=[f"until [ -e {gate} ]; do sleep 0.2; done"])]))
     with pytest.raises(WorkerTimeoutError) as timed_out:
         scheduler.get_workers("slow", timeout=1)
     assert "0/1 workers ready" in str(timed_out.value.diagnosis)
+    gate.touch()
     workers = scheduler.get_workers("slow", timeout=120)
     assert [w.id for w in workers] == ["slow/0"]
     assert revisions(scheduler) == [1]

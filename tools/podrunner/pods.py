@@ -167,6 +167,8 @@ class ManagedPod:
     ready: bool = False
     restarts: int = 0
     restart_at: float = 0.0
+    host_network: bool = False  # its IP is the node's, which many pods share
+    address_wait_until: float = 0.0  # set while the first start waits for the pod's IP (supervisor.py)
     next_probe: float = 0.0
     deleted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -217,6 +219,7 @@ def managed_pod(pod: client.V1Pod, kind: str, module_map: dict[str, str], python
         name=f"{pod.metadata.namespace}/{pod.metadata.name}",
         container=container.name,
         ip=pod.status.pod_ip,
+        host_network=bool(pod.spec.host_network),
         kind=kind,
         argv=local_argv(argv, module_map, python),
         env=env,

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import time
 from pathlib import Path
+
+TCP_LISTEN = "0A"
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -54,6 +58,18 @@ def kill_tree(pid: int) -> None:
     for member in [pid, *descendants(pid)]:
         send_signal(member, signal.SIGKILL)
         send_signal(member, signal.SIGKILL, group=False)
+
+
+def listening_ports(ip: str, table: Path = Path("/proc/net/tcp")) -> list[int]:
+    """The TCP ports some process of this network namespace listens on at `ip` (IPv4)."""
+    local = f"{struct.unpack('=I', socket.inet_aton(ip))[0]:08X}"  # /proc/net/tcp prints the raw word
+    ports = []
+    for line in table.read_text().splitlines()[1:]:
+        fields = line.split()
+        address, port = fields[1].split(":")
+        if address == local and fields[3] == TCP_LISTEN:
+            ports.append(int(port, 16))
+    return sorted(ports)
 
 
 class ProcessLedger:

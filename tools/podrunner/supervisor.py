@@ -19,7 +19,7 @@ from podrunner.credentials import host_environment, remove_credentials
 from podrunner.forked import ForkedProcess, ForkServer, ForkServerError
 from podrunner.logs import append_cri_line, previous_log, write_cri_log
 from podrunner.pods import ManagedPod
-from podrunner.processes import ProcessLedger, StartFailure, kill_tree, send_signal
+from podrunner.processes import ProcessLedger, StartFailure, kill_tree, listening_ports, send_signal
 from podrunner.status import StatusWriter, timestamp
 
 # sitecustomize.py that resolves cluster DNS names of StatefulSet pods inside test hooks (PODRUNNER_HOSTS).
@@ -27,6 +27,9 @@ RESOLVER_SHIM = Path(__file__).resolve().parent / "dns"
 RESTART_BACKOFF_BASE = 1.0
 RESTART_BACKOFF_MAX = 20.0
 STOP_GRACE_MAX = 10.0
+# How long a pod waits for its IP to be released by the processes of a deleted pod that had it (see launch).
+ADDRESS_RELEASE_WAIT = 60.0
+ADDRESS_RECHECK = 0.25
 
 log = logging.getLogger("podrunner")
 
@@ -86,11 +89,37 @@ class PodSupervisor:
                 if self.stopping.is_set() and pod.process is None:  # added while the runner stops: never runs
                     remove_credentials(pod.credentials)
                 return
+            if not pod.restarts and not pod.host_network and self._address_taken(pod):
+                return  # the probe thread tries again at restart_at
             if pod.restarts and pod.log.exists():  # `kubectl logs --previous` reads the last run
                 os.replace(pod.log, previous_log(pod.log))
             pod.process = self._spawn(pod, environment)
         if pod.kind in ("hook", "once"):  # run to completion, never restarted
             threading.Thread(target=self._finish_hook, args=(pod,), daemon=True).start()
+
+    def _address_taken(self, pod: ManagedPod) -> bool:
+        """Whether the pod's first start must wait for its IP. KWOK frees a deleted pod's IP at once, while that
+        pod's processes may still listen on it during their grace period; a kubelet frees it only with the pod's
+        network namespace. A pod started meanwhile would fail to bind its port, and its readiness probe would
+        reach the old pod's server. Waits at most ADDRESS_RELEASE_WAIT, then starts anyway."""
+        ports = listening_ports(pod.ip)
+        if not ports:
+            return False
+        now = time.monotonic()
+        if not pod.address_wait_until:
+            pod.address_wait_until = now + ADDRESS_RELEASE_WAIT
+            log.info("%s: waiting for %s to be released (listening on ports %s)", pod.name, pod.ip, ports)
+        if now >= pod.address_wait_until:
+            log.warning(
+                "%s: %s still in use after %.0f s (ports %s): starting anyway",
+                pod.name,
+                pod.ip,
+                ADDRESS_RELEASE_WAIT,
+                ports,
+            )
+            return False
+        pod.restart_at = now + ADDRESS_RECHECK
+        return True
 
     def _start(self, pod: ManagedPod, environment: dict[str, str]) -> subprocess.Popen | ForkedProcess:
         if self.fork_server is not None and pod.kind == "worker" and self.fork_server.handles(pod.argv, environment):
