@@ -2,29 +2,28 @@
 here too) either runs here, against the local cluster, or is listed in NOT_RUN with the reason it cannot and what
 tests the same thing instead. A command added to the docs without either fails this test.
 
-A page's ```bash blocks run in order, each as one `bash -e` script, in a directory that holds the checkout (links)
-and the files the page shows (a ```yaml block whose first line is `# values: FILE, ...` is written to FILE), with
-.tools/bin and .venv/bin on PATH and a copy of the local cluster's admin kubeconfig as KUBECONFIG. A line
-`.venv/bin/python` reads the page's next ```python block. GIVEN holds what a page assumes the reader did before
-(a namespace from an earlier page); what a page creates is removed after it. The sandbox's
-rbac/admission-policy.yaml is bound to the docs' namespace alone (sandbox()).
+The pages run as docs_pages.py says, one after the other. GIVEN holds what a page assumes the reader did before (a
+namespace from an earlier page); what a page creates is removed after it. The deployment guide runs against the
+local registry and the real node: test_deployment_guide.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import yaml
-from kubernetes import client
 
-from localkube.rbac import POLICY_FILE, scoped_policy
+from docs_pages import (
+    BLOCK_TIMEOUT,
+    POLICY_CLEANUP,
+    namespaces,
+    page_commands,
+    remove_made_namespaces,
+    run_script,
+    sandbox,
+    scripts,
+)
 from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(
@@ -41,9 +40,6 @@ CHINESE_PAGES = {
     "README.md": "docs/zh/README.md",
     **{page: page.replace("docs/en/", "docs/zh/") for page in ENGLISH_PAGES if page.startswith("docs/")},
 }
-BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-FILE_HEADER = re.compile(r"^# values: (\S+?),")
-BLOCK_TIMEOUT = 900
 
 # A command as written (continuation lines joined, comment removed) -> why it does not run here, and what runs it.
 CI_RUNS_IT = "the README's own commands: CI runs `make test` and, in a fresh clone, `make demo` (.ci/run)"
@@ -145,33 +141,7 @@ GIVEN = {
 }
 # Cluster-scoped objects a page makes, removed after it; after every page, the sandbox's admission policy.
 CLEANUP = {"docs/en/kueue.md": ["kubectl delete --ignore-not-found -f examples/kueue-queue.yaml"]}
-DOCS_NAMESPACE = "rl"  # where the pages apply rbac/
-POLICY_CLEANUP = f"kubectl delete --ignore-not-found -f rbac/{POLICY_FILE.name}"
-
-
-@dataclass
-class Block:
-    language: str
-    text: str
-
-
-def blocks(page: str) -> list[Block]:
-    return [Block(language, text) for language, text in BLOCK.findall((REPO / page).read_text())]
-
-
-def commands(text: str) -> list[str]:
-    """The block's commands: continuation lines joined, comments and blank lines dropped."""
-    joined = re.sub(r"\\\n\s*", " ", text)
-    found = []
-    for line in joined.splitlines():
-        line = re.sub(r"\s+#\s.*$", "", line).strip()
-        if line and not line.startswith("#"):
-            found.append(re.sub(r"\s{2,}", " ", line))
-    return found
-
-
-def page_commands(page: str) -> list[str]:
-    return [command for block in blocks(page) if block.language == "bash" for command in commands(block.text)]
+GUIDE = "docs/en/deployment.md"  # test_deployment_guide.py runs it
 
 
 def test_the_chinese_pages_carry_the_english_commands():
@@ -184,92 +154,16 @@ def test_every_command_not_run_is_still_in_the_docs():
     assert sorted(set(NOT_RUN) - everywhere) == []
 
 
-def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
-    """The checkout (links to each top-level entry), the page's files, a kubeconfig of the reader's own. Its rbac/
-    holds the checkout's files, but the admission policy's bindings select the docs' namespace alone: applied as
-    written they would act on the controller of every namespace of the cluster, which other tests share."""
-    for entry in REPO.iterdir():
-        if entry.name not in (".git", "rbac"):
-            (directory / entry.name).symlink_to(entry)
-    (directory / "rbac").mkdir()
-    for entry in (REPO / "rbac").iterdir():
-        if entry != POLICY_FILE:
-            (directory / "rbac" / entry.name).symlink_to(entry)
-    (directory / "rbac" / POLICY_FILE.name).write_text(yaml.safe_dump_all(scoped_policy(DOCS_NAMESPACE, None)))
-    for block in blocks(page):
-        header = FILE_HEADER.match(block.text)
-        if block.language == "yaml" and header:
-            name = directory / header.group(1)
-            if name.is_symlink():
-                name.unlink()
-            name.write_text(block.text)
-    shutil.copy(kubeconfig, directory / "kubeconfig")
-    path = os.pathsep.join([str(REPO / ".tools" / "bin"), str(REPO / ".venv" / "bin"), os.environ["PATH"]])
-    environment = {key: value for key, value in os.environ.items() if not key.startswith(("AREAL_K8S_", "PYTEST"))}
-    return {**environment, "PATH": path, "KUBECONFIG": str(directory / "kubeconfig")}
-
-
-def scripts(page: str) -> list[tuple[str, str | None]]:
-    """(bash script, stdin) for each bash block that has a command to run."""
-    found: list[tuple[str, str | None]] = []
-    page_blocks = blocks(page)
-    for index, block in enumerate(page_blocks):
-        if block.language != "bash":
-            continue
-        lines = [command for command in commands(block.text) if command not in NOT_RUN]
-        stdin = None
-        if ".venv/bin/python" in lines:
-            stdin = next(b.text for b in page_blocks[index + 1 :] if b.language == "python")
-        if lines:
-            found.append(("\n".join(lines), stdin))
-    return found
-
-
-def namespaces(core: client.CoreV1Api) -> set[str]:
-    return {namespace.metadata.name for namespace in core.list_namespace().items}
-
-
 @pytest.mark.timeout(4 * BLOCK_TIMEOUT)
-@pytest.mark.parametrize("page", [page for page in ENGLISH_PAGES if scripts(page)])
+@pytest.mark.parametrize("page", [page for page in ENGLISH_PAGES if page != GUIDE and scripts(page, NOT_RUN)])
 def test_the_pages_commands_run_on_the_local_cluster(page, kubeconfig, core, tmp_path):
     before = namespaces(core)
     environment = sandbox(tmp_path, page, kubeconfig)
     try:
-        for script, stdin in [("\n".join(GIVEN.get(page, [])), None), *scripts(page)]:
-            if not script:
-                continue
-            result = subprocess.run(
-                ["bash", "-e", "-o", "pipefail", "-c", script],
-                input=stdin,
-                text=True,
-                capture_output=True,
-                cwd=tmp_path,
-                env=environment,
-                timeout=BLOCK_TIMEOUT,
-            )
-            assert result.returncode == 0, (
-                f"{page}: exit {result.returncode} of\n{script}\n--- stdout\n"
-                f"{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
-            )
+        for script, stdin in [("\n".join(GIVEN.get(page, [])), None), *scripts(page, NOT_RUN)]:
+            if script:
+                run_script(script, stdin, tmp_path, environment, page)
     finally:
         for command in [*CLEANUP.get(page, []), POLICY_CLEANUP]:
             subprocess.run(["bash", "-c", command], cwd=tmp_path, env=environment, capture_output=True, timeout=300)
-        # Only the namespaces the page's commands name: other lanes make namespaces meanwhile.
-        named = set(
-            re.findall(
-                r"[a-z0-9-]+",
-                "\n".join(
-                    [
-                        *GIVEN.get(page, []),
-                        *(text for text, _ in scripts(page)),
-                        *(block.text for block in blocks(page)),
-                    ]
-                ),
-            )
-        )
-        made = (namespaces(core) - before) & named
-        for name in made:
-            core.delete_namespace(name)
-        deadline = time.monotonic() + 300
-        while made & namespaces(core) and time.monotonic() < deadline:
-            time.sleep(1)
+        remove_made_namespaces(core, before, page, [*GIVEN.get(page, []), *(t for t, _ in scripts(page, NOT_RUN))])
