@@ -158,3 +158,18 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not reached in {timeout:.0f}s")
+
+
+TRAINER_IMAGE = "local/areal-trainer:dev"  # a KWOK pod of this image runs with AReaL's environment (podrunner)
+
+
+def submit_trainer(capsys, kubeconfig: Path, namespace: str, *argv: str, start_timeout: float = 120.0):
+    """(exit code, stdout, stderr) of `areal-workers submit` with the trainer image; `argv`: its other arguments."""
+    from areal_workers.cli.main import main
+
+    code = main(
+        ["--kubeconfig", str(kubeconfig), "-n", namespace, "submit", "--image", TRAINER_IMAGE]
+        + ["--start-timeout", f"{start_timeout:g}", *argv]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

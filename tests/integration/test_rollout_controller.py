@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from areal_controller_runs import TIMEOUT, run_in_areal, trial_setup
-from areal_workers.cli.main import main
+from clusterlib import submit_trainer
 from localkube.cluster import LocalCluster
 from localkube.rbac import apply_rbac
 from realnode.config import NETWORK, NODE_IP
@@ -107,26 +107,13 @@ def test_a_trainer_pod_advertises_its_pod_ip_and_its_workers_call_it_back(
         "fileroot": str(shared),
     }
     (tmp_path / "settings.json").write_text(json.dumps(settings))
-    code = main(
-        [
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "submit",
-            "--image",
-            "local/areal-trainer:dev",
-            "--name",
-            "rollout-trainer",
-            "--start-timeout",
-            "300",
-            "--",
-            "python",
-            str(RUN),
-            str(tmp_path / "settings.json"),
-        ]
+    code, out, err = submit_trainer(
+        capsys,
+        kubeconfig,
+        namespace,
+        *("--name", "rollout-trainer", "--", "python", str(RUN), str(tmp_path / "settings.json")),
+        start_timeout=300,
     )
-    out, err = capsys.readouterr()
     assert code == 0, f"{out}\n{err}"
     # The pod's log has its stderr too (AReaL's logs, interpreter shutdown notes): the JSON line is the result.
     seen = json.loads([line for line in out.splitlines() if line.startswith('{"callback"')][-1])

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from areal_workers.cli.main import main
-from clusterlib import RUN_PODS, lane_values
+from clusterlib import RUN_PODS, TRAINER_IMAGE, lane_values, submit_trainer
 from localkube.rbac import apply_rbac
 from repo_paths import REPO, TOOLS_BIN
 
@@ -53,36 +53,17 @@ def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, 
     return namespace, script, values
 
 
-def submit(capsys, kubeconfig, namespace: str, *argv: str) -> tuple[int, str, str]:
-    code = main(
-        [
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "submit",
-            "--image",
-            "local/areal-trainer:dev",
-            "--start-timeout",
-            "120",
-            *argv,
-        ]
-    )
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_reaches_the_command(
     trainer_namespace, kubeconfig, capsys, core
 ):
     namespace, script, values = trainer_namespace
-    code, out, err = submit(
+    code, out, err = submit_trainer(
         capsys, kubeconfig, namespace, "--name", "trainer-ok", "--", "python", str(script), str(values), "0"
     )
     assert code == 0, err
     assert "trainer: 2 workers at ['127." in out and "counters sum to 82" in out  # 41 + 41, at loopback pod IPs
     assert "succeeded with exit code 0" in err
-    code, out, err = submit(
+    code, out, err = submit_trainer(
         capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script), str(values), "7"
     )
     assert code == 7 and "counters sum to 82" in out and "failed with exit code 7" in err
@@ -111,8 +92,8 @@ def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_rea
 def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespace, kubeconfig, capsys, core):
     namespace, script, values = trainer_namespace
     settings = script.parent / "trainer.yaml"
-    settings.write_text(yaml.safe_dump({"image": "local/areal-trainer:dev", "lease_grace_seconds": 2}))
-    code, _, err = submit(
+    settings.write_text(yaml.safe_dump({"image": TRAINER_IMAGE, "lease_grace_seconds": 2}))
+    code, _, err = submit_trainer(
         capsys,
         kubeconfig,
         namespace,
