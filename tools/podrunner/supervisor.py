@@ -89,8 +89,9 @@ class PodSupervisor:
                 if self.stopping.is_set() and pod.process is None:  # added while the runner stops: never runs
                     remove_credentials(pod.credentials)
                 return
-            if not pod.restarts and not pod.host_network and self._address_taken(pod):
-                return  # the probe thread tries again at restart_at
+            # Workers only: the probe loop, which retries at restart_at, tends workers alone; hooks listen on nothing.
+            if pod.kind == "worker" and not pod.restarts and not pod.host_network and self._address_taken(pod):
+                return
             if pod.restarts and pod.log.exists():  # `kubectl logs --previous` reads the last run
                 os.replace(pod.log, previous_log(pod.log))
             pod.process = self._spawn(pod, environment)

@@ -27,13 +27,13 @@ def listener(ip: str) -> socket.socket:
     return server
 
 
-def pod(tmp_path: Path, **fields) -> ManagedPod:
+def pod(tmp_path: Path, kind: str = "worker", **fields) -> ManagedPod:
     return ManagedPod(
+        kind=kind,
         uid="uid-1",
         name="ns/worker-0",
         container="worker",
         ip=POD_IP,
-        kind="worker",
         argv=[sys.executable, "-c", "import time; time.sleep(60)"],
         env={},
         probe_url=None,
@@ -44,9 +44,19 @@ def pod(tmp_path: Path, **fields) -> ManagedPod:
     )
 
 
+class HookResults:
+    """Stands in for the StatusWriter: what a hook pod's end would write into its status."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, int]] = []
+
+    def hook_finished(self, pod: ManagedPod, code: int) -> None:
+        self.finished.append((pod.name, code))
+
+
 @pytest.fixture
 def runner():
-    made = PodSupervisor(status=None, stopping=threading.Event(), hosts={}, pythonpath=(), ledger=None)
+    made = PodSupervisor(status=HookResults(), stopping=threading.Event(), hosts={}, pythonpath=(), ledger=None)
     started: list[ManagedPod] = []
     yield made, started
     for managed in started:
@@ -87,6 +97,16 @@ def test_an_address_never_released_delays_the_start_by_a_bounded_wait(runner, tm
 def test_host_network_pods_share_the_nodes_address_and_do_not_wait(runner, tmp_path):
     made, started = runner
     managed = pod(tmp_path, host_network=True)
+    started.append(managed)
+    with listener(POD_IP):
+        made.launch(managed)
+        assert managed.process is not None
+
+
+def test_test_hooks_start_at_once(runner, tmp_path):
+    """The probe loop retries workers only, so a hook (a helm test's pod) must never be held back."""
+    made, started = runner
+    managed = pod(tmp_path, kind="hook")
     started.append(managed)
     with listener(POD_IP):
         made.launch(managed)
