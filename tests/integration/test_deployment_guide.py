@@ -55,9 +55,9 @@ NOT_RUN = {
     "export REGISTRY_USER=ci": READERS_SETTINGS,
     f"export VERSION={__version__}": READERS_SETTINGS,
     (
-        "areal-workers -n rl submit -f examples/trainer.yaml -- python /opt/AReaL/examples/math/gsm8k_rl.py --config "
+        "areal-workers -n rl submit -f rl-trainer.yaml -- python /opt/AReaL/examples/math/gsm8k_rl.py --config "
         "/opt/AReaL/examples/math/gsm8k_grpo.yaml scheduler.type=kubernetes"
-    ): "AReaL's trainer image and models: test_trainer_in_cluster.py submits a trainer here",
+    ): "AReaL's trainer image and models: the guide's --dry-run of it runs, test_trainer_in_cluster.py submits one",
 }
 
 
@@ -130,7 +130,7 @@ def test_the_deployment_guide_runs_from_the_registry_on_the_real_node(
     directory = tmp_path / "reader"
     directory.mkdir()
     environment = sandbox(directory, GUIDE, kubeconfig)
-    for name in ("platform-values.yaml", "smoke-roles.yaml", "shared-claim.yaml"):
+    for name in ("platform-values.yaml", "smoke-roles.yaml", "shared-claim.yaml", "rl-trainer.yaml"):
         written = directory / name
         written.write_text(written.read_text().replace(READER_REGISTRY, found.address))
     on_the_real_node(directory / "platform-values.yaml")

@@ -14,6 +14,8 @@ The convention (docs/en/testing.md, "Documentation tests"): a fenced block with 
 - a **job file** of the `areal-workers` command when its first line is a comment that mentions `job file`: it is
   rendered with `areal-workers render -f` (the adapter's translation of AReaL Jobs into values, then
   `helm template`) and the manifests pass `kubeconform -strict`;
+- a **submit file** of `areal-workers submit` when its first line is a comment that mentions `submit file`: the Job
+  that submit makes of it passes `kubeconform -strict`;
 - anything else fails the test: mark it, or use another info string.
 
 The repository's own manifests (examples/argocd-application.yaml, rbac/*.yaml) are checked the same way; the chart's
@@ -44,6 +46,7 @@ HELM = os.environ.get("HELM") or os.environ.get("AREAL_WORKERS_HELM") or str(REP
 RELEASE, NAMESPACE = "example", "areal"
 VALUES_MARK, AREAL_MARK = "# values", "# AReaL config"
 JOB_FILE_MARK = re.compile(r"^#.*\bjob file\b", re.IGNORECASE)
+SUBMIT_FILE_MARK = re.compile(r"^#.*\bsubmit file\b", re.IGNORECASE)
 ARGO_APPLICATION = ("argoproj.io/v1alpha1", "Application")
 REPOSITORY_MANIFESTS = [REPO / "examples" / "argocd-application.yaml", *sorted((REPO / "rbac").glob("*.yaml"))]
 
@@ -59,13 +62,15 @@ class Example:
 
     @property
     def kind(self) -> str:
-        """values, manifest, areal-config, job-file, or unknown."""
+        """values, manifest, areal-config, job-file, submit-file, or unknown."""
         if self.first_line.startswith(VALUES_MARK):
             return "values"
         if self.first_line.startswith(AREAL_MARK):
             return "areal-config"
         if JOB_FILE_MARK.match(self.first_line):
             return "job-file"
+        if SUBMIT_FILE_MARK.match(self.first_line):
+            return "submit-file"
         try:
             documents_ = [d for d in yaml.safe_load_all(self.text) if d is not None]
         except yaml.YAMLError:
@@ -159,6 +164,16 @@ def job_file_problems(job_text: str, tmp_path: Path) -> list[str]:
     return validate(rendered.stdout, tmp_path)
 
 
+def submit_file_problems(submit_text: str, tmp_path: Path) -> list[str]:
+    """A submit file of `areal-workers submit`: the Job it makes, validated."""
+    from areal_workers.cli.trainer_job import load_spec, trainer_job
+
+    submit_file = tmp_path / "trainer.yaml"
+    submit_file.write_text(submit_text)
+    job = trainer_job(load_spec(submit_file, {}), ["python", "train.py"], NAMESPACE)
+    return validate(yaml.safe_dump(job), tmp_path)
+
+
 def application_problems(application: dict, tmp_path: Path) -> list[str]:
     """An Argo CD Application: its source is a directory of this repository; a Helm source renders and validates."""
     spec = application.get("spec") or {}
@@ -216,8 +231,8 @@ def test_the_docs_have_examples_of_each_kind():
 def test_every_yaml_block_is_marked(example):
     assert example.kind != "unknown", (
         f"{example.where}: a yaml block must start with `{VALUES_MARK}` (chart values), `{AREAL_MARK}` (a fragment "
-        "of AReaL's experiment config) or a comment naming a `job file`, or hold Kubernetes manifests (apiVersion "
-        "and kind); "
+        "of AReaL's experiment config) or a comment naming a `job file` or a `submit file`, or hold Kubernetes "
+        "manifests (apiVersion and kind); "
         "see docs/en/testing.md#documentation-tests"
     )
 
@@ -244,6 +259,14 @@ def test_areal_config_fragments_parse(example):
 @pytest.mark.parametrize("example", _of_kind(DOC_EXAMPLES, "job-file"), ids=_ids(_of_kind(DOC_EXAMPLES, "job-file")))
 def test_job_file_examples_render_and_validate(example, tmp_path):
     problems = job_file_problems(example.text, tmp_path)
+    assert not problems, f"{example.where}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "example", _of_kind(DOC_EXAMPLES, "submit-file"), ids=_ids(_of_kind(DOC_EXAMPLES, "submit-file"))
+)
+def test_submit_file_examples_make_valid_jobs(example, tmp_path):
+    problems = submit_file_problems(example.text, tmp_path)
     assert not problems, f"{example.where}:\n" + "\n".join(problems)
 
 
