@@ -15,10 +15,10 @@ import yaml
 from kubernetes import client
 
 from areal_workers.cli.session import EXIT_PROBLEM
-from clusterlib import job
+from clusterlib import job, submit_trainer
 from repo_paths import TOOLS_BIN
 from test_reaper_cronjob import REAPER, reaper_release  # noqa: F401 (a fixture)
-from test_trainer_in_cluster import submit, trainer_namespace  # noqa: F401 (a fixture)
+from test_trainer_in_cluster import trainer_namespace  # noqa: F401 (a fixture)
 from test_trainer_lifetime import trainer_config  # noqa: F401 (a fixture, reaper_release's)
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -40,7 +40,7 @@ def test_a_submitted_trainer_runs_and_creates_its_workers_in_a_restricted_namesp
 ):
     namespace, script, values = trainer_namespace
     assert core.read_namespace(namespace).metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
-    code, out, err = submit(
+    code, out, err = submit_trainer(
         capsys, kubeconfig, namespace, "--name", "trainer-restricted", "--", "python", str(script), str(values), "0"
     )
     assert code == 0, err
@@ -63,7 +63,7 @@ def test_a_trainer_whose_security_context_violates_restricted_fails_with_the_job
         yaml.safe_dump({"container_security_context": {"privileged": True, "allowPrivilegeEscalation": True}})
     )
     started = time.monotonic()
-    code, _, err = submit(
+    code, _, err = submit_trainer(
         capsys,
         kubeconfig,
         namespace,
