@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_every_command_not_run_is_in_the_guide():
 
 
 @pytest.fixture
-def registry(real_node, tmp_path) -> tuple[Registry, Publisher]:
+def registry(real_node, tmp_path) -> Iterator[tuple[Registry, Publisher]]:
     """The local registry with this checkout's chart and the real node's worker image at VERSION."""
     cluster = LocalCluster()
     registry_addon.ensure(cluster, 60.0)
@@ -84,7 +85,9 @@ def registry(real_node, tmp_path) -> tuple[Registry, Publisher]:
         timeout=600,
     )
     assert pushed.returncode == 0, pushed.stderr
-    return found, publisher
+    yield found, publisher
+    # The real node pulled it: the same content as test_image_pulls.py's image, whose image IDs must name its own.
+    assert cluster.real_node().remove_images(image.rpartition(":")[0]), "the guide's workers never pulled the image"
 
 
 @pytest.fixture

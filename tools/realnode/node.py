@@ -194,6 +194,19 @@ class RealNode:
         )
         paths.corefile.write_text(corefile(self.ports, self.kubeconfig))
 
+    def remove_images(self, repository: str) -> list[str]:
+        """Removes the node's image references of `repository` (its tags and digests) and returns them. containerd
+        keeps one image under every name it was pulled by, and the kubelet reports a container's image ID by any of
+        them: a test that pulls the same content under a repository of its own removes it after it."""
+        references = [
+            reference
+            for reference in self._ctr("images", "ls", "-q").split()
+            if reference.startswith((f"{repository}:", f"{repository}@"))
+        ]
+        if references:
+            self._ctr("images", "rm", *references)
+        return references
+
     def _ctr(self, *args: str) -> str:
         result = subprocess.run(
             [_system_binary("ctr"), f"--address={self.paths.containerd_socket}", "-n", "k8s.io", *args],
