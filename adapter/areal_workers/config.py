@@ -5,7 +5,9 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -264,12 +266,22 @@ def parse_integer(raw: str, source: str = "integer") -> int:
         raise ConfigError(f"{source} must be an integer, got {raw!r}") from None
 
 
+DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+DURATION_PART = r"(\d+\.?\d*|\.\d+)(ns|us|µs|ms|s|m|h)"  # longest units first: "ms" is not "m" then "s"
+DURATION_FORMS = "a duration such as 90s, 15m, 1h30m or 500ms (units h, m, s, ms, us, ns), or plain seconds such as 600"
+
+
 def parse_duration(raw: str, source: str = "seconds") -> float:
-    """A number of seconds, e.g. `600` or `1.5`."""
+    """A duration as kubectl and helm take it, e.g. `90s`, `15m` or `1h30m`, or plain seconds, e.g. `600` or `1.5`."""
+    text = raw.strip()
     try:
-        value = float(raw)
+        value = float(text)
     except ValueError:
-        raise ConfigError(f"{source} must be a number of seconds, got {raw!r}") from None
+        if not re.fullmatch(f"(?:{DURATION_PART})+", text):
+            raise ConfigError(f"{source}: {raw!r} is not a duration: use {DURATION_FORMS}") from None
+        value = sum(float(number) * DURATION_UNITS[unit] for number, unit in re.findall(DURATION_PART, text))
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{source}: {raw!r}: a time-out is finite and not negative; use {DURATION_FORMS}")
     return value
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from areal_workers.cli.main import main
-from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
+from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, EXIT_USAGE
 from clusterlib import job, spec
 from repo_paths import REPO, TOOLS_BIN
 
@@ -252,6 +252,26 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     reader.join(30)
     states = [actor_1(s)["ready"] for s in snapshots]
     assert states[0] is True and False in states and states[-1] is True, states
+
+
+def test_a_reader_gone_ends_a_watch_with_141_not_a_cluster_error(kubeconfig, crashing_trial, core):
+    """`areal-workers status -w -o json | head -1`: the pipe's reader leaves after one line. The next write fails
+    with a BrokenPipeError (a ConnectionError to Python), which is the reader's end, not the apiserver's: the watch
+    ends at once with 141, as a shell pipeline's writer does, and says nothing."""
+    namespace = crashing_trial.namespace
+    command = [*CLI, "--kubeconfig", str(kubeconfig), "-n", namespace, "status", "--watch", "-o", "json"]
+    watch = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=WITH_HELM)
+    try:
+        assert watch.stdout.readline(), watch.stderr.read()
+        watch.stdout.close()  # `head -1` exits
+        selector = "areal.io/role=actor,apps.kubernetes.io/pod-index=0"
+        [pod] = core.list_namespaced_pod(namespace, label_selector=selector).items
+        core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"labels": {"touched": "yes"}}})
+        code = watch.wait(60)  # the change is the next snapshot, written to the closed pipe
+    finally:
+        watch.kill()
+    errors = watch.stderr.read().decode()
+    assert (code, errors) == (EXIT_PIPE, ""), errors
 
 
 def test_render_a_job_file_without_a_cluster(tmp_path, capsys, monkeypatch):

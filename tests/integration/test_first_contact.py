@@ -143,7 +143,7 @@ def test_rejected_credentials_are_named(kubeconfig, helm_executable, tmp_path):
 
 
 def test_the_checkouts_command_finds_its_helm_without_the_tools_on_path(kubeconfig, make_namespace):
-    """`make venv` links helm and kubectl into .venv/bin and the package looks for helm beside its interpreter, so
+    """`make tools` links helm and kubectl into .venv/bin and the package looks for helm beside its interpreter, so
     `.venv/bin/areal-workers doctor` passes with neither .tools/bin nor .venv/bin on PATH (a newcomer's shell)."""
     assert (REPO / ".venv" / "bin" / "helm").resolve() == (REPO / ".tools" / "bin" / "helm").resolve()
     namespace = make_namespace({"pod-security.kubernetes.io/enforce": "restricted"})  # else doctor warns of it

@@ -181,7 +181,9 @@ def test_settings_a_platform_sets_for_an_unmodified_trainer():
             "unknown setting(s) AREAL_K8S_VALUE_FILES (did you mean AREAL_K8S_VALUES_FILES?)",
         ),
         ({"AREAL_K8S_GUARD_PORT": "eight"}, "AREAL_K8S_GUARD_PORT must be an integer, got 'eight'"),
-        ({"AREAL_K8S_READY_TIMEOUT": "soon"}, "AREAL_K8S_READY_TIMEOUT must be a number of seconds, got 'soon'"),
+        ({"AREAL_K8S_READY_TIMEOUT": "soon"}, "AREAL_K8S_READY_TIMEOUT: 'soon' is not a duration: use a duration such"),
+        ({"AREAL_K8S_HELM_TIMEOUT": "-5m"}, "AREAL_K8S_HELM_TIMEOUT: '-5m' is not a duration"),
+        ({"AREAL_K8S_DESTROY_TIMEOUT": "inf"}, "AREAL_K8S_DESTROY_TIMEOUT: 'inf': a time-out is finite and not"),
         ({"AREAL_K8S_FORK_MODE": "thread"}, "fork_mode must be 'process' or 'pod'"),
         ({"AREAL_K8S_IMAGE_PULL_SECRETS": "[1]"}, "AREAL_K8S_IMAGE_PULL_SECRETS must be a JSON list of strings"),
     ],
@@ -190,6 +192,16 @@ def test_a_bad_variable_is_refused_with_its_name(environ, message):
     with pytest.raises(ConfigError) as raised:
         KubernetesSchedulerConfig.from_env(environ)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15m", 900.0), ("90s", 90.0), ("1h30m", 5400.0), ("500ms", 0.5), ("600", 600.0), ("2.5", 2.5)],
+)
+def test_time_outs_take_durations_as_kubectl_and_helm_do(text, seconds):
+    names = ("helm_timeout", "ready_timeout", "fork_ready_timeout", "destroy_timeout", "lease_grace_seconds")
+    config = KubernetesSchedulerConfig.from_env({f"AREAL_K8S_{name.upper()}": text for name in names})
+    assert all(getattr(config, name) == pytest.approx(seconds) for name in names)
 
 
 def test_from_env_reads_every_variable():

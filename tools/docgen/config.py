@@ -215,7 +215,11 @@ How the layers combine, from weakest to strongest:
 """,
         "env": "## Environment variables",
         "env_intro": """\
-Read by `KubernetesSchedulerConfig.from_env()`. An empty variable counts as unset.""",
+Read by `KubernetesSchedulerConfig.from_env()`: when AReaL's trainer builds the scheduler (`scheduler.type:
+kubernetes`), so an unmodified entry script run as `python -m areal_workers.launch train.py ARGS...` (or
+`-m MODULE ARGS...`) is configured entirely by them; the launcher checks them before the script starts, and
+`areal-workers submit` runs the trainer through it. An empty variable counts as unset. Time-outs take a duration as
+kubectl and helm do (`90s`, `15m`, `1h30m`) or plain seconds.""",
         "env_header": "| variable | sets | format |",
         "text_format": "text, as it is",
         "namespace_chain": """\
@@ -259,7 +263,11 @@ areal-workers 的全部配置，分三层：adapter 读取的环境变量、`Kub
 """,
         "env": "## 环境变量",
         "env_intro": """\
-由 `KubernetesSchedulerConfig.from_env()` 读取。值为空的变量视为未设置。""",
+由 `KubernetesSchedulerConfig.from_env()` 读取：AReaL 的 trainer 构建调度器时
+（`scheduler.type: kubernetes`）即读取，因此以 `python -m areal_workers.launch train.py ARGS...`
+（或 `-m MODULE ARGS...`）运行的未修改入口脚本完全由这些变量配置；启动器在脚本开始前检查它们，
+`areal-workers submit` 也通过它运行 trainer。值为空的变量视为未设置。超时可写成 kubectl 和 helm
+接受的时长（`90s`、`15m`、`1h30m`），也可写成秒数。""",
         "env_header": "| 变量 | 设置的选项 | 格式 |",
         "text_format": "原样使用的文本",
         "namespace_chain": """\

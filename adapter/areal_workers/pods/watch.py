@@ -88,6 +88,8 @@ class PodWatch:
                     raise
                 version = None  # 410 Gone or a server error: relist
                 self._pause(deadline, pods)
+            except BrokenPipeError:  # a callback wrote to a closed stdout (`status -w | head`): not the apiserver's
+                raise
             except (urllib3.exceptions.HTTPError, ConnectionError):  # apiserver unreachable (restarting)
                 version = None
                 self._pause(deadline, pods)

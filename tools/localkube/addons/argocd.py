@@ -34,7 +34,8 @@ def redis_server() -> str:
     path = shutil.which("redis-server")
     if path is None:
         raise ClusterError(
-            "redis-server is missing: install Debian's redis-server (apt-get install redis-server; .ci/run does it)"
+            "redis-server is missing: install Debian's redis-server (apt-get install redis-server; "
+            "`make tools` does it as root)"
         )
     return path
 
