@@ -18,6 +18,7 @@ the signal that ended it, as subprocess reports it); then the connection closes.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import runpy
@@ -58,6 +59,9 @@ def run_child(module: str, request: dict, output: int) -> None:
         for entry in reversed([p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
+        # `python` imports sitecustomize at start-up, from the pod's PYTHONPATH too; the server started without it.
+        if "sitecustomize" not in sys.modules and importlib.util.find_spec("sitecustomize") is not None:
+            importlib.import_module("sitecustomize")
         os.chdir(request.get("cwd") or "/")
         sys.stdout.reconfigure(line_buffering=True)
         sys.stderr.reconfigure(line_buffering=True)

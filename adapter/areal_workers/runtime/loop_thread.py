@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+SHUTDOWN_SECONDS = 10.0
 
 
 class LoopThread:
@@ -20,6 +23,10 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
+        # AReaL's trainers never close their scheduler (LocalScheduler cleans up in __del__): at the latest when the
+        # interpreter exits, the loop's tasks are cancelled and run to their end, so the HTTP sessions they close are
+        # closed, instead of reported as an unclosed session and a pending task destroyed.
+        self._shutdown = weakref.finalize(self, _shut_down, self.loop, self._thread)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Runs on the private loop and blocks this thread for the result (never call from that loop)."""
@@ -36,14 +43,33 @@ class LoopThread:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
 
     def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        self.loop.close()
+        """Cancels what still runs on the loop, lets it finish, then stops and closes the loop. Idempotent."""
+        self._shutdown()
 
     def _on_own_loop(self) -> bool:
         try:
             return asyncio.get_running_loop() is self.loop
         except RuntimeError:
             return False
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    if loop.is_closed():
+        return
+    if thread.is_alive():
+        ended = asyncio.run_coroutine_threadsafe(_cancel_the_others(), loop)
+        try:
+            ended.result(timeout=SHUTDOWN_SECONDS)
+        except TimeoutError:  # a task that ignores its cancellation: the loop stops under it
+            ended.cancel()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=SHUTDOWN_SECONDS)
+    loop.close()
+
+
+async def _cancel_the_others() -> None:
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks() if task is not current]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
