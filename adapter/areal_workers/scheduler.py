@@ -272,6 +272,12 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._require_managed("delete_workers")
             for dependent in model.dependents(role):  # forks and colocations go first, like AReaL's delete-all
                 self.delete_workers(dependent, reverse_order)
+            if self.driver.model.workloads() == {role}:
+                # The release's last workers. AReaL's trainers end by deleting each role (TrainController.destroy),
+                # never with delete_workers(): the release, its history and the Lease go with the last one, as
+                # nothing of a LocalScheduler's trial outlives its workers.
+                self._delete_all(reverse_order)
+                return
             self.deletion.delete_role(role, reverse_order)
 
     def _delete_all(self, reverse_order: bool) -> None:

@@ -87,3 +87,43 @@ def kubectl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.Co
 def role_pods(core: client.CoreV1Api, namespace: str, role: str) -> list[client.V1Pod]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_ROLE}={role}").items
     return sorted(pods, key=lambda p: p.metadata.name)
+
+
+def host_volume(
+    core: client.CoreV1Api, name: str, directory: Path, namespace: str, claim: str, storage_class: str = ""
+) -> None:
+    """A ReadWriteMany PersistentVolume of the real node's host `directory`, bound ahead to `claim` in `namespace`:
+    what a platform's NFS or CephFS share is to a cluster of one node (its capacity covers any claim's request).
+    Deleting it is the caller's."""
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Ti"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name=storage_class,
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+                persistent_volume_reclaim_policy="Retain",
+                host_path=client.V1HostPathVolumeSource(path=str(directory), type="Directory"),
+            ),
+        )
+    )
+
+
+def host_claim(core: client.CoreV1Api, directory: Path, namespace: str, claim: str) -> str:
+    """`claim` in `namespace`, bound to a host_volume of `directory`; returns the volume's name."""
+    volume = f"{namespace}-{claim}"
+    host_volume(core, volume, directory, namespace, claim)
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=claim),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=volume,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+    return volume

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 
 from areal_workers import __version__
 from docs_pages import (
@@ -34,6 +33,7 @@ from docs_pages import (
 )
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
+from real_node_trials import host_volume
 from realnode.images import worker_image
 from realnode.values import worker_values
 from release.artifacts import package_chart
@@ -98,19 +98,7 @@ def claim_volume(core, tmp_path):
     directory.mkdir()
     directory.chmod(0o777)  # the workers' uid 1000
     name = f"deployment-guide-{uuid.uuid4().hex[:6]}"
-    core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "100Gi"},
-                access_modes=["ReadWriteMany"],
-                storage_class_name="nfs",
-                claim_ref=client.V1ObjectReference(namespace=NAMESPACE, name=CLAIM),
-                persistent_volume_reclaim_policy="Retain",
-                host_path=client.V1HostPathVolumeSource(path=str(directory), type="Directory"),
-            ),
-        )
-    )
+    host_volume(core, name, directory, NAMESPACE, CLAIM, storage_class="nfs")
     yield directory
     core.delete_persistent_volume(name)
 

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from areal_workers import naming
 from clusterlib import job
-from real_node_trials import TIMEOUTS, kubectl, task
+from real_node_trials import TIMEOUTS, host_claim, kubectl, task
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON
 
@@ -51,31 +51,7 @@ def shared(real_node, kube_client, tmp_path):
     directory.mkdir()
     directory.chmod(0o777)  # the workers run as uid 1000
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    volume = f"{namespace}-{CLAIM}"
-    core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=volume),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "1Gi"},
-                access_modes=["ReadWriteMany"],
-                storage_class_name="",
-                host_path=client.V1HostPathVolumeSource(path=str(directory), type="Directory"),
-                claim_ref=client.V1ObjectReference(namespace=namespace, name=CLAIM),
-            ),
-        )
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=CLAIM),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                storage_class_name="",
-                volume_name=volume,
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            ),
-        ),
-    )
+    volume = host_claim(core, directory, namespace, CLAIM)
     yield namespace, directory
     core.delete_namespace(namespace, propagation_policy="Background")
     core.delete_persistent_volume(volume)

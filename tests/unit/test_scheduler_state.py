@@ -177,6 +177,7 @@ def test_a_role_with_colocated_dependents_keeps_its_replica_count(make_scheduler
 def test_deleting_a_role_deletes_its_dependents_first(make_scheduler, cluster):
     guard = MemoryGuard()
     scheduler = make_scheduler(guard=guard, fork_mode="pod")
+    scheduler.create_workers(job("rollout", 1))
     scheduler.create_workers(job("actor", 2))
     scheduler.get_workers("actor")
     scheduler.create_workers(job("ref", 2, type="colocation", target="actor", fork=False))
@@ -184,9 +185,28 @@ def test_deleting_a_role_deletes_its_dependents_first(make_scheduler, cluster):
     scheduler.delete_workers("actor")
     assert descriptions(cluster)[-3:] == ["remove colocation ref", "delete fork proxy", "delete actor"]
     assert guard.destroyed == ["proxy/0", "proxy/1", "actor/0", "actor/1"]
-    assert not cluster.pods and scheduler.driver.model.workloads() == set()
+    assert {pod.metadata.labels["areal.io/role"] for pod in cluster.pods.values()} == {"rollout"}
+    assert scheduler.driver.model.workloads() == {"rollout"}
     with pytest.raises(WorkerNotFoundError):
         scheduler.get_workers("ref")
+
+
+def test_deleting_the_last_role_uninstalls_the_release_as_delete_all_does(make_scheduler, cluster):
+    """AReaL's trainers end with TrainController.destroy() per role, never delete_workers(): the release (its helm
+    history, NetworkPolicy, ServiceAccount, Lease) goes with its last workers instead of waiting for the reaper."""
+    guard = MemoryGuard()
+    scheduler = make_scheduler(guard=guard, fork_mode="pod")
+    scheduler.create_workers(job("data", 1))
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("data"), scheduler.get_workers("actor")
+    assert scheduler.fork_workers("proxy", "actor") == ["proxy/0", "proxy/1"]
+    scheduler.delete_workers("data")
+    assert cluster.installed and descriptions(cluster)[-1] == "delete data"
+    scheduler.delete_workers("actor")  # its fork first, then the release
+    assert not cluster.installed and not cluster.pods and scheduler.lease is None
+    assert guard.destroyed == ["data/0", "proxy/0", "proxy/1", "actor/0", "actor/1"]
+    scheduler.create_workers(job("actor", 1))  # a new release, from revision 1
+    assert cluster.revisions[-1].revision == 1
 
 
 def test_a_pod_mode_fork_that_fails_is_undone(make_scheduler, cluster):

@@ -10,14 +10,16 @@ from pathlib import Path
 import yaml
 
 from localkube.settings import KUBELET_IP, KUBERNETES_SERVICE_IP, ClusterError, binary
+from realnode.config import NODE_IP
 
 
 def _openssl(pki: Path, *args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
 
 
+# NODE_IP: the real node's pods reach the API server through a relay on the bridge address (realnode/relay.py).
 APISERVER_SANS = (
-    f"IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+    f"IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},IP:{NODE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
     "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 )
 

@@ -43,6 +43,9 @@ DEFAULT_TOKEN_SECONDS = 3607  # the admission plugin's volume asks for this; the
 # (KUBERNETES_SERVICE_HOST, ..._PORT, ..._PORT_HTTPS, KUBERNETES_PORT, KUBERNETES_PORT_443_TCP_*).
 HOST_ACCESS_VARIABLES = ("KUBECONFIG",)
 HOST_ACCESS_PREFIXES = ("KUBERNETES_SERVICE_", "KUBERNETES_PORT")
+# The host's login, which a container does not inherit: getpass.getuser() reads these before the uid's passwd
+# entry, and AReaL keys its name_resolve records by it (a pod's user is its image's or its env's USER).
+HOST_LOGIN_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")
 
 log = logging.getLogger("podrunner")
 
@@ -58,7 +61,7 @@ def host_environment(tools: Path | None) -> dict[str, str]:
     environment = {
         name: value
         for name, value in os.environ.items()
-        if name not in HOST_ACCESS_VARIABLES and not name.startswith(HOST_ACCESS_PREFIXES)
+        if name not in (*HOST_ACCESS_VARIABLES, *HOST_LOGIN_VARIABLES) and not name.startswith(HOST_ACCESS_PREFIXES)
     }
     if tools is not None:
         environment["PATH"] = os.pathsep.join(filter(None, [str(tools), environment.get("PATH")]))

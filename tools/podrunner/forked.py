@@ -23,8 +23,9 @@ READY_TIMEOUT = 300.0  # the server's imports, on a loaded machine
 LOST = -9  # the return code of a child whose server went away before it reported
 # Variables that change what a module does while it is imported: a pod that sets one of them differently from the
 # fork server, which imported the module once, is exec'd. PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION decides whether
-# AReaL's name_resolve can import its etcd3 client (tests/integration/test_etcd_name_resolve.py).
-IMPORT_TIME_VARIABLES = ("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",)
+# AReaL's name_resolve can import its etcd3 client (tests/integration/test_etcd_name_resolve.py); USER is the user
+# AReaL's areal.utils.names keys every name_resolve record by (getpass.getuser() at import).
+IMPORT_TIME_VARIABLES = ("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "USER")
 
 
 class ForkServerError(RuntimeError):

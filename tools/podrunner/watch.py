@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import urllib3
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -34,6 +35,7 @@ from podrunner.pods import (
 from podrunner.processes import ProcessLedger
 from podrunner.status import StatusWriter
 from podrunner.supervisor import PodSupervisor
+from repo_paths import REPO
 
 # PODRUNNER_FORK_SERVER=0: each AReaL rpc_server pod process is its own `python -m` (8 s of imports each), not a
 # child of fork_server.py.
@@ -43,6 +45,12 @@ PRIVATE_LABEL, PRIVATE_VALUE = "areal-workers.dev/podrunner", "private"
 PRIVATE_CACHE_SECONDS = 30.0
 
 log = logging.getLogger("podrunner")
+
+
+def chart_worker_user() -> str:
+    """The USER the chart's worker pods get (workerDefaults.env.USER)."""
+    values = yaml.safe_load((REPO / "charts" / "areal-workers" / "values.yaml").read_text())
+    return str(values["workerDefaults"]["env"]["USER"])
 
 
 class PodRunner:
@@ -89,6 +97,7 @@ class PodRunner:
         if not self.module_map and os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
             environment = host_environment(tools_directory())
             environment["PYTHONPATH"] = os.pathsep.join(self.pythonpath)
+            environment["USER"] = chart_worker_user()  # what the chart's worker pods set: they fork
             self.fork_server = ForkServer(python, AREAL_SERVER_MODULE, log_dir, environment, ledger)
         self.supervisor = PodSupervisor(
             self.status,

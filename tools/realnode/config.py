@@ -59,6 +59,11 @@ class NodePorts:
     def network_policies_metrics(self) -> int:
         return self.ports.base + 34
 
+    @property
+    def apiserver_relay(self) -> int:
+        """On the node's address: the API server's own port number (realnode/relay.py)."""
+        return self.ports.apiserver
+
 
 @dataclass(frozen=True)
 class NodePaths:
@@ -126,6 +131,11 @@ class NodePaths:
     def worker_values(self) -> Path:
         """Helm values that put a role's pods on this node (values.worker_values)."""
         return self.root / "worker-values.yaml"
+
+    @property
+    def trainer_submit(self) -> Path:
+        """A submit file for `areal-workers submit` that runs the trainer on this node (values.trainer_submit)."""
+        return self.root / "trainer-submit.yaml"
 
 
 def containerd_config(paths: NodePaths, sandbox_image: str) -> str:

@@ -2,10 +2,12 @@
 
 - `local/pause:dev`: the pod sandbox, one static binary (pause.c, beside this module).
 - `local/areal-worker:dev`: a Debian bookworm rootfs (debootstrap, minbase plus python3 for the chart's `helm test`
-  Pod) and a small layer with this repository's CPU engines on PYTHONPATH. AReaL's environment (torch: ~7 GB) is not
-  in the image: worker pods mount the cached environment and its interpreter read-only from the host at their host
-  paths (values.worker_values), so the image is ~200 MB and builds once.
-- `local/areal-workers-reaper:dev`: the same rootfs, this package with its dependencies, and helm (`reaper_image`).
+  Pod; g++ and openssl, which AReaL's runtime image has too: AReaL compiles some of its functions with torch.compile,
+  whose CPU backend builds C++ and checksums its sources with openssl) and a small layer with this repository's CPU engines on PYTHONPATH. AReaL's environment (torch:
+  ~7 GB) is not in the image: worker pods mount the cached environment and its interpreter read-only from the host at
+  their host paths (values.worker_values), so the image is ~400 MB and builds once.
+- `local/areal-workers-reaper:dev`: a rootfs of minbase plus python3, this package with its dependencies, and helm
+  (`reaper_image`).
 
 Each image is written as a docker-archive tar (manifest.json, config, one tar per layer) under the tool cache, named
 by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes it.
@@ -34,7 +36,8 @@ PAUSE_IMAGE = "local/pause:dev"
 WORKER_IMAGE = "local/areal-worker:dev"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_PACKAGES = ("python3",)
+WORKER_PACKAGES = ("python3", "g++", "openssl")
+REAPER_PACKAGES = ("python3",)
 # In-image directory of the engines layer; on the workers' PYTHONPATH.
 ENGINES_DIR = "/opt/areal-workers/python"
 ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
@@ -159,9 +162,10 @@ def pause_image() -> Path:
         return docker_archive(out, PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"]})
 
 
-def debian_rootfs() -> Path:
-    """A Debian rootfs made by debootstrap once (about 2 minutes; its packages come from Debian's mirror)."""
-    key = _hash_sources(f"{DEBIAN_SUITE} {DEBIAN_MIRROR} {' '.join(DEBIAN_PACKAGES)}".encode())
+def debian_rootfs(packages: tuple[str, ...]) -> Path:
+    """A Debian rootfs of minbase and `packages`, made by debootstrap once (2 to 4 minutes; its packages come from
+    Debian's mirror)."""
+    key = _hash_sources(f"{DEBIAN_SUITE} {DEBIAN_MIRROR} {' '.join(packages)}".encode())
     root = CACHE / f"rootfs-{DEBIAN_SUITE}-{key}"
     if (root / ".complete").exists():
         return root
@@ -174,7 +178,7 @@ def debian_rootfs() -> Path:
         [
             "debootstrap",
             "--variant=minbase",
-            f"--include={','.join(DEBIAN_PACKAGES)}",
+            f"--include={','.join(packages)}",
             DEBIAN_SUITE,
             str(root),
             DEBIAN_MIRROR,
@@ -188,9 +192,9 @@ def debian_rootfs() -> Path:
     return root
 
 
-def base_layer() -> Layer:
-    """The Debian rootfs as a layer tar, packed once."""
-    rootfs = debian_rootfs()
+def base_layer(packages: tuple[str, ...]) -> Layer:
+    """The Debian rootfs of `packages` as a layer tar, packed once."""
+    rootfs = debian_rootfs(packages)
     tar = CACHE / f"{rootfs.name}.layer.tar"
     if not tar.exists():
         _layer_of_dir(rootfs, tar.with_suffix(".partial")).tar.rename(tar)
@@ -207,13 +211,13 @@ def worker_image(environment: Path) -> Path:
     """The worker image's archive: the Debian rootfs layer and the engines layer; PATH starts with the bin/ of
     `environment` (AReaL's virtualenv, mounted from the host at that path)."""
     environment = environment.resolve()
-    rootfs = debian_rootfs()
+    rootfs = debian_rootfs(WORKER_PACKAGES)
     key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
     out = CACHE / f"areal-worker-{key}.tar"
     if out.exists():
         return out
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        base = base_layer()
+        base = base_layer(WORKER_PACKAGES)
         engines_root = Path(tmp) / "engines"
         target = engines_root / ENGINES_DIR.lstrip("/")
         target.mkdir(parents=True)
@@ -256,10 +260,11 @@ def reaper_image(wheel: Path, out: Path) -> Path:
             "User": "1000:1000",
             "Cmd": ["areal-workers", "reap"],
         }
-        return docker_archive(out, REAPER_IMAGE, [base_layer(), layer], config)
+        return docker_archive(out, REAPER_IMAGE, [base_layer(REAPER_PACKAGES), layer], config)
 
 
 if __name__ == "__main__":
     # `make tools` builds the slow parts ahead (the worker image's own layer needs AReaL's environment: at `up`).
     print(pause_image())
-    print(base_layer().tar)
+    for packages in (WORKER_PACKAGES, REAPER_PACKAGES):
+        print(base_layer(packages).tar)

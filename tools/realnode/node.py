@@ -11,6 +11,7 @@ they change on the host:
 - the kubelet (built from the cluster's Kubernetes release), registered as config.NODE_NAME, tainted so only
   pods that ask for it (values.py) land there, with a client and a serving certificate of the cluster CA;
 - CoreDNS on the node IP, answering the cluster domain from the apiserver;
+- a relay on the node IP to the apiserver (relay.py), which pods reach as KUBERNETES_SERVICE_HOST;
 - kube-network-policies with NFQUEUE rules in iptables' mangle table (netpol.py): the cluster's NetworkPolicies are
   enforced on the node's pods before the kubelet starts any.
 `down` kills every process of the mount namespace (the containers' too), then removes the kubelet's cgroups, the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,10 +53,11 @@ from realnode.config import (
     registry_hosts,
 )
 from realnode.images import PAUSE_IMAGE, pause_image, worker_image
-from realnode.values import worker_values
+from realnode.values import trainer_submit, worker_values
 from repo_paths import TOOLS_BIN
 
 NODE_CHOICES = ("kwok", "real", "auto")  # `localcluster.py up --real-node` and `make ... NODE=`
+API_RELAY = "apiserver-relay"
 
 
 class RealNode:
@@ -76,7 +79,8 @@ class RealNode:
     # --- components ------------------------------------------------------------------------------
 
     def components(self) -> list[Component]:
-        """The mount namespace's holder, containerd, the kubelet, CoreDNS, the NetworkPolicy enforcer."""
+        """The mount namespace's holder, containerd, the kubelet, CoreDNS, the NetworkPolicy enforcer, the API
+        relay."""
         state = self.paths.root
         holder = Component(
             "node-mounts", ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"], state
@@ -102,6 +106,21 @@ class RealNode:
             ),
             netpol.enforcer(
                 str(TOOLS_BIN / "kube-network-policies"), self.kubeconfig, self.ports.network_policies_metrics, state
+            ),
+            Component(
+                API_RELAY,
+                [
+                    sys.executable,
+                    "-m",
+                    "realnode.relay",
+                    NODE_IP,
+                    str(self.ports.apiserver_relay),
+                    "127.0.0.1",
+                    str(self.ports.ports.apiserver),
+                ],
+                state,
+                # Verified against the cluster CA: proves the relay and that the certificate names NODE_IP.
+                health_url=f"https://{NODE_IP}:{self.ports.apiserver_relay}/readyz",
             ),
         ]
 
@@ -148,9 +167,9 @@ class RealNode:
         images = [pause_image(), worker_image(self.environment)]
         say(f"real node: images ready ({time.monotonic() - started:.1f}s)")
         deadline = time.monotonic() + timeout
-        holder, containerd, kubelet, coredns, enforcer = self.components()
+        holder, containerd, kubelet, coredns, enforcer, relay = self.components()
         processes.start(holder)
-        holder, containerd, kubelet, coredns, enforcer = self.components()  # nsenter needs the holder's pid
+        holder, containerd, kubelet, coredns, enforcer, relay = self.components()  # nsenter needs the holder's pid
         # Kept for `down`: the namespace's processes are found by it even if the holder died first.
         self._namespace_file.write_text(host.mount_namespace(holder.pid()) or "")
         processes.start(containerd)
@@ -160,6 +179,8 @@ class RealNode:
         say(f"real node: containerd ready, images imported ({time.monotonic() - started:.1f}s)")
         processes.start(coredns)
         processes.wait_healthy(coredns, self.pki, deadline)
+        processes.start(relay)
+        processes.wait_healthy(relay, self.pki, deadline)
         # Before any pod: a pod that starts unfiltered keeps its connections once the rules appear.
         processes.start(enforcer)
         netpol.wait_bound(enforcer, deadline)
@@ -169,9 +190,13 @@ class RealNode:
         processes.wait_healthy(kubelet, self.pki, deadline)
         self._wait_node_ready(deadline)
         self.paths.worker_values.write_text(yaml.safe_dump(worker_values(self.environment)))
+        self.paths.trainer_submit.write_text(
+            yaml.safe_dump(trainer_submit(self.environment, NODE_IP, self.ports.apiserver_relay))
+        )
         say(
             f"real node {NODE_NAME} Ready at {NODE_IP} ({time.monotonic() - started:.1f}s; pods on {NETWORK} "
-            f"behind {BRIDGE}; worker values: {self.paths.worker_values})"
+            f"behind {BRIDGE}; worker values: {self.paths.worker_values}; trainer submit file: "
+            f"{self.paths.trainer_submit})"
         )
 
     def _write_configs(self) -> None:
@@ -250,8 +275,8 @@ class RealNode:
         """Stops everything `up` started and puts the host back; safe when the node never started."""
         if not self.paths.root.exists():
             return
-        holder, containerd, kubelet, coredns, enforcer = self.components()
-        processes.stop([enforcer, kubelet, coredns])
+        holder, containerd, kubelet, coredns, enforcer, relay = self.components()
+        processes.stop([relay, enforcer, kubelet, coredns])
         namespace = host.mount_namespace(holder.pid()) or (
             self._namespace_file.read_text() if self._namespace_file.exists() else None
         )

@@ -1,5 +1,6 @@
 """Helm values that run a role's pods on the real node: the locally built image (never pulled), the node's label and
-taint, and AReaL's environment mounted read-only from the host (images.py says why it is not in the image)."""
+taint, and AReaL's environment mounted read-only from the host (images.py says why it is not in the image); and a
+submit file that runs the trainer there (`areal-workers submit -f`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from pathlib import Path
 
 from realnode.config import NODE_LABEL, NODE_TAINT
 from realnode.images import WORKER_IMAGE
+from repo_paths import REPO, TOOLS_BIN
+
+# Where the trainer pod finds helm (the image's PATH has it) and this checkout's package (on its PYTHONPATH).
+TRAINER_HELM = "/usr/local/bin/helm"
+TRAINER_PACKAGE = REPO / "adapter"
+TRAINER_CHART = REPO / "charts" / "areal-workers"
 
 
 def interpreter_home(environment: Path) -> Path:
@@ -46,4 +53,37 @@ def worker_values(environment: Path, shared: Path | None = None) -> dict:
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "workerDefaults": {**placement(), "extraVolumes": volumes, "extraVolumeMounts": mounts},
         "tests": placement(),
+    }
+
+
+def trainer_submit(environment: Path, api_host: str, api_port: int) -> dict:
+    """A submit file (TrainerSpec fields) whose trainer runs on the real node: the worker image with AReaL's
+    environment mounted as the workers have it, this checkout's package and helm mounted read-only, and the API server
+    at the node's relay. Pods find the API server at KUBERNETES_SERVICE_HOST, which the kubelet sets to the
+    `kubernetes` Service's ClusterIP: a loopback address here, the pod's own loopback inside its network namespace,
+    so the file names the relay instead (realnode/relay.py)."""
+    environment = environment.resolve()
+    volumes, mounts = host_mounts(
+        {
+            "areal-env": environment,
+            "areal-python": interpreter_home(environment),
+            "areal-workers": TRAINER_PACKAGE,
+            "areal-workers-chart": TRAINER_CHART,  # the package's chart/ is a link to it in a checkout
+        },
+        True,
+    )
+    volumes.append({"name": "helm", "hostPath": {"path": str((TOOLS_BIN / "helm").resolve()), "type": "File"}})
+    mounts.append({"name": "helm", "mountPath": TRAINER_HELM, "readOnly": True})
+    place = placement()
+    return {
+        "image": WORKER_IMAGE,
+        "node_selector": place["nodeSelector"],
+        "tolerations": place["tolerations"],
+        "volumes": volumes,
+        "volume_mounts": mounts,
+        "env": {
+            "KUBERNETES_SERVICE_HOST": api_host,
+            "KUBERNETES_SERVICE_PORT": str(api_port),
+            "PYTHONPATH": str(TRAINER_PACKAGE),
+        },
     }

@@ -39,6 +39,10 @@ SECURITY_CONTEXTS: dict[str, tuple[type, dict[str, Any]]] = {
 # A uid the image may not know has no home directory: helm (run by the adapter) keeps its cache and configuration
 # under HOME, as the chart's reaper CronJob does for its uid 1000.
 HOME = "/tmp"
+# The chart's workerDefaults.env.USER (a unit test keeps them equal). AReaL keys its name_resolve records by
+# getpass.getuser(), which reads USER (and fails for a uid without a passwd entry when it is unset): the trainer gets
+# the workers' user, so both sides read and write the same records.
+USER = "areal"
 
 
 @dataclass
@@ -59,6 +63,7 @@ class TrainerSpec:
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int = 3600
     node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)  # camelCase Kubernetes Tolerations
     image_pull_secrets: list[str] = field(default_factory=list)
     launcher: bool = True  # run `python SCRIPT` / `python -m MODULE` through areal_workers.launch
     # The pod's and the container's securityContext (camelCase Kubernetes fields). In a submit file each is merged
@@ -118,6 +123,16 @@ def _security_context(name: str, value: Any, where: Path | None) -> dict[str, An
     return _merged(default, value)
 
 
+def _check_tolerations(value: Any, where: Path | None) -> None:
+    example = "e.g. [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise CliError(f"{where}: tolerations is a list of Kubernetes Tolerations ({example})", EXIT_USAGE)
+    unknown = [key for item in value for key in _unknown_keys(item, client.V1Toleration, "tolerations[]")]
+    if unknown:
+        known = ", ".join(sorted(client.V1Toleration.attribute_map.values()))
+        raise CliError(f"{where}: unknown field(s) {', '.join(unknown)}; a toleration has {known}", EXIT_USAGE)
+
+
 def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
     """A submit file (YAML mapping of TrainerSpec fields, in snake_case) under the command line's overrides."""
     data: dict[str, Any] = {}
@@ -137,6 +152,8 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
     for name in SECURITY_CONTEXTS:
         if name in data:
             data[name] = _security_context(name, data[name], path)
+    if "tolerations" in data:
+        _check_tolerations(data["tolerations"], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
         raise CliError(
@@ -205,6 +222,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     uid = {**spec.pod_security_context, **spec.container_security_context}.get("runAsUser")
     if uid not in (None, 0) and "HOME" not in spec.env:
         env.append({"name": "HOME", "value": HOME})
+    if "USER" not in spec.env:
+        env.append({"name": "USER", "value": USER})
     resources: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpu:
         resources["nvidia.com/gpu"] = spec.gpu
@@ -231,6 +250,7 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     for key, value in (
         ("volumes", spec.volumes),
         ("nodeSelector", spec.node_selector),
+        ("tolerations", spec.tolerations),
         ("imagePullSecrets", [{"name": secret} for secret in spec.image_pull_secrets]),
     ):
         if value:

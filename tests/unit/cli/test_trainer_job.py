@@ -11,7 +11,13 @@ import yaml
 
 from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.session import EXIT_USAGE, CliError
-from areal_workers.cli.trainer_job import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, load_spec, trainer_job
+from areal_workers.cli.trainer_job import (
+    CONTAINER_SECURITY_CONTEXT,
+    POD_SECURITY_CONTEXT,
+    USER,
+    load_spec,
+    trainer_job,
+)
 from areal_workers.release.values import base_values
 from repo_paths import REPO
 
@@ -47,6 +53,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
         "AREAL_K8S_TRAINER_ADDRESS": "status.podIP",  # what AReaL's controllers advertise for callbacks
         "WANDB_MODE": "offline",
         "HOME": "/tmp",  # uid 1000 has no home in most images; helm writes under HOME
+        "USER": "areal",  # the workers' user: AReaL keys name_resolve records by it
     }
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and container["volumeMounts"][0]["name"] == "data"
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
@@ -165,3 +172,29 @@ def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
         "scheduler.type=kubernetes",
     ]
     assert example == trainer_job(load_spec(REPO / "examples" / "trainer.yaml", {}), command, "rl")
+
+
+def test_the_trainer_runs_as_the_workers_user_so_name_resolve_keys_match(tmp_path: Path):
+    """AReaL's name_resolve keys (areal.utils.names) start with getpass.getuser(), which reads USER; a uid without a
+    passwd entry and no USER makes it fail at import. The trainer gets the chart's worker USER unless the file sets
+    one (then the workers need the same: workerDefaults.env.USER)."""
+    workers = yaml.safe_load((REPO / "charts" / "areal-workers" / "values.yaml").read_text())["workerDefaults"]
+    assert workers["env"]["USER"] == USER
+    _, container = pod_and_container(trainer_job(load_spec(written(tmp_path, {}), {}), ["python", "t.py"], "rl"))
+    assert {"name": "USER", "value": USER} in container["env"]
+    own = written(tmp_path, {"env": {"USER": "alice"}})
+    _, container = pod_and_container(trainer_job(load_spec(own, {}), ["python", "t.py"], "rl"))
+    assert [e["value"] for e in container["env"] if e["name"] == "USER"] == ["alice"]
+
+
+def test_tolerations_reach_the_pod_and_misspelt_ones_are_refused(tmp_path: Path):
+    gpu = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    pod, _ = pod_and_container(trainer_job(load_spec(written(tmp_path, {"tolerations": gpu}), {}), ["python"], "rl"))
+    assert pod["tolerations"] == gpu
+    for bad, says in (
+        ({"tolerations": [{"key": "a", "efect": "NoSchedule"}]}, "unknown field(s) tolerations[].efect"),
+        ({"tolerations": {"key": "a"}}, "tolerations is a list of Kubernetes Tolerations"),
+    ):
+        with pytest.raises(CliError) as refused:
+            load_spec(written(tmp_path, bad), {})
+        assert says in str(refused.value) and refused.value.exit_code == EXIT_USAGE
