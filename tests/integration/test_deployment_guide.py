@@ -58,7 +58,8 @@ NOT_RUN = {
     (
         "areal-workers -n rl submit -f rl-trainer.yaml -- python /opt/AReaL/examples/math/gsm8k_rl.py --config "
         "/opt/AReaL/examples/math/gsm8k_grpo.yaml scheduler.type=kubernetes"
-    ): "AReaL's trainer image and models: the guide's --dry-run of it runs, test_trainer_in_cluster.py submits one",
+    ): "AReaL's trainer image and models: the guide's --dry-run of it runs; test_areal_trainer_job.py submits "
+    "AReaL's SFT trainer the same way on the real node",
 }
 
 
