@@ -3,9 +3,10 @@
 - `local/pause:dev`: the pod sandbox, one static binary (pause.c, beside this module).
 - `local/areal-worker:dev`: a Debian bookworm rootfs (debootstrap, minbase plus python3 for the chart's `helm test`
   Pod; g++ and openssl, which AReaL's runtime image has too: AReaL compiles some of its functions with torch.compile,
-  whose CPU backend builds C++ and checksums its sources with openssl) and a small layer with this repository's CPU engines on PYTHONPATH. AReaL's environment (torch:
-  ~7 GB) is not in the image: worker pods mount the cached environment and its interpreter read-only from the host at
-  their host paths (values.worker_values), so the image is ~400 MB and builds once.
+  whose CPU backend builds C++ and checksums its sources with openssl) and a small layer with this repository's CPU
+  engines on PYTHONPATH. AReaL's environment (torch: ~7 GB) is not in the image: worker pods mount the cached
+  environment and its interpreter read-only from the host at their host paths (values.worker_values), so the image is
+  ~400 MB and builds once.
 - `local/areal-workers-reaper:dev`: a rootfs of minbase plus python3, this package with its dependencies, and helm
   (`reaper_image`).
 
