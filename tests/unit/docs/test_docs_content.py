@@ -160,3 +160,35 @@ def test_the_demos_release_name_in_the_docs_is_the_one_the_demo_makes():
     assert named == {expected}
     demo = (REPO / "examples" / "bandit_demo.py").read_text()
     assert 'add_argument("--experiment", default="bandit"' in demo and 'add_argument("--trial", default="demo"' in demo
+
+
+def transcript_commands() -> list[tuple[str, str]]:
+    """(page, command) of every `$ command` line of a console transcript (a block that is not ```bash)."""
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    found = []
+    for page in pages:
+        for language, text in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), re.S | re.M):
+            for line in text.splitlines():
+                if line.startswith("$ ") and language != "bash":
+                    found.append((str(page.relative_to(REPO)), re.sub(r"\s+#\s.*$", "", line[2:]).strip()))
+    return found
+
+
+def test_transcripts_show_commands_the_cli_takes_and_names_it_makes():
+    """The transcripts show a trial that is not on any cluster here (their commands run in test_cli.py on one of the
+    local cluster's); what they show must still be what the command line takes, and the release names the ones the
+    experiment and trial shown give."""
+    from areal_workers.cli.main import build_parser
+    from areal_workers.naming import release_name
+
+    commands = transcript_commands()
+    assert commands, "the README shows a transcript of areal-workers"
+    for page, command in commands:
+        words = command.split()
+        if words[0] == "areal-workers":
+            build_parser().parse_args(words[1:])  # exits 2 on an option or command it does not take
+        else:
+            assert words[:2] == ["helm", "history"], f"{page}: {command}"
+            assert words[2] == release_name("gsm8k", "trial0"), f"{page}: {command}"
+    readme = (REPO / "README.md").read_text()
+    assert release_name("gsm8k-grpo", "run-7") in readme and "experiment gsm8k-grpo, trial run-7" in readme
