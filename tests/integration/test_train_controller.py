@@ -65,5 +65,5 @@ def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(
     for update in updates.values():
         assert np.allclose(update["applied_gradient"], (local[0] + local[1]) / 2)  # the all-reduced mean
     assert np.allclose(seen["weights"][0], seen["weights"][1])
-    assert seen["last_revision"] == "delete actor"  # TrainController.destroy deleted the role
+    assert seen["revisions_left"] == []  # TrainController.destroy deleted the role, the release's last: uninstalled
     assert core.list_namespaced_pod(namespace).items == []

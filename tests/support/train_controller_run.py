@@ -47,8 +47,7 @@ def main(settings_file: str) -> None:
     weights = [scheduler.call_engine(w.id, "get_weights", f"actor/{rank}") for rank, w in enumerate(workers)]
     master = f"{actor._master_addr}:{actor._master_port}"
     actor.destroy()
-    gone = scheduler.history()[-1]["description"] if scheduler.history() else None
-    scheduler.delete_workers()
+    left = [revision["description"] for revision in scheduler.history()]  # the release went with its last role
     scheduler.close()
     print(
         json.dumps(
@@ -57,7 +56,7 @@ def main(settings_file: str) -> None:
                 "master": master,
                 "updates": updates,
                 "weights": [w.tolist() for w in weights],
-                "last_revision": gone,
+                "revisions_left": left,
             }
         )
     )
