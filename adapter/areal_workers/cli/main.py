@@ -140,7 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
         "events, log tail and the fix (exit 1 when a problem is found)",
     )
     diagnose.add_argument("target", metavar="ROLE|ROLE/INDEX")
-    logs = command("logs", "a worker's log (a process fork's: its target pod's)")
+    logs = command(
+        "logs",
+        "a worker's log (a process fork's: its target pod's); while a restarted container has written nothing yet, "
+        "the previous one's, with a note on stderr",
+    )
     logs.add_argument("target", metavar="ROLE/INDEX|POD")
     logs.add_argument("-f", "--follow", action="store_true", help="stream new lines")
     logs.add_argument("--tail", type=int, default=None, help="only the last N lines")

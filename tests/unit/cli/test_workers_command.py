@@ -365,3 +365,62 @@ def test_a_workers_log_is_read_from_its_pod_copied_to_stdout_and_released(capsys
         {"follow": True, "tail_lines": 20, "previous": False, "_preload_content": False},
     )
     assert capsys.readouterr().out == "step 1\nstep 2\n" and session.log.released
+
+
+class LogText:
+    def __init__(self, text: str) -> None:
+        self.data = text.encode()
+
+
+def crashed(worker: client.V1Pod, restarts: int) -> client.V1Pod:
+    [status] = worker.status.container_statuses
+    status.restart_count = restarts
+    status.last_state = client.V1ContainerState(
+        terminated=client.V1ContainerStateTerminated(exit_code=3, reason="Error")
+    )
+    return worker
+
+
+class RestartingSession(FakeSession):
+    """A pod whose current container has written nothing yet and whose previous one wrote `previous_log`."""
+
+    def __init__(self, worker: client.V1Pod, previous_log: str) -> None:
+        super().__init__([worker])
+        self.worker = worker
+        self.requests: list[dict[str, Any]] = []
+        self.core = SimpleNamespace(read_namespaced_pod_log=self._by_instance, read_namespaced_pod=self._pod)
+        self.previous_log = previous_log
+
+    def _by_instance(self, pod_name: str, namespace: str, **kwargs: Any) -> LogText:
+        self.requests.append(kwargs)
+        return LogText(self.previous_log if kwargs["previous"] else "")
+
+    def _pod(self, name: str, namespace: str) -> client.V1Pod:
+        return self.worker
+
+
+def test_a_log_is_read_whole_and_never_parsed_by_the_client(capsys):
+    session = FakeSession([pod("actor", 0)])
+    session.log = LogText('{"step": 1}\n')
+    assert workers.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
+    assert session.log_request[1] == {"_preload_content": False, "tail_lines": 5, "previous": False}
+    assert capsys.readouterr().out == '{"step": 1}\n'
+
+
+def test_an_empty_log_of_a_restarted_container_is_followed_by_the_previous_ones_with_a_note(capsys):
+    session = RestartingSession(crashed(pod("actor", 0, ready=False), restarts=2), "cannot load /ckpt\n")
+    assert workers.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert out == "cannot load /ckpt\n"
+    assert err.strip() == (
+        f"{RELEASE}-actor-0: the current container (restart 2) has not logged yet; "
+        "the previous one's log (exit code 3) follows"
+    )
+    assert [r["previous"] for r in session.requests] == [False, True]
+
+
+def test_an_empty_log_of_a_container_that_never_restarted_stays_empty(capsys):
+    session = RestartingSession(pod("actor", 0), "never read\n")
+    assert workers.logs(session, "actor/0", follow=False, tail=None, previous=False) == EXIT_OK
+    assert capsys.readouterr() == ("", "")
+    assert [r["previous"] for r in session.requests] == [False]

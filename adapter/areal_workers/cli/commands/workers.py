@@ -254,19 +254,50 @@ def worker_pod(session: Session, release: str, target: str) -> str:
     return found[0].metadata.name
 
 
-def logs(session: Session, target: str, follow: bool, tail: int | None, previous: bool) -> int:
-    release = session.release()
-    pod = worker_pod(session, release, target)
+def restarted_note(pod: client.V1Pod) -> str | None:
+    """Why the previous container's log stands in for an empty current one: the current instance was started
+    after a crash and has not written yet, so its log says nothing about why the worker restarts."""
+    for status in (pod.status and pod.status.container_statuses) or []:
+        ended = status.last_state and status.last_state.terminated
+        if status.restart_count and ended:
+            return (
+                f"{pod.metadata.name}: the current container (restart {status.restart_count}) has not logged yet; "
+                f"the previous one's log (exit code {ended.exit_code}) follows"
+            )
+    return None
+
+
+def _read_log(session: Session, pod: str, **options: Any) -> Any:
+    # Never preloaded: the client would json.loads a log that happens to be one JSON document.
     try:
-        response = session.core.read_namespaced_pod_log(
-            pod, session.namespace, follow=follow, tail_lines=tail, previous=previous, _preload_content=False
-        )
+        return session.core.read_namespaced_pod_log(pod, session.namespace, _preload_content=False, **options)
     except ApiException as error:
         if error.status == 404:
             raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
         if error.status == 400:  # no previous container, or the container has not started
             raise CliError(f"no log for {pod}: {error.body or error.reason}", EXIT_PROBLEM) from None
         raise session.cluster_error(error, f"reading the log of {pod}") from None
+
+
+def _log_text(session: Session, pod: str, **options: Any) -> str:
+    return _read_log(session, pod, **options).data.decode("utf-8", errors="replace")
+
+
+def logs(session: Session, target: str, follow: bool, tail: int | None, previous: bool) -> int:
+    release = session.release()
+    pod = worker_pod(session, release, target)
+    if not follow:
+        text = _log_text(session, pod, tail_lines=tail, previous=previous)
+        if not text and not previous:
+            note = restarted_note(
+                session.kube(session.core.read_namespaced_pod, f"reading pod {pod}", pod, session.namespace)
+            )
+            if note:
+                print(note, file=sys.stderr)
+                text = _log_text(session, pod, tail_lines=tail, previous=True)
+        sys.stdout.write(text)
+        return EXIT_OK
+    response = _read_log(session, pod, follow=True, tail_lines=tail, previous=previous)
     reader = log_stream.start_copy(response)
     try:
         log_stream.wait_for(reader)
