@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 
 from areal_workers import naming
-from clusterlib import job
-from real_node_trials import TIMEOUTS, host_claim, kubectl, task
+from clusterlib import job, spec
+from real_node_trials import TIMEOUTS, host_claim, kubectl
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON
 
@@ -29,17 +29,22 @@ pytestmark = [
 ]
 
 CLAIM = "areal-shared"
-# argv: record root, then `add KEY VALUE` or `get KEY`; prints what `get` found. AReaL's own name_resolve (nfs).
+# AReaL's own name_resolve (nfs). argv: record root, then steps `add:KEY=VALUE` or `get:KEY`; prints what each
+# `get` found, a line each. Several steps to one process: importing AReaL in a 0.5-CPU container takes half a minute.
 NAME_RESOLVE = """
 import sys
 from areal.api.cli_args import NameResolveConfig
 from areal.utils import name_resolve
 name_resolve.reconfigure(NameResolveConfig(type="nfs", nfs_record_root=sys.argv[1]))
-if sys.argv[2] == "add":
-    name_resolve.add(sys.argv[3], sys.argv[4], delete_on_exit=False, replace=True)
-else:
-    print(name_resolve.get(sys.argv[3]))
+for step in sys.argv[2:]:
+    action, _, argument = step.partition(":")
+    if action == "add":
+        key, _, value = argument.partition("=")
+        name_resolve.add(key, value, delete_on_exit=False, replace=True)
+    else:
+        print(name_resolve.get(argument))
 """
+WORKER_CPU = 0.5  # two workers in the node's 2 cores; AReaL's import is what the test waits for
 
 
 @pytest.fixture
@@ -72,18 +77,18 @@ def make_scheduler(kubeconfig, helm_executable, namespace: str, values: dict, di
     return KubernetesScheduler(config=config, experiment_name="exp", trial_name=f"t{uuid.uuid4().hex[:4]}")
 
 
-def in_pod(kubeconfig, namespace: str, pod: str, *argv: str) -> str:
+def in_pod(kubeconfig, namespace: str, pod: str, *argv: str) -> list[str]:
     done = kubectl(kubeconfig, "-n", namespace, "exec", pod, "-c", "worker", "--", "python", "-c", NAME_RESOLVE, *argv)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return done.stdout.split()
 
 
-def on_host(*argv: str) -> str:
+def on_host(*argv: str) -> list[str]:
     done = subprocess.run(
         [str(AREAL_WORKER_PYTHON), "-c", NAME_RESOLVE, *argv], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return done.stdout.split()
 
 
 def test_workers_and_the_trainer_share_name_resolve_records_through_the_claim(
@@ -99,7 +104,7 @@ def test_workers_and_the_trainer_share_name_resolve_records_through_the_claim(
     scheduler = make_scheduler(kubeconfig, helm_executable, namespace, values, tmp_path)
     try:
         with caplog.at_level(logging.WARNING, logger="areal_workers"):
-            scheduler.create_workers(job("actor", 2, [task()]))
+            scheduler.create_workers(job("actor", 2, [spec(cpu=WORKER_CPU)]))
             assert len(scheduler.get_workers("actor")) == 2
         assert not [r for r in caplog.records if "no volume every worker mounts" in r.getMessage()]
         pods = sorted(
@@ -109,12 +114,12 @@ def test_workers_and_the_trainer_share_name_resolve_records_through_the_claim(
             .items
         )
         first, second = pods
-        in_pod(kubeconfig, namespace, first, records, "add", "exp/trial/actor/0", "from-worker-0")
-        assert in_pod(kubeconfig, namespace, second, records, "get", "exp/trial/actor/0") == "from-worker-0"
-        in_pod(kubeconfig, namespace, second, records, "add", "exp/trial/actor/1", "from-worker-1")
-        assert on_host(records, "get", "exp/trial/actor/1") == "from-worker-1"  # the trainer, on the host
-        on_host(records, "add", "exp/trial/trainer", "from-the-trainer")
-        assert in_pod(kubeconfig, namespace, first, records, "get", "exp/trial/trainer") == "from-the-trainer"
+        # The first record from a worker: the directories it makes are the workers' uid's (the host runs as root).
+        assert in_pod(kubeconfig, namespace, first, records, "add:exp/trial/actor/0=from-worker-0") == []
+        assert on_host(records, "add:exp/trial/trainer=from-the-trainer") == []  # the trainer, on the host
+        steps = ("get:exp/trial/actor/0", "get:exp/trial/trainer", "add:exp/trial/actor/1=from-worker-1")
+        assert in_pod(kubeconfig, namespace, second, records, *steps) == ["from-worker-0", "from-the-trainer"]
+        assert on_host(records, "get:exp/trial/actor/1") == ["from-worker-1"]
 
         test = subprocess.run(
             [helm_executable, "--kubeconfig", str(kubeconfig), "-n", namespace, "test", scheduler.release, "--logs"],
