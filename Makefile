@@ -143,7 +143,7 @@ test-helm4: tools ## the second lane: the release-driving integration tests with
 	$(PY) tools/test_lanes.py --lane helm4 $(PYTEST_ARGS)
 
 test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL's real worker server
-	$(PY) tools/test_lanes.py --lane areal $(PYTEST_ARGS)
+	$(PY) tools/test_lanes.py --lane areal,areal-late $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment or helm run in `make test`)
 	$(PYTEST) -m "unit and not areal_worker and not chart" $(PYTEST_ARGS)

@@ -2,13 +2,14 @@
 """The test lanes of `make test`, on the local cluster that is already up, and a report of each.
 
     python tools/test_lanes.py [PYTEST_ARGS...]               every lane (extra arguments go to each)
-    python tools/test_lanes.py --lane NAME [PYTEST_ARGS...]   one lane, its output on the terminal
+    python tools/test_lanes.py --lane NAME[,NAME...] [PYTEST_ARGS...]   lanes one by one, output on the terminal
 
 Lanes that share nothing but the cluster run side by side, each test in namespaces of its own: the main lane (the
 integration tests that keep to their namespaces) beside the AReaL lane (scheduler and conformance tests on AReaL's
-real rpc_server) followed by the helm 4 lane. Then the tests marked `serial_cluster`, which load or change what
-every test shares (nodes, GPU capacity, Kueue, the real node), in two streams: those that run on the real node
-(`real_node`) beside those that do not, followed by the offline lane (unit and chart tests, which need no cluster).
+real rpc_server). Then the tests marked `serial_cluster`, which load or change what every test shares (nodes, GPU
+capacity, Kueue, the real node), in two streams: those that run on the real node (`real_node`) beside those that do
+not, followed in that stream by the helm 4 lane, the late halves of the main and AReaL lanes (LATE_*_FILES) and the
+offline lane (unit and chart tests, which need no cluster).
 Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). Each lane writes
 its output to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every
 lane's log once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
@@ -47,6 +48,19 @@ AREAL_FILES = [
 AREAL_ONLY_FILES = [
     "tests/integration/test_areal_conformance.py",
     "tests/integration/test_areal_scheduler_semantics.py",
+]
+# Phase 2's second stream waits on little (the serial lane, then the offline lane), while the serial-node lane beside
+# it mostly waits on the real node's throttled pods; these side-by-side files run there ("late") instead of in the
+# CPU-bound phase 1, which they would lengthen by their time.
+LATE_MAIN_FILES = [
+    "tests/integration/test_docs_commands.py",
+    "tests/integration/test_registry_chart.py",
+    "tests/integration/test_reaper_cronjob.py",
+    "tests/integration/test_trainer_lifetime.py",
+]
+LATE_AREAL_FILES = [
+    "tests/integration/test_rollout_controller.py",
+    "tests/integration/test_train_controller.py",
 ]
 HELM4_FILES = [
     "tests/integration/test_harness_smoke.py",
@@ -91,7 +105,9 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
-    main = Lane("main", ["-m", f"integration and {SIDE_BY_SIDE}", *(f"--ignore={path}" for path in AREAL_ONLY_FILES)])
+    left_out = [f"--ignore={path}" for path in [*AREAL_ONLY_FILES, *LATE_MAIN_FILES]]
+    main = Lane("main", ["-m", f"integration and {SIDE_BY_SIDE}", *left_out])
+    main_late = Lane("main-late", [*LATE_MAIN_FILES, "-m", f"integration and {SIDE_BY_SIDE}"])
     # The unit and chart tests need no cluster, so they may run beside any lane: after the serial lane, in the
     # serial phase's shorter stream, they take CPU time phase 1 (CPU-bound) would otherwise spend on them.
     offline = Lane("offline", ["-m", "not integration"])
@@ -101,16 +117,20 @@ def lanes() -> list[list[list[Lane]]]:
     # AReaL-worker lane", "Not in this lane"). The helm 4 lane keeps to the [admin] half likewise: helm 4 within the
     # controller's Role passed all 26 [rbac] tests once (stop 29), but run on every lane it slows the main lane's
     # stream on these 2 cores.
-    areal = Lane(
-        "areal",
-        [*AREAL_FILES, "-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"],
-        {"AREAL_WORKERS_WORKER": "areal"},
-    )
+    areal_selection = ["-m", f"not reference_guard_only and {SIDE_BY_SIDE}", "-k", "not rbac"]
+    areal_environment = {"AREAL_WORKERS_WORKER": "areal"}
+    early_areal_files = [path for path in AREAL_FILES if path not in LATE_AREAL_FILES]
+    areal = Lane("areal", [*early_areal_files, *areal_selection], areal_environment)
+    areal_late = Lane("areal-late", [*LATE_AREAL_FILES, *areal_selection], areal_environment)
     helm4 = Lane("helm4", [*HELM4_FILES, "-m", SIDE_BY_SIDE, "-k", "not rbac"], {"AREAL_WORKERS_HELM": str(HELM4)})
     serial_node = Lane("serial-node", ["-m", f"{SERIAL} and real_node"])
     serial = Lane("serial", ["-m", f"{SERIAL} and not real_node"])
     restarts = Lane("restarts", ["-m", "restarts_control_plane"])
-    return [[[main], [areal, helm4]], [[serial_node], [serial, offline]], [[restarts]]]
+    return [
+        [[main], [areal]],
+        [[serial_node], [serial, helm4, main_late, areal_late, offline]],
+        [[restarts]],
+    ]
 
 
 def by_name(name: str) -> Lane:
@@ -149,10 +169,13 @@ def report(lane: Lane, lock: threading.Lock) -> None:
 
 def main(extra: list[str]) -> int:
     if extra[:1] == ["--lane"] and len(extra) > 1:
-        lane = by_name(extra[1])
-        return subprocess.run(
-            [str(PYTEST), *lane.arguments, *extra[2:]], cwd=REPO, env={**os.environ, **lane.environment}
-        ).returncode
+        codes = [
+            subprocess.run(
+                [str(PYTEST), *lane.arguments, *extra[2:]], cwd=REPO, env={**os.environ, **lane.environment}
+            ).returncode
+            for lane in map(by_name, extra[1].split(","))
+        ]
+        return next((code for code in codes if code != 0), 0)
     LOGS.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     started = time.monotonic()

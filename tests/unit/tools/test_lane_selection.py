@@ -1,20 +1,45 @@
 """Which lane runs what (tools/test_lanes.py): the main lane leaves out only files the areal lane runs against
-AReaL's real worker server, and those hold nothing that checks our stand-in alone, so no test stops running."""
+AReaL's real worker server (which hold nothing that checks our stand-in alone) and the files its late half runs, and
+the areal lane's two halves run its files once each, so no test stops running when lanes are rebalanced."""
 
 from __future__ import annotations
 
 import pytest
 
 from repo_paths import REPO
-from test_lanes import AREAL_FILES, AREAL_ONLY_FILES, by_name
+from test_lanes import AREAL_FILES, AREAL_ONLY_FILES, LATE_AREAL_FILES, LATE_MAIN_FILES, by_name, lanes
 
 pytestmark = pytest.mark.unit
 
 
-def test_what_the_main_lane_leaves_out_the_areal_lane_runs():
-    main, areal = by_name("main"), by_name("areal")
+def files_of(lane: str) -> list[str]:
+    return [argument for argument in by_name(lane).arguments if argument.startswith("tests/")]
+
+
+def test_what_the_main_lane_leaves_out_the_areal_lane_or_the_late_main_lane_runs():
+    main = by_name("main")
     left_out = [argument.removeprefix("--ignore=") for argument in main.arguments if argument.startswith("--ignore=")]
-    assert left_out == AREAL_ONLY_FILES and set(left_out) <= set(AREAL_FILES) <= set(areal.arguments)
+    assert left_out == [*AREAL_ONLY_FILES, *LATE_MAIN_FILES]
+    assert set(AREAL_ONLY_FILES) <= set(AREAL_FILES) == set(files_of("areal")) | set(files_of("areal-late"))
+    assert files_of("main-late") == LATE_MAIN_FILES and by_name("main-late").arguments[-1] == main.arguments[1]
+
+
+def test_the_areal_lanes_halves_are_disjoint_and_select_alike():
+    early, late = by_name("areal"), by_name("areal-late")
+    assert not set(files_of("areal")) & set(files_of("areal-late")) and files_of("areal-late") == LATE_AREAL_FILES
+    assert early.arguments[-4:] == late.arguments[-4:] and early.environment == late.environment
+
+
+def test_every_lane_runs_once_and_late_lanes_run_after_the_serial_lane():
+    names = [lane.name for phase in lanes() for stream in phase for lane in stream]
+    assert len(names) == len(set(names))
+    [stream] = [stream for stream in lanes()[1] if stream[0].name == "serial"]
+    assert [lane.name for lane in stream][1:-1] == ["helm4", "main-late", "areal-late"]
+
+
+@pytest.mark.parametrize("path", [*AREAL_ONLY_FILES, *LATE_MAIN_FILES, *LATE_AREAL_FILES])
+def test_the_files_named_exist(path):
+    assert (REPO / path).is_file()
 
 
 @pytest.mark.parametrize("path", AREAL_ONLY_FILES)
