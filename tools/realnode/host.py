@@ -53,13 +53,19 @@ def live_node() -> str:
     return f"a socket on {bound[0]}" if bound else ""
 
 
+TCP_LISTEN = "0A"  # /proc/net/tcp's st column
+
+
 def sockets_on(ip: str) -> list[str]:
-    """ "<proto> <ip>:<port>" of the TCP and UDP sockets of this network namespace bound to `ip` (IPv4)."""
+    """ "<proto> <ip>:<port>" of the listening TCP and the UDP sockets of this network namespace bound to `ip`
+    (IPv4). Not the other TCP states: a node stopped a moment ago leaves connections in TIME_WAIT for a minute."""
     address = "".join(f"{int(octet):02X}" for octet in reversed(ip.split(".")))
     found = []
     for table in ("tcp", "udp"):
         for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            local = line.split()[1]
+            local, state = line.split()[1], line.split()[3]
+            if table == "tcp" and state != TCP_LISTEN:
+                continue
             if local.startswith(address + ":"):
                 found.append(f"{table} {ip}:{int(local.split(':')[1], 16)}")
     return found

@@ -10,12 +10,15 @@
 - `local/areal-workers-reaper:dev`: a rootfs of minbase plus python3, this package with its dependencies, and helm
   (`reaper_image`).
 
-Each image is written as a docker-archive tar (manifest.json, config, one tar per layer) under the tool cache, named
-by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes it.
+Each image is written as a docker-archive tar (manifest.json, config, one gzip-compressed tar per layer) under the tool
+cache, named by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes
+it, and `crane push` sends its layers as they are: compressed once here, not again on every push (an uncompressed
+layer is gzipped twice per push, for its digest and for the upload, on one core: a minute for the worker image).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -60,10 +63,28 @@ sys.exit(main())
 """
 
 
+# In every archive's cache key: archives written before layers were compressed are not reused.
+ARCHIVE_FORMAT = b"docker-archive, gzip layers"
+
+
 @dataclass(frozen=True)
 class Layer:
     tar: Path
     diff_id: str  # sha256 of the uncompressed tar
+    blob: Path  # the tar, gzip-compressed: what the archive holds and a registry stores
+
+
+def gzipped(tar: Path) -> Path:
+    """`tar`.gz beside it, written once; reproducible (no name, no time in the header); level 1, as the blob is
+    compressed for transfer, not for storage."""
+    blob = tar.with_name(f"{tar.name}.gz")
+    if not blob.exists():
+        partial = blob.with_name(f"{blob.name}.partial")
+        with tar.open("rb") as source, partial.open("wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", compresslevel=1, fileobj=raw, mtime=0) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+        partial.rename(blob)
+    return blob
 
 
 def _sha256(path: Path) -> str:
@@ -110,12 +131,12 @@ def docker_archive(out: Path, tag: str, layers: list[Layer], config: dict) -> Pa
     config_bytes = json.dumps(image_config, sort_keys=True).encode()
     config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
     manifest = [
-        {"Config": config_name, "RepoTags": [tag], "Layers": [f"{layer.diff_id}/layer.tar" for layer in layers]}
+        {"Config": config_name, "RepoTags": [tag], "Layers": [f"{layer.diff_id}/layer.tar.gz" for layer in layers]}
     ]
     partial = out.with_suffix(".partial")
     with tarfile.open(partial, "w") as archive:
         for layer in layers:
-            archive.add(layer.tar, arcname=f"{layer.diff_id}/layer.tar")
+            archive.add(layer.blob, arcname=f"{layer.diff_id}/layer.tar.gz")
         for name, data in ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode())):
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -142,7 +163,7 @@ def _layer_of_dir(root: Path, out: Path) -> Layer:
         ],
         f"packing {root}",
     )
-    return Layer(out, _sha256(out))
+    return Layer(out, _sha256(out), gzipped(out))
 
 
 def pause_image() -> Path:
@@ -151,7 +172,7 @@ def pause_image() -> Path:
     if gcc is None:
         raise ClusterError("gcc is missing: the real node's pause image is compiled here (apt-get install gcc)")
     compiler = subprocess.run([gcc, "--version"], capture_output=True, text=True).stdout.encode()
-    out = CACHE / f"pause-{_hash_sources(PAUSE_SOURCE, compiler)}.tar"
+    out = CACHE / f"pause-{_hash_sources(ARCHIVE_FORMAT, PAUSE_SOURCE, compiler)}.tar"
     if out.exists():
         return out
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -194,12 +215,12 @@ def debian_rootfs(packages: tuple[str, ...]) -> Path:
 
 
 def base_layer(packages: tuple[str, ...]) -> Layer:
-    """The Debian rootfs of `packages` as a layer tar, packed once."""
+    """The Debian rootfs of `packages` as a layer tar and its gzip, packed once."""
     rootfs = debian_rootfs(packages)
     tar = CACHE / f"{rootfs.name}.layer.tar"
     if not tar.exists():
         _layer_of_dir(rootfs, tar.with_suffix(".partial")).tar.rename(tar)
-    return Layer(tar, _sha256(tar))
+    return Layer(tar, _sha256(tar), gzipped(tar))
 
 
 def _unmount_below(root: Path) -> None:
@@ -213,7 +234,7 @@ def worker_image(environment: Path) -> Path:
     `environment` (AReaL's virtualenv, mounted from the host at that path)."""
     environment = environment.resolve()
     rootfs = debian_rootfs(WORKER_PACKAGES)
-    key = _hash_sources(rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
+    key = _hash_sources(ARCHIVE_FORMAT, rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
     out = CACHE / f"areal-worker-{key}.tar"
     if out.exists():
         return out

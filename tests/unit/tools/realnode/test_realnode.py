@@ -3,6 +3,7 @@ archive format, and podrunner leaving its pods alone. The node itself runs in te
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -28,7 +29,7 @@ from realnode.config import (
     kubelet_config,
 )
 from realnode.host import sockets_on
-from realnode.images import Layer, docker_archive
+from realnode.images import Layer, docker_archive, gzipped
 from realnode.values import interpreter_home, worker_values
 
 
@@ -105,7 +106,7 @@ def test_a_virtualenv_without_home_is_refused(tmp_path: Path) -> None:
         interpreter_home(tmp_path)
 
 
-def test_a_docker_archive_names_its_layers_by_digest(tmp_path: Path) -> None:
+def test_a_docker_archive_holds_gzipped_layers_named_by_the_digest_of_their_tar(tmp_path: Path) -> None:
     layer_tar = tmp_path / "layer.tar"
     with tarfile.open(layer_tar, "w") as layer:
         data = b"#!/bin/sh\n"
@@ -113,13 +114,18 @@ def test_a_docker_archive_names_its_layers_by_digest(tmp_path: Path) -> None:
         info.size = len(data)
         layer.addfile(info, io.BytesIO(data))
     digest = hashlib.sha256(layer_tar.read_bytes()).hexdigest()
-    out = docker_archive(tmp_path / "image.tar", "local/x:dev", [Layer(layer_tar, digest)], {"Cmd": ["/entrypoint"]})
+    blob = gzipped(layer_tar)
+    assert gzipped(layer_tar) == blob and blob.read_bytes() == gzipped(layer_tar).read_bytes()
+    layers = [Layer(layer_tar, digest, blob)]
+    out = docker_archive(tmp_path / "image.tar", "local/x:dev", layers, {"Cmd": ["/entrypoint"]})
     with tarfile.open(out) as archive:
         manifest = json.load(archive.extractfile("manifest.json"))
         config = json.load(archive.extractfile(manifest[0]["Config"]))
         stored = archive.extractfile(manifest[0]["Layers"][0]).read()
-    assert manifest[0]["RepoTags"] == ["local/x:dev"]
-    assert config["rootfs"]["diff_ids"] == [f"sha256:{digest}"] and hashlib.sha256(stored).hexdigest() == digest
+    assert manifest[0]["RepoTags"] == ["local/x:dev"] and stored == blob.read_bytes()
+    assert config["rootfs"]["diff_ids"] == [f"sha256:{digest}"]
+    assert hashlib.sha256(gzip.decompress(stored)).hexdigest() == digest
+    assert stored[4:8] == b"\0\0\0\0"  # no time in the header: the same tar gives the same blob digest
     assert config["config"] == {"Cmd": ["/entrypoint"]} and config["os"] == "linux"
     assert manifest[0]["Config"] == hashlib.sha256(archive_bytes(out, manifest[0]["Config"])).hexdigest() + ".json"
 
@@ -187,3 +193,16 @@ def test_a_bound_queue_is_read_from_the_kernels_table(tmp_path: Path, monkeypatc
         "    7  1234     0 2   128     0     0        0  1\n  100  12711     0 2   128     0     0        0  1\n"
     )
     assert netpol.queue_bound()
+
+
+def test_connections_a_stopped_node_left_in_time_wait_do_not_count_as_a_live_node() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client_side = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        assert [s for s in sockets_on("127.0.0.1") if s.endswith(f":{port}")] == [f"tcp 127.0.0.1:{port}"]
+        accepted.close()  # the node's side closes first: its end, on the node's address, waits in TIME_WAIT
+        client_side.close()
+    assert not [s for s in sockets_on("127.0.0.1") if s.endswith(f":{port}")]
