@@ -80,13 +80,16 @@ class Example:
         return "unknown"
 
 
-def _from_block(block: Block) -> Example:
-    return Example(block.where, block.text)
+def _unique(blocks: list[Block]) -> list[Example]:
+    """One example per distinct text, named by every place it appears (the zh pages repeat most en examples: each
+    is rendered once, and a failure names both pages)."""
+    places: dict[str, list[str]] = {}
+    for block in blocks:
+        places.setdefault(block.text, []).append(block.where)
+    return [Example(" = ".join(wheres), text) for text, wheres in places.items()]
 
 
-DOC_EXAMPLES = [
-    _from_block(block) for path in documents() for block in parse(path).blocks if block.info in ("yaml", "yml")
-]
+DOC_EXAMPLES = _unique([block for path in documents() for block in parse(path).blocks if block.info in ("yaml", "yml")])
 FILE_EXAMPLES = [Example(str(path.relative_to(REPO)), path.read_text()) for path in REPOSITORY_MANIFESTS]
 
 
