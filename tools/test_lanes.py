@@ -51,12 +51,15 @@ AREAL_ONLY_FILES = [
 ]
 # Phase 2's second stream waits on little (the serial lane, then the offline lane), while the serial-node lane beside
 # it mostly waits on the real node's throttled pods; these side-by-side files run there ("late") instead of in the
-# CPU-bound phase 1, which they would lengthen by their time.
+# CPU-bound phase 1, which they would lengthen by their time. Not files that share a name with a serial-node test:
+# test_docs_commands.py and test_deployment_guide.py both follow pages that use namespace rl, and the guide pushes
+# the release test_registry_chart.py pushes.
 LATE_MAIN_FILES = [
-    "tests/integration/test_docs_commands.py",
-    "tests/integration/test_registry_chart.py",
     "tests/integration/test_reaper_cronjob.py",
     "tests/integration/test_trainer_lifetime.py",
+    "tests/integration/test_bench.py",
+    "tests/integration/test_bench_modules.py",
+    "tests/integration/test_launch_on_cluster.py",
 ]
 LATE_AREAL_FILES = [
     "tests/integration/test_rollout_controller.py",

@@ -45,3 +45,11 @@ def test_the_files_named_exist(path):
 @pytest.mark.parametrize("path", AREAL_ONLY_FILES)
 def test_the_files_left_out_have_no_test_of_the_stand_in_alone(path):
     assert "reference_guard_only" not in (REPO / path).read_text()
+
+
+@pytest.mark.parametrize("path", [*LATE_MAIN_FILES, *LATE_AREAL_FILES])
+def test_no_late_file_shares_a_fixed_name_with_the_serial_node_lane(path):
+    """Late files run beside the serial-node lane, whose deployment guide uses namespace rl and pushes the release:
+    a late file must neither follow the docs' pages (docs_pages, namespace rl) nor push the chart."""
+    text = (REPO / path).read_text()
+    assert "docs_pages" not in text and '"rl"' not in text and "push_chart" not in text
