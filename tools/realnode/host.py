@@ -63,7 +63,8 @@ def sockets_on(ip: str) -> list[str]:
     found = []
     for table in ("tcp", "udp"):
         for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
+            fields = line.split()
+            local, state = fields[1], fields[3]
             if table == "tcp" and state != TCP_LISTEN:
                 continue
             if local.startswith(address + ":"):
