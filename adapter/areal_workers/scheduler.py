@@ -29,6 +29,7 @@ from .orchestration.deletion import Deletion
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
 from .orchestration.fork_operations import ForkOperations
+from .orchestration.reclaim import Reclaim, workload_kind
 from .orchestration.worker_calls import WorkerCalls
 from .pods.held_workers import HeldWorkers
 from .release import request_checks, values as job_values
@@ -100,8 +101,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             )
             self.calls = WorkerCalls(self.driver, self.finder, self.guard, self.loop, self.config, self.get_workers)
             self.deletion = Deletion(self.driver, self.forks, self.calls)
+            self.reclaim = Reclaim(self.driver, self.guard, self.loop, self.held)
             self._lock = threading.RLock()
             self.driver.adopt()
+            self.reclaim.adopted()
             self.lease = parts.lease
             if self.driver.model.installed:  # a restarted trainer holds its release's Lease from the start
                 self._hold_lease()
@@ -164,24 +167,46 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._require_managed("create_workers")
             spec = request_checks.spec(job)
             role, replicas = job.role, job.replicas
-            request_checks.require_new(self.driver.model, role)
             strategy = job.scheduling_strategy
+            wanted = "role" if strategy.type == "separation" else self._fork_kind() if strategy.fork else "colocation"
+            inherited = self._claim(role, wanted)
+            if not inherited:
+                request_checks.require_new(self.driver.model, role)
             request_checks.require_strategy(role, strategy.type)
             if strategy.type == "colocation":
                 return self._colocate(role, replicas, strategy.target, strategy.fork)
             values = self._role_values(role, spec, replicas)
-            first = not self.driver.model.installed
-            if first:
-                self._hold_lease()
-            try:
-                self.driver.apply(values, f"create {role}: {replicas} worker(s)", role, (role,))
-            except BaseException:
-                if first and not self.driver.model.installed:
-                    self._drop_lease()
-                raise
+            if inherited:
+                self.reclaim.recreate(role, values, f"re-create {role} for a new controller: {replicas} worker(s)")
+            else:
+                self._install_role(role, replicas, values)
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
                 self.calls.configure(self.get_workers(role), self.exp_config)
             return [naming.worker_id(role, i) for i in range(replicas)]
+
+    def _install_role(self, role: str, replicas: int, values: dict[str, Any]) -> None:
+        first = not self.driver.model.installed
+        if first:
+            self._hold_lease()
+        try:
+            self.driver.apply(values, f"create {role}: {replicas} worker(s)", role, (role,))
+        except BaseException:
+            if first and not self.driver.model.installed:
+                self._drop_lease()
+            raise
+
+    def _fork_kind(self) -> str:
+        return f"{self.config.fork_mode} fork"
+
+    def _claim(self, role: str, kind: str) -> bool:
+        """Whether `role` is an earlier controller's workload of this kind, to be re-created in place
+        (orchestration/reclaim.py); one of another kind is deleted first, and `role` is then created anew."""
+        if role not in self.reclaim.inherited:
+            return False
+        if workload_kind(self.driver.model, role) == kind:
+            return True
+        self.delete_workers(role)
+        return False
 
     def scale_workers(self, role: str, replicas: int) -> list[str]:
         """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
@@ -220,8 +245,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         target = request_checks.require_colocation_target(model, role, replicas, target)
         if fork:
             return self.fork_workers(role, target)
-        self.driver.apply(model.with_colocation(role, target), f"colocate {role} on {target}", role)
-        self.driver.settle()
+        if model.colocations.get(role) != target:  # an earlier controller's same colocation is kept as it is
+            self.driver.apply(model.with_colocation(role, target), f"colocate {role} on {target}", role)
+            self.driver.settle()
+        self.reclaim.inherited.discard(role)
         return [naming.worker_id(target, i) for i in range(replicas)]
 
     # --- discover and wait -----------------------------------------------------------------------
@@ -272,6 +299,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self._require_managed("delete_workers")
             for dependent in model.dependents(role):  # forks and colocations go first, like AReaL's delete-all
                 self.delete_workers(dependent, reverse_order)
+            self.reclaim.inherited.discard(role)
             if self.driver.model.workloads() == {role}:
                 # The release's last workers. AReaL's trainers end by deleting each role (TrainController.destroy),
                 # never with delete_workers(): the release, its history and the Lease go with the last one, as
@@ -285,6 +313,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             return
         self._require_managed("delete_workers")
         self.deletion.delete_release(reverse_order)
+        self.reclaim.inherited.clear()
         self._drop_lease()
 
     # --- fork ------------------------------------------------------------------------------------
@@ -293,11 +322,21 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         with self._lock:
             self._require_lease()
             self._require_managed("fork_workers")
-            request_checks.require_fork(self.driver.model, role, target_role)
+            inherited = self._claim(role, self._fork_kind())
+            request_checks.require_fork(self.driver.model, role, target_role, replacing=inherited)
             if self.config.fork_mode == "pod":
-                self.forks.fork_pods(role, target_role, command)
+                values = self.forks.pod_fork_values(role, target_role, command)
+                if inherited:
+                    self.reclaim.recreate(
+                        role, values, f"re-fork {role} from {target_role} (pods) for a new controller"
+                    )
+                else:
+                    self.driver.apply(values, f"fork {role} from {target_role} (pods)", role, (role,))
                 return [w.id for w in self._wait_for_fork_pods(role, target_role)]
+            if inherited:  # the earlier controller's children, where their guards did not restart
+                self.forks.kill(role, reverse_order=False)
             workers = self.forks.fork_processes(role, target_role, self.get_workers(target_role), command)
+            self.reclaim.inherited.discard(role)
             if self.exp_config is not None:
                 self.calls.configure(workers, self.exp_config)
             return [w.id for w in workers]

@@ -2,7 +2,9 @@
 the current revision like StatefulSets, the chart's topology, and a guard that answers. No helm, no apiserver.
 
 A role's image decides how its pods behave: an image containing "broken" crashes (a fatal diagnosis), one
-containing "slow" never becomes Ready (a time-out); anything else is Ready at once.
+containing "slow" never becomes Ready (a time-out); anything else is Ready at once. A pod's worker container restarts
+in place (restartCount + 1, same uid) when the guard is sent the in-place restart's /fork, unless the cluster's
+`stuck_guards` names the pod.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from areal_workers import naming
-from areal_workers.errors import WorkerFailedError
+from areal_workers.errors import RPCConnectionError, WorkerFailedError
+from areal_workers.guard.restart import RESTART_FORK_ROLE
 from areal_workers.pods.watch import WaitTimedOut, pod_index
 from areal_workers.release.client import HelmError
 from areal_workers.runtime.backend import Backend
@@ -47,6 +50,8 @@ class MemoryCluster:
         self.chart = naming.CHART_NAME  # the chart helm records for the release
         self.applied: list[dict[str, Any]] = []
         self.fail_next_apply: str | None = None  # helm's stderr for the next install/upgrade, which then fails
+        self.stuck_guards: set[str] = set()  # pods whose guard ignores the in-place restart's SIGTERM
+        self.deleted: list[str] = []  # pods deleted by the scheduler, in order
         self._uids = itertools.count(1)
 
     # --- the release ----------------------------------------------------------------------------
@@ -138,6 +143,7 @@ class MemoryCluster:
         uid = next(self._uids)
         ready = "slow" not in spec and "broken" not in spec
         return client.V1Pod(
+            spec=client.V1PodSpec(containers=[client.V1Container(name="worker")], termination_grace_period_seconds=1),
             metadata=client.V1ObjectMeta(
                 name=name,
                 uid=f"uid-{uid}",
@@ -152,8 +158,25 @@ class MemoryCluster:
                 phase="Running",
                 pod_ip=f"10.0.{uid // 250}.{uid % 250}",
                 conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
+                container_statuses=[
+                    client.V1ContainerStatus(
+                        name="worker",
+                        image="",
+                        image_id="",
+                        ready=ready,
+                        restart_count=0,
+                        state=client.V1ContainerState(running=client.V1ContainerStateRunning()),
+                    )
+                ],
             ),
         )
+
+    def restart_worker(self, ip: str) -> None:
+        """The worker container of the pod at `ip` exits and the kubelet starts it again in the same pod."""
+        pod = next(pod for pod in self.pods.values() if pod.status.pod_ip == ip)
+        if pod.metadata.name not in self.stuck_guards:
+            pod = self.pods[pod.metadata.name] = copy.deepcopy(pod)  # a new state of the pod, as a watch shows it
+            pod.status.container_statuses[0].restart_count += 1
 
     def select(self, selector: str) -> list[client.V1Pod]:
         wanted = dict(term.split("=", 1) for term in selector.split(","))
@@ -219,7 +242,14 @@ class MemoryPods:
         return self.cluster.select(selector), "1"
 
     def delete(self, name: str) -> None:
-        self.cluster.pods.pop(name, None)
+        """The StatefulSet starts the pod again at once (another uid)."""
+        self.cluster.deleted.append(name)
+        gone = self.cluster.pods.pop(name, None)
+        if gone is not None and self.cluster.installed:
+            workload, index = gone.metadata.labels[naming.LABEL_ROLE], pod_index(gone)
+            spec = self.cluster._workloads().get(workload, (0, None))[1]
+            if spec is not None and index is not None:
+                self.cluster.pods[name] = self.cluster._pod(name, workload, index, spec)
 
     def wait(
         self, selector: str, done: Any, timeout: float, on_pod: Any = None, on_idle: Any = None
@@ -245,7 +275,12 @@ class MemoryInspector:
         return []
 
     def failure(
-        self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None, nodes: list[client.V1Node]
+        self,
+        role: str,
+        pod: client.V1Pod,
+        ready_pod: client.V1Pod | None,
+        nodes: list[client.V1Node],
+        restarted_pod: client.V1Pod | None = None,
     ) -> WorkerFailedError | None:
         if "broken" in pod.metadata.annotations["spec"]:
             return WorkerFailedError(naming.worker_id(role, pod_index(pod)), 1, f"{pod.metadata.name} crashed")
@@ -293,11 +328,14 @@ class MemoryGuard:
     """Answers every worker; records what the scheduler sent. A fork whose argv names a module containing
     "broken" never becomes healthy (its wait times out)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: MemoryCluster | None = None) -> None:
+        self.cluster = cluster  # where the in-place restart's /fork restarts a worker (None: it is only recorded)
+        self.refusing: set[str] = set()  # worker IPs whose guard does not answer /fork
         self.destroyed: list[str] = []
         self.configured: list[str] = []
         self.forked: dict[tuple[str, int], list[str]] = {}  # (role, index) -> argv of the running forks
         self.killed: list[tuple[str, int]] = []
+        self.restarted: list[str] = []  # workers restarted in place, in order
         self._ports = itertools.count(20000)
 
     async def alloc_ports(self, worker: Any, count: int, **kwargs: Any) -> tuple[str, list[int]]:
@@ -312,7 +350,12 @@ class MemoryGuard:
         env: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        if worker.ip in self.refusing:
+            raise RPCConnectionError(worker.id, worker.ip, 8000, "connection refused")
         self.forked[(role, worker_index)] = list(raw_cmd)
+        if role == RESTART_FORK_ROLE and self.cluster is not None:
+            self.restarted.append(worker.id)
+            self.cluster.restart_worker(worker.ip)
 
     async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
         argv = next(argv for argv in self.forked.values() if str(port) in " ".join(argv))

@@ -57,13 +57,14 @@ _MISSING_OBJECT = re.compile(
 
 @dataclass(frozen=True)
 class _Readiness:
-    """Whether the worker was ready, and each main container's restartCount at that moment."""
+    """Whether the worker was ready, and each main container's restartCount that is accounted for: at the moment it
+    was ready, or when the scheduler had restarted it in place (restarts up to these are not problems)."""
 
     was_ready: bool = False
     baseline: Mapping[str, int] = field(default_factory=dict)
 
     def new_restarts(self, status: V1ContainerStatus) -> int:
-        return (status.restart_count or 0) - (self.baseline.get(status.name, 0) if self.was_ready else 0)
+        return max(0, (status.restart_count or 0) - self.baseline.get(status.name, 0))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def diagnose_pod(
     log_tail: Sequence[str] = (),
     pods_by_node: Mapping[str, Sequence[V1Pod]] | None = None,
     ready_pod: V1Pod | None = None,
+    restarted_pod: V1Pod | None = None,
     now: datetime | None = None,
 ) -> Problem | None:
     """Why `pod` is not ready, or None when it is healthy or merely progressing.
@@ -30,6 +31,9 @@ def diagnose_pod(
     was_ready: the worker was ready once, so a restart lost its engines.
     ready_pod: the pod as last seen ready (implies was_ready). Restarts are then counted from its restartCounts, so a
         crash before readiness is not mistaken for a restart after it, and another uid means the pod was replaced.
+    restarted_pod: the pod as the scheduler saw it running again after it restarted its worker in place (a
+        restarted trainer reclaiming its predecessor's workers); restarts up to its restartCounts are the
+        scheduler's own, not problems. Ignored for another uid, and when `ready_pod` is given.
     nodes: the cluster's nodes; when given, a bound pod whose node is missing sits on a deleted node.
     events: the pod's events (events of other objects or of an earlier pod with the same name are ignored).
     log_tail: the failing container's last log lines (of the previous instance, `--previous`, once it restarted).
@@ -38,7 +42,9 @@ def diagnose_pod(
     """
     if pod.status is None:
         return None
-    readiness = _Readiness(was_ready or ready_pod is not None, _restart_counts(ready_pod))
+    same_pod = restarted_pod is not None and restarted_pod.metadata.uid == pod.metadata.uid
+    accounted = ready_pod if ready_pod is not None else (restarted_pod if same_pod else None)
+    readiness = _Readiness(was_ready or ready_pod is not None, _restart_counts(accounted))
     pod_events = _pod_events(pod, events)
     problem = (
         _replaced_problem(pod, ready_pod)

@@ -86,7 +86,10 @@ class WorkerFinder:
 
     def raise_if_failed(self, role: str, pod: client.V1Pod, epoch: int | None, nodes: list[client.V1Node]) -> None:
         """Fails the role at once when one of its pods has a fatal problem."""
-        error = self.inspector.failure(role, pod, self.held.ready_pod(pod.metadata.name, epoch), nodes)
+        name = pod.metadata.name
+        error = self.inspector.failure(
+            role, pod, self.held.ready_pod(name, epoch), nodes, restarted_pod=self.held.restarted_pod(name)
+        )
         if error is not None:
             raise error
 

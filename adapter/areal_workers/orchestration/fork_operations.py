@@ -81,14 +81,12 @@ class ForkOperations:
         self.driver.settle()
         return workers
 
-    def fork_pods(self, role: str, target_role: str, command: str | None) -> None:
-        """Pods of their own, shaped like the target's (the caller waits for them)."""
+    def pod_fork_values(self, role: str, target_role: str, command: str | None) -> dict[str, Any]:
+        """The release's values with a pod-mode fork: pods of their own, shaped like the target's."""
         fork: dict[str, Any] = {"target": target_role, "mode": "pod"}
         if command:
             fork["command"] = [self.config.python_executable, "-m", command]
-        self.driver.apply(
-            self.driver.model.with_fork(role, fork), f"fork {role} from {target_role} (pods)", role, (role,)
-        )
+        return self.driver.model.with_fork(role, fork)
 
     def kill(self, role: str, reverse_order: bool) -> None:
         """Stops a process fork's children through their targets' guards (in reverse rank order if asked)."""

@@ -131,6 +131,31 @@ class PodCleanup:
                     replaced.append(pod.metadata.name)
         return replaced
 
+    def pods_at_update_revision(self, selector: str) -> list[client.V1Pod]:
+        """The pods of the StatefulSets `selector` selects that run their StatefulSet's latest template (a rolling
+        update leaves them as they are); without a StatefulSet, every pod `selector` selects."""
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        if not statefulsets:
+            return self.pods.list(selector)[0]
+        kept: list[client.V1Pod] = []
+        for statefulset in statefulsets:
+            statefulset = self._observed(statefulset)
+            own = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
+            kept += [
+                pod
+                for pod in self.pods.list(own)[0]
+                if (pod.metadata.labels or {}).get("controller-revision-hash") == statefulset.status.update_revision
+            ]
+        return kept
+
+    def delete_pod(self, name: str) -> None:
+        """Deletes a pod (its StatefulSet starts it again); one already gone is fine."""
+        try:
+            self.pods.delete(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
         """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
         deadline = time.monotonic() + timeout

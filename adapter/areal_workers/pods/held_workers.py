@@ -19,6 +19,7 @@ class HeldWorkers:
     def __init__(self) -> None:
         self._workers: dict[str, tuple[int | None, list[Worker]]] = {}
         self._pods: dict[str, tuple[int | None, client.V1Pod]] = {}
+        self._restarted: dict[str, client.V1Pod] = {}  # pod name -> the pod running again after an in-place restart
 
     def hold(self, workload: str, epoch: int | None, workers: list[Worker], pods: Iterable[client.V1Pod] = ()) -> None:
         self._workers[workload] = (epoch, workers)
@@ -40,3 +41,11 @@ class HeldWorkers:
         """The pod as AReaL got it, if it is still the pod of the same epoch (a restart of it loses engines)."""
         learnt, pod = self._pods.get(name, (None, None))
         return pod if epoch is not None and learnt == epoch else None
+
+    def restarted(self, pods: Iterable[client.V1Pod]) -> None:
+        """The scheduler restarted these pods' workers in place: each pod as seen running again."""
+        self._restarted.update({pod.metadata.name: pod for pod in pods})
+
+    def restarted_pod(self, name: str) -> client.V1Pod | None:
+        """The pod as seen running again after the scheduler restarted its worker in place (None: never was)."""
+        return self._restarted.get(name)

@@ -40,11 +40,18 @@ class ReleaseInspector:
     # --- diagnosis -------------------------------------------------------------------------------
 
     def failure(
-        self, role: str, pod: client.V1Pod, ready_pod: client.V1Pod | None, nodes: list[client.V1Node]
+        self,
+        role: str,
+        pod: client.V1Pod,
+        ready_pod: client.V1Pod | None,
+        nodes: list[client.V1Node],
+        restarted_pod: client.V1Pod | None = None,
     ) -> WorkerFailedError | None:
         """AReaL's error for a pod with a fatal problem (judged from status and nodes; events and logs are read
-        only then), or None while the pod is healthy or still progressing."""
-        problem = diagnosis.diagnose_pod(pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes)
+        only then), or None while the pod is healthy or still progressing (`restarted_pod`: see diagnose_pod)."""
+        problem = diagnosis.diagnose_pod(
+            pod, was_ready=ready_pod is not None, ready_pod=ready_pod, nodes=nodes, restarted_pod=restarted_pod
+        )
         if problem is not None and (problem.fatal or is_gated(pod)) and workload_name(pod):
             admission = self.admission_of(pod)  # Kueue's word: preempted or never admissible, not a crash
             if admission is not None and admission.fatal:
@@ -56,6 +63,7 @@ class ReleaseInspector:
                 pod,
                 was_ready=ready_pod is not None,
                 ready_pod=ready_pod,
+                restarted_pod=restarted_pod,
                 nodes=nodes,
                 events=self.events(pod),
                 log_tail=self.log_tail(pod),

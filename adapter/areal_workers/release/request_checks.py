@@ -100,11 +100,13 @@ def require_colocation_target(model: ReleaseModel, role: str, replicas: int, tar
     return target
 
 
-def require_fork(model: ReleaseModel, role: str, target_role: str) -> None:
-    """A fork is a new role, named as a role is, of an existing role (not of a fork or a colocation)."""
+def require_fork(model: ReleaseModel, role: str, target_role: str, replacing: bool = False) -> None:
+    """A fork is a new role (or, `replacing`, an earlier controller's fork), named as a role is, of an existing
+    role (not of a fork or a colocation)."""
     if target_role not in model.roles:
         raise WorkerNotFoundError(f"Target role '{target_role}' not found for fork")
-    require_new(model, role)
+    if not replacing:
+        require_new(model, role)
     problem = role_problem(role)
     if problem:
         raise WorkerCreationError(role, "Invalid role name", problem)

@@ -97,14 +97,15 @@ def test_a_chart_without_worker_flags_cannot_fork(setup, monkeypatch):
 
 
 def test_a_pod_mode_fork_is_an_entry_of_the_release_with_its_command(setup):
-    setup.forks.fork_pods("ref", "actor", "my.server")
-    assert setup.fork_entry("ref") == {
+    values = setup.forks.pod_fork_values("ref", "actor", "my.server")
+    assert values["forks"]["ref"] == {
         "target": "actor",
         "mode": "pod",
         "command": [setup.config.python_executable, "-m", "my.server"],
     }
-    setup.forks.fork_pods("plain", "actor", None)
-    assert setup.fork_entry("plain") == {"target": "actor", "mode": "pod"}
+    plain = setup.forks.pod_fork_values("plain", "actor", None)
+    assert plain["forks"]["plain"] == {"target": "actor", "mode": "pod"}
+    assert "ref" not in plain["forks"]  # values of the release as it is, plus the one fork
 
 
 def test_deleting_a_process_fork_kills_its_children_in_reverse_rank_order_when_asked(setup):
