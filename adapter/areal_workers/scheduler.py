@@ -103,11 +103,13 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             self.deletion = Deletion(self.driver, self.forks, self.calls)
             self.reclaim = Reclaim(self.driver, self.guard, self.loop, self.held)
             self._lock = threading.RLock()
-            self.driver.adopt()
-            self.reclaim.adopted()
             self.lease = parts.lease
-            if self.driver.model.installed:  # a restarted trainer holds its release's Lease from the start
-                self._hold_lease()
+            # A restarted trainer holds its release's Lease from the start, taken before a pending operation is
+            # recovered: a live controller's operation in flight is not rolled back by a newcomer it refuses.
+            self.driver.adopt(before_recovery=self._hold_lease)
+            if not self.driver.model.installed and self.lease is not None and self.lease.running:
+                self._drop_lease()  # the recovery uninstalled a release whose first install never finished
+            self.reclaim.adopted()
         except BaseException:
             if parts is not None:
                 parts.guard.close()
@@ -125,6 +127,11 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         release is no longer its to change, nor its workers to call."""
         if self.lease is not None:
             self.lease.require_held()
+
+    def _confirm_lease(self) -> None:
+        """Before a change of the release: the Lease confirmed with the apiserver when its last renewal is stale."""
+        if self.lease is not None:
+            self.lease.confirm()
 
     def _drop_lease(self) -> None:
         """After the release is gone (uninstalled, or a first install that failed)."""
@@ -163,7 +170,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def create_workers(self, job: Job, *args: Any, **kwargs: Any) -> list[str]:
         with self._lock:
-            self._require_lease()
+            self._confirm_lease()
             self._require_managed("create_workers")
             spec = request_checks.spec(job)
             role, replicas = job.role, job.replicas
@@ -211,7 +218,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
     def scale_workers(self, role: str, replicas: int) -> list[str]:
         """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
         with self._lock:
-            self._require_lease()
+            self._confirm_lease()
             self._require_managed("scale_workers")
             model = self.driver.model
             request_checks.require_role(model, role)
@@ -231,7 +238,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         """Replaces an existing role's SchedulingSpec (image, command, resources, env, replicas) in one helm
         revision; the StatefulSet rolls its pods. If the new pods fail, get_workers rolls the release back."""
         with self._lock:
-            self._require_lease()
+            self._confirm_lease()
             self._require_managed("update_workers")
             request_checks.require_role(self.driver.model, job.role)
             spec = request_checks.spec(job)
@@ -288,7 +295,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def delete_workers(self, role: str | None = None, reverse_order: bool = False) -> None:
         with self._lock:
-            self._require_lease()
+            self._confirm_lease()
             if role is None:
                 self._delete_all(reverse_order)
                 return
@@ -320,7 +327,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def fork_workers(self, role: str, target_role: str, command: str | None = None) -> list[str]:
         with self._lock:
-            self._require_lease()
+            self._confirm_lease()
             self._require_managed("fork_workers")
             inherited = self._claim(role, self._fork_kind())
             request_checks.require_fork(self.driver.model, role, target_role, replacing=inherited)

@@ -50,6 +50,8 @@ class MemoryCluster:
         self.chart = naming.CHART_NAME  # the chart helm records for the release
         self.applied: list[dict[str, Any]] = []
         self.fail_next_apply: str | None = None  # helm's stderr for the next install/upgrade, which then fails
+        self.interrupt_next_apply = False  # the next install/upgrade writes its revision, then helm is killed
+        self.recoveries: list[int] = []  # revisions left pending that a recovery rolled back or uninstalled
         self.stuck_guards: set[str] = set()  # pods whose guard ignores the in-place restart's SIGTERM
         self.deleted: list[str] = []  # pods deleted by the scheduler, in order
         self._uids = itertools.count(1)
@@ -198,7 +200,16 @@ class MemoryReleases:
         return None if await self.current(name) is None else self.cluster.chart
 
     async def recover(self, name: str) -> Revision | None:
-        return await self.current(name)
+        """A pending revision rolled back to the one before it (uninstalled when there is none), as helm's is."""
+        current = await self.current(name)
+        if current is None or not current.status.value.startswith("pending"):
+            return current
+        self.cluster.recoveries.append(current.revision)
+        earlier = [r for r in self.cluster.revisions if r.revision < current.revision]
+        if not earlier:
+            self.cluster.uninstall()
+            return None
+        return self.cluster.write(earlier[-1].values, f"Rollback to {earlier[-1].revision}")
 
     async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
         current = await self.current(name)
@@ -217,6 +228,10 @@ class MemoryReleases:
             raise HelmError(1, b"", stderr.encode())
         self.cluster.applied.append(copy.deepcopy(values))
         written = self.cluster.write(values, description)
+        if self.cluster.interrupt_next_apply:
+            self.cluster.interrupt_next_apply = False
+            written.status = SimpleNamespace(value="pending-upgrade" if written.revision > 1 else "pending-install")
+            raise HelmError(-9, b"", b"signal: killed")
         return written.revision, copy.deepcopy(written.values)
 
     async def rollback(self, name: str, revision: int) -> Revision:

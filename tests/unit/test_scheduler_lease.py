@@ -6,6 +6,8 @@ every call, never fresh workers; a second live controller of the trial is refuse
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSchedulerConfig
@@ -153,3 +155,58 @@ def test_a_takeover_makes_the_previous_controller_stop_writing(make_scheduler, l
     assert cluster.installed  # the second one's workers stay
     second.delete_workers()
     assert not cluster.installed and leases.leases == {}
+
+
+def test_a_stalled_trainer_whose_lease_was_reaped_learns_it_before_its_next_write(make_scheduler, leases):
+    """The renewal thread marks a lost Lease only at its next turn; a trainer that wakes from a stall longer than
+    the renewal interval confirms the Lease with the apiserver before it writes, so it never re-installs workers
+    the reaper just removed."""
+    cluster = MemoryCluster(RELEASE)
+    scheduler = make_scheduler(cluster)
+    scheduler.create_workers(job("actor"))
+    revisions = len(cluster.revisions)
+    leases.leases.clear()  # reaped while the trainer stalled
+    lease = scheduler.lease
+    lease._clock = lambda: lease._renewed_at + 3600.0  # an hour since its last renewal
+    with pytest.raises(LeaseLostError, match="was deleted"):
+        scheduler.create_workers(job("critic"))
+    assert len(cluster.revisions) == revisions and leases.leases == {}
+
+
+def test_a_fresh_renewal_costs_a_write_no_request(make_scheduler, leases):
+    cluster = MemoryCluster(RELEASE)
+    scheduler = make_scheduler(cluster)
+    scheduler.create_workers(job("actor"))
+    requests = len(leases.timeouts)
+    scheduler.scale_workers("actor", 3)
+    assert len(leases.timeouts) == requests
+
+
+def test_a_newcomer_refused_by_a_live_trainer_leaves_its_operation_in_flight_alone(make_scheduler, leases):
+    """A live trainer's upgrade is pending when a second controller of the trial starts: the newcomer is refused
+    on the Lease before it would recover (roll back) that upgrade."""
+    cluster = MemoryCluster(RELEASE)
+    first = make_scheduler(cluster)
+    first.create_workers(job("actor"))
+    first.create_workers(job("critic"))
+    cluster.revisions[-1].status = SimpleNamespace(value="pending-upgrade")  # its upgrade in flight
+    with pytest.raises(LeaseHeldError):
+        make_scheduler(cluster, sleep=lambda seconds: first.lease.renew())
+    assert cluster.recoveries == [] and cluster.current().status.value == "pending-upgrade"
+
+
+def test_the_schedulers_own_interrupted_upgrade_is_undone_not_called_anothers(make_scheduler, leases):
+    """helm killed mid-upgrade (or the apiserver gone) leaves the revision it wrote pending for ever; it is the
+    scheduler's own (it holds the Lease), so it is recovered, and the next change goes through."""
+    cluster = MemoryCluster(RELEASE)
+    scheduler = make_scheduler(cluster)
+    scheduler.create_workers(job("actor"))
+    before = cluster.current().values
+    cluster.interrupt_next_apply = True
+    with pytest.raises(WorkerCreationError) as raised:
+        scheduler.create_workers(job("critic"))
+    assert "another controller" not in "".join(getattr(raised.value, "__notes__", []))
+    assert cluster.recoveries == [2] and cluster.current().status.value == "deployed"
+    assert cluster.current().values == before
+    scheduler.create_workers(job("critic"))
+    assert "critic" in cluster.current().values["roles"]

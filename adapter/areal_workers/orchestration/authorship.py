@@ -30,8 +30,14 @@ class Authorship:
         return [r for r in range((after or 0) + 1, through + 1) if r > inherited and r not in self.written]
 
 
+# How helm leaves the revision of an upgrade that failed ("failed") or was interrupted (helm killed, the apiserver
+# gone mid-operation: "pending-*" for ever, as nothing finishes it).
+OWN_FAILURE_STATUSES = frozenset({"failed", "pending-install", "pending-upgrade"})
+
+
 def is_own_failed_upgrade(before: int | None, current: int, status: str) -> bool:
     """After an upgrade from revision `before` failed, whether the release's latest revision `current` is the
-    failed revision that upgrade wrote (helm records it as "failed", right after the one it started from); a later
-    revision of someone else, or theirs still pending, is not undone."""
-    return current == (before or 0) + 1 and status == "failed"
+    revision that upgrade wrote (right after the one it started from, failed or left pending by an interruption;
+    the scheduler holds the trial's Lease, so no other controller writes meanwhile); a later revision is someone
+    else's and is not undone."""
+    return current == (before or 0) + 1 and status in OWN_FAILURE_STATUSES

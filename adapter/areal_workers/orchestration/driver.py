@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kubernetes import client
@@ -72,11 +72,13 @@ class ReleaseDriver:
                 f"helm failed for release {self.name} in namespace {self.namespace}: {text}"
             ) from error
 
-    def adopt(self) -> ReleaseModel:
+    def adopt(self, before_recovery: Callable[[], None] = lambda: None) -> ReleaseModel:
         """A controller that restarts finds its release as it left it (a pending operation is recovered); the
         last all-ready revision is the recorded one, else the adopted revision when it is deployed. A release of
-        another chart under this name is refused before anything touches it (recovering may roll it back)."""
-        self.require_own_chart()
+        another chart under this name is refused before anything touches it (recovering may roll it back).
+        `before_recovery` runs when helm has a release of this name, before a pending operation is recovered."""
+        if self.require_own_chart():
+            before_recovery()
         revision = self.helm(self.releases.recover(self.name))
         self.authorship.adopt(None if revision is None else revision.revision)
         if revision is None:
@@ -90,8 +92,9 @@ class ReleaseDriver:
         self.good_revision = recorded if recorded is not None else (revision.revision if deployed else None)
         return self.model
 
-    def require_own_chart(self) -> None:
-        """Raises InvalidSchedulerSetupError when helm's release of this name is of another chart."""
+    def require_own_chart(self) -> bool:
+        """Raises InvalidSchedulerSetupError when helm's release of this name is of another chart; whether helm
+        has a release of this name."""
         chart = self.helm(self.releases.chart_name(self.name))
         problem = ownership.foreign_chart_problem(self.name, self.namespace, chart)
         if problem is not None:
@@ -100,6 +103,7 @@ class ReleaseDriver:
                 f"release of the namespace uses (helm list -n {self.namespace}), or leave it unset: the release is "
                 f"then named after the experiment and trial"
             )
+        return chart is not None
 
     def _adopt_rendered(self) -> ReleaseModel:
         """An external install without a helm record: Argo CD (or any `helm template | kubectl apply`) applies what
@@ -229,11 +233,15 @@ class ReleaseDriver:
                 f"revision {before} by another controller: not undone"
             )
             return
-        if before is None:
+        if current.status.value.startswith("pending"):  # helm refuses a rollback of it: recovered as adopt does
+            self.helm(self.releases.recover(self.name))
+        elif before is None:
             self.helm(self.releases.uninstall(self.name))
-            self.authorship.forget()
         else:
             self.helm(self.releases.rollback(self.name, before))
+        if before is None:
+            self.authorship.forget()
+        else:
             self.authorship.wrote(current.revision + 1)
 
     def uninstall(self) -> None:

@@ -109,6 +109,9 @@ class ReleaseLease:
         self.timeout = request_timeout(grace_seconds)
         self.lost: str | None = None  # why the Lease this scheduler held is no longer its own
         self._held = False  # written by this scheduler since it took it (or since it gave it up)
+        self._renewed_at = -math.inf  # time.monotonic() of this scheduler's last write of the Lease
+        self._clock: Callable[[], float] = time.monotonic
+        self._renewing = threading.Lock()  # the renewal thread and a write's confirmation renew one at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,22 +124,39 @@ class ReleaseLease:
         live holder raises LeaseHeldError; a request that fails raises ClusterAccessError naming the cause."""
         self.require_held()
         try:
-            self._acquire()
+            with self._renewing:
+                self._acquire()
         except (ApiException, HTTPError, OSError) as error:
-            cause = cluster_access.api_failure(
-                error,
-                self.namespace,
-                self.coordination.api_client.configuration.host,
-                "keep the trainer's Lease (leases in coordination.k8s.io)",
-            )
-            if cause is None:
-                raise
-            if cause.cause != "forbidden":  # no Lease setting helps a missing namespace, bad credentials, no server
-                raise cause from error
-            raise ClusterAccessError(cause.cause, f"{cause}; {WITHOUT_LEASE_ADVICE}") from error
+            raise self._access_error(error) from error
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{self.release}", daemon=True)
         self._thread.start()
+
+    def _access_error(self, error: BaseException) -> BaseException:
+        cause = cluster_access.api_failure(
+            error,
+            self.namespace,
+            self.coordination.api_client.configuration.host,
+            "keep the trainer's Lease (leases in coordination.k8s.io)",
+        )
+        if cause is None:
+            return error
+        if cause.cause != "forbidden":  # no Lease setting helps a missing namespace, bad credentials, no server
+            return cause
+        return ClusterAccessError(cause.cause, f"{cause}; {WITHOUT_LEASE_ADVICE}")
+
+    def confirm(self) -> None:
+        """Before a write to the release: the Lease is still this scheduler's. Renewed here (compare-and-swap on
+        its resourceVersion) when the last renewal is older than the renewal interval: a trainer that stalled
+        (a long GC pause, a suspended laptop) while a reaper deleted or marked its Lease learns it now, before it
+        re-installs workers without a Lease, not at the renewal thread's next turn. Raises LeaseLostError."""
+        self.require_held()
+        if self._held and self._clock() - self._renewed_at > renew_interval(self.grace_seconds):
+            try:
+                self.renew()
+            except (ApiException, HTTPError, OSError) as error:
+                raise self._access_error(error) from error
+        self.require_held()
 
     def require_held(self) -> None:
         """Raises LeaseLostError once a Lease this scheduler held is lost."""
@@ -216,6 +236,7 @@ class ReleaseLease:
                 lease_body(self.release, self.holder, self.grace_seconds, now),
                 _request_timeout=self.timeout,
             )
+            self._renewed_at = self._clock()
             return
         taken_over = current.spec.holder_identity != self.holder
         if taken_over:
@@ -230,23 +251,32 @@ class ReleaseLease:
         body.metadata.resource_version = current.metadata.resource_version
         body.spec.lease_transitions = (current.spec.lease_transitions or 0) + int(taken_over)
         self.coordination.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.timeout)
+        self._renewed_at = self._clock()
 
     def renew(self) -> None:
         """Takes the Lease (see start), or renews the one this scheduler holds; one that is lost is recorded in
         `lost`, never re-created."""
-        if self.lost is not None:
-            return
-        if not self._held:
-            self._acquire()
-            return
-        current = self._read()
-        lost = loss(current, self.holder)
-        if lost is not None:
-            self.lost = lost
-            self._stop.set()
-            logger.error("the Lease of release %s was %s: this scheduler stops writing", self.release, lost)
-            return
-        self._write(current)
+        with self._renewing:
+            if self.lost is not None:
+                return
+            if not self._held:
+                self._acquire()
+                return
+            for _ in range(2):  # a reaper's observation changes the resourceVersion between the read and the write
+                current = self._read()
+                lost = loss(current, self.holder)
+                if lost is not None:
+                    self.lost = lost
+                    self._stop.set()
+                    logger.error("the Lease of release %s was %s: this scheduler stops writing", self.release, lost)
+                    return
+                try:
+                    self._write(current)
+                    return
+                except ApiException as error:
+                    if error.status != 409:
+                        raise
+            logger.warning("renewing the Lease of release %s: it kept changing meanwhile (409)", self.release)
 
     def _loop(self) -> None:
         interval = renew_interval(self.grace_seconds)
