@@ -78,3 +78,12 @@ def test_an_image_is_required(render_error):
     assert (
         "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm"
     ) in err, err
+
+
+def test_a_hung_reaper_run_is_stopped_so_the_next_ones_can_run(render):
+    """concurrencyPolicy Forbid skips every run while one is active: a run hung on the API must have a deadline."""
+    cronjob = one(render(REAPER), "CronJob")
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 1800
+    shorter = {"reaper": {**REAPER["reaper"], "activeDeadlineSeconds": 600}}
+    assert one(render(shorter), "CronJob")["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 600

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .lease import LEASE_LABEL
+from .lease import LEASE_LABEL, lease_name
 from .lease_record import (
     OBSERVED_ANNOTATION,
     REAPING_ANNOTATION,
@@ -43,9 +43,11 @@ class LeaseState:
 
 
 def lease_state(lease: client.V1Lease) -> LeaseState | None:
-    """None for a Lease that keeps no release alive (another program's)."""
+    """None for a Lease that keeps no release alive: another program's, or one whose label names a release that is
+    not the one its name is of (a scheduler names a trainer's Lease after its release: a Lease labelled for a release
+    under another name would make the reaper uninstall a release whose trainer is alive)."""
     release = (lease.metadata.labels or {}).get(LEASE_LABEL)
-    if not release:
+    if not release or lease.metadata.name != lease_name(release):
         return None
     spec = lease.spec
     return LeaseState(

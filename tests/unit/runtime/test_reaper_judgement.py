@@ -158,3 +158,16 @@ def test_the_judgement_counts_from_the_first_sight_and_never_below_zero():
     assert judge("r2", first.observation, GRACE, NOW + timedelta(hours=1)).silent_seconds == 0.0  # it changed
     assert judge("r1", first.observation, GRACE, NOW - timedelta(hours=1)).silent_seconds == 0.0  # clock went back
     assert judge("r1", first.observation, GRACE, NOW + timedelta(seconds=GRACE + 1)).dead
+
+
+def test_a_lease_labelled_for_a_release_it_is_not_named_after_is_ignored():
+    """Anyone who may create Leases could otherwise have a live trainer's release uninstalled: a decoy labelled for
+    it, never renewed, would be judged dead."""
+    api = MemoryLeases()
+    decoy = lease_body("aw-victim", "someone/1", GRACE, NOW)
+    decoy.metadata.name = "decoy"
+    api.create_namespaced_lease("rl", decoy)
+    uninstalled: list[str] = []
+    for at in (NOW, NOW + timedelta(seconds=GRACE * 10)):
+        assert reap(api, "rl", uninstalled.append, now=at) == []
+    assert uninstalled == []
