@@ -72,6 +72,11 @@ NAMES_AGREE = (
 )
 
 
+FORCE_HELP = (
+    "also when the trial's trainer is alive: take its Lease at once (the trainer stops writing and raises "
+    "LeaseLostError at its next call)"
+)
+
 def _common() -> argparse.ArgumentParser:
     """Options every command takes, before or after its name (SUPPRESS: whichever place set it wins)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -161,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rollback.add_argument("revision", type=int, nargs="?", default=None)
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
+    rollback.add_argument("--force", action="store_true", help=FORCE_HELP)
     rollback.add_argument(
         "--timeout",
         type=duration.seconds,
@@ -219,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--chart", default=None, help="chart directory or reference (default: the bundled one)")
     down = command("down", "delete a trial's release and its workers (asks first)")
     down.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    down.add_argument("--force", action="store_true", help=FORCE_HELP)
     down.add_argument(
         "--rank-zero-last",
         action="store_true",
@@ -343,7 +350,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.command == "history":
             return release.history(session, fmt)
         if args.command == "rollback":
-            return release.rollback(session, args.revision, not args.no_wait, args.timeout, fmt)
+            return release.rollback(session, args.revision, not args.no_wait, args.timeout, args.force, fmt)
         if args.command == "up":
             return up.up(
                 session,
@@ -375,7 +382,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.command == "reap":
             return reap.reap(session, args.dry_run, args.timeout, fmt)
         if args.command == "down":
-            return release.down(session, args.yes, args.rank_zero_last, fmt)
+            return release.down(session, args.yes, args.rank_zero_last, args.force, fmt)
     except BrokenPipeError:  # stdout's reader is gone (a ConnectionError, but not the cluster's): main ends quietly
         raise
     except (ApiException, HTTPError, ConnectionError) as error:  # a request no command caught: its cause named

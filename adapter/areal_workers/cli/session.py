@@ -327,6 +327,9 @@ class Session:
         driver.adopt()
         return driver
 
+    def leases(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api)
+
     def pods(self) -> PodWatch:
         return PodWatch(self.core, self.namespace)
 

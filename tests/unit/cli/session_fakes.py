@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory_backend import MemoryLeases
+
 RELEASE = "aw-exp-t-1a2b3c4d"
 
 
 class SessionCalls:
+    trainer_leases: MemoryLeases | None = None  # the namespace's Leases (None: none)
+
+    def leases(self) -> MemoryLeases:
+        if self.trainer_leases is None:
+            self.trainer_leases = MemoryLeases()
+        return self.trainer_leases
+
     def release(self) -> str:
         return RELEASE
 

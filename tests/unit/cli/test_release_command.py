@@ -16,8 +16,11 @@ from session_fakes import RELEASE, SessionCalls
 from areal_workers import naming
 from areal_workers.cli.commands import release
 from areal_workers.cli.session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError
+from areal_workers.errors import LeaseLostError
 from areal_workers.pods.watch import WaitTimedOut
 from areal_workers.release.model import ReleaseModel
+from areal_workers.runtime.lease import ReleaseLease, lease_body, lease_name
+from memory_backend import MemoryLeases
 
 SELECTOR = {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: RELEASE}
 
@@ -232,7 +235,7 @@ def test_a_release_with_no_earlier_revision_has_no_default_target():
 def test_rollback_restores_the_default_target_after_checking_it_is_this_charts(capsys):
     driver = FakeDriver(model(3), good_revision=1)
     session = FakeSession(HISTORY, driver=driver)
-    assert release.rollback(session, None, wait=False, timeout=60, fmt="json") == EXIT_OK
+    assert release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
     assert driver.steps == [("restore", 1)]  # no wait: not marked all-ready
     assert session.refused == [("foreign", "roll back", None), ("foreign", "roll back", 1)]
     assert json.loads(capsys.readouterr().out) == {
@@ -248,7 +251,7 @@ def test_rollback_restores_the_default_target_after_checking_it_is_this_charts(c
 def test_a_revision_helm_does_not_keep_is_refused_before_anything_changes():
     session = FakeSession(HISTORY)
     with pytest.raises(CliError) as raised:
-        release.rollback(session, 7, wait=False, timeout=60, fmt="json")
+        release.rollback(session, 7, wait=False, timeout=60, force=False, fmt="json")
     assert raised.value.exit_code == EXIT_NOT_FOUND
     assert str(raised.value).startswith(f"release {RELEASE} keeps revisions 1, 2, 3; no revision 7")
     assert session.drivers_built == 0 and session.made_driver.steps == []
@@ -257,7 +260,7 @@ def test_a_revision_helm_does_not_keep_is_refused_before_anything_changes():
 def test_a_named_revision_of_another_chart_is_refused_before_the_driver_adopts_the_release():
     session = FakeSession(HISTORY, foreign={2})
     with pytest.raises(CliError, match="revision 2 is another chart's"):
-        release.rollback(session, 2, wait=False, timeout=60, fmt="json")
+        release.rollback(session, 2, wait=False, timeout=60, force=False, fmt="json")
     assert session.drivers_built == 0 and session.made_driver.steps == []
 
 
@@ -265,14 +268,14 @@ def test_a_default_target_of_another_chart_is_refused_before_it_is_restored():
     driver = FakeDriver(model(3))
     session = FakeSession(HISTORY, driver=driver, foreign={2})
     with pytest.raises(CliError, match="revision 2 is another chart's"):
-        release.rollback(session, None, wait=False, timeout=60, fmt="json")
+        release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json")
     assert driver.steps == []
 
 
 def test_a_release_of_another_chart_is_not_rolled_back():
     session = FakeSession(HISTORY, foreign={None})
     with pytest.raises(CliError, match="another chart's"):
-        release.rollback(session, 2, wait=False, timeout=60, fmt="json")
+        release.rollback(session, 2, wait=False, timeout=60, force=False, fmt="json")
     assert session.refused == [("foreign", "roll back", None)]
 
 
@@ -280,7 +283,10 @@ def test_with_wait_the_restored_roles_and_pod_forks_are_waited_for_and_the_revis
     forks = {"gen": {"target": "actor", "mode": "process"}, "judge": {"target": "actor", "mode": "pod"}}
     pods = FakePods()
     driver = FakeDriver(model(3, forks=forks), pods=pods)
-    assert release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, fmt="table") == EXIT_OK
+    assert (
+        release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, force=False, fmt="table")
+        == EXIT_OK
+    )
     # Roles, then pod-mode forks, each sorted; a process fork has no pods of its own.
     assert pods.waited == [naming.role_selector(RELEASE, w) for w in ("actor", "critic", "judge")]
     assert driver.steps == [("restore", 2), ("mark_good",)]
@@ -297,7 +303,7 @@ def test_a_restored_role_not_ready_in_time_is_a_timeout_with_its_diagnosis():
     pods = FakePods(slow={naming.role_selector(RELEASE, "critic")})
     driver = FakeDriver(model(3), pods=pods)
     with pytest.raises(CliError) as raised:
-        release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, fmt="json")
+        release.rollback(FakeSession(HISTORY, driver=driver), 2, wait=True, timeout=60, force=False, fmt="json")
     assert raised.value.exit_code == EXIT_TIMEOUT
     assert str(raised.value) == "rolled back to revision 4, but critic was not ready within 60s:\ncritic: Pending"
     assert ("mark_good",) not in driver.steps
@@ -314,7 +320,7 @@ def test_down_without_a_terminal_needs_yes(monkeypatch):
     monkeypatch.setattr(release.sys, "stdin", SimpleNamespace(isatty=lambda: False))
     session = FakeSession(HISTORY, pods=pods_of_release())
     with pytest.raises(CliError) as raised:
-        release.down(session, yes=False, rank_zero_last=False, fmt="json")
+        release.down(session, yes=False, rank_zero_last=False, force=False, fmt="json")
     assert raised.value.exit_code == EXIT_USAGE
     assert str(raised.value) == (
         f"would delete release {RELEASE} (experiment exp, trial t) in namespace rl: 2 worker pod(s), roles actor, "
@@ -329,7 +335,7 @@ def test_down_on_a_terminal_deletes_only_when_the_answer_is_yes(answer, deleted,
     asked: list[str] = []
     monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
     session = FakeSession(HISTORY, pods=pods_of_release())
-    code = release.down(session, yes=False, rank_zero_last=False, fmt="json")
+    code = release.down(session, yes=False, rank_zero_last=False, force=False, fmt="json")
     assert asked and asked[0].startswith(f"Delete release {RELEASE} ") and asked[0].endswith("? [y/N] ")
     assert (code, session.made_driver.steps) == ((EXIT_OK, [("uninstall",)]) if deleted else (EXIT_ABORTED, []))
     if not deleted:
@@ -338,7 +344,7 @@ def test_down_on_a_terminal_deletes_only_when_the_answer_is_yes(answer, deleted,
 
 def test_down_with_rank_zero_last_scales_each_role_down_to_rank_zero_first(capsys):
     session = FakeSession(HISTORY, pods=pods_of_release())
-    assert release.down(session, yes=True, rank_zero_last=True, fmt="json") == EXIT_OK
+    assert release.down(session, yes=True, rank_zero_last=True, force=False, fmt="json") == EXIT_OK
     assert session.made_driver.steps == [
         ("scale_down_to_rank_zero", "actor"),
         ("scale_down_to_rank_zero", "critic"),
@@ -355,10 +361,10 @@ def test_down_with_rank_zero_last_scales_each_role_down_to_rank_zero_first(capsy
 def test_down_refuses_a_release_applied_without_helm_and_one_of_another_chart():
     external = FakeSession(HISTORY, driver=FakeDriver(model(revision=None)))
     with pytest.raises(CliError, match="applied without helm"):
-        release.down(external, yes=True, rank_zero_last=False, fmt="json")
+        release.down(external, yes=True, rank_zero_last=False, force=False, fmt="json")
     foreign = FakeSession(HISTORY, foreign={None})
     with pytest.raises(CliError, match="another chart's"):
-        release.down(foreign, yes=True, rank_zero_last=False, fmt="json")
+        release.down(foreign, yes=True, rank_zero_last=False, force=False, fmt="json")
     assert external.made_driver.steps == [] and foreign.made_driver.steps == []
 
 
@@ -366,5 +372,53 @@ def test_a_release_without_selector_labels_lists_no_pods():
     bare = ReleaseModel(values={}, topology={"roles": {"actor": {"replicas": 1}}}, revision=2)
     session = FakeSession(HISTORY, driver=FakeDriver(bare), pods=pods_of_release())
     session.pods = lambda: pytest.fail("no selector: nothing to list")  # type: ignore[method-assign]
-    assert release.down(session, yes=True, rank_zero_last=False, fmt="table") == EXIT_OK
+    assert release.down(session, yes=True, rank_zero_last=False, force=False, fmt="table") == EXIT_OK
     assert session.made_driver.steps == [("uninstall",)]
+
+
+# --- a trainer's Lease --------------------------------------------------------------------------------------
+
+LEASE_GRACE = 2  # seconds: a command watches a holder for two renewal intervals (1 s here) before taking it
+
+
+def trainers_lease(session: FakeSession, live: bool) -> MemoryLeases:
+    leases = session.leases()
+    leases.create_namespaced_lease("rl", lease_body(RELEASE, "trainer-pod/1/abc", LEASE_GRACE, datetime.now(UTC)))
+    if live:
+        leases.live.add(lease_name(RELEASE))
+    return leases
+
+
+@pytest.mark.parametrize("command", ["down", "rollback"])
+def test_a_live_trainers_release_is_left_alone_without_force(command):
+    """The trainer would undo the change at its next one (it applies its own values): refused, nothing changed."""
+    session = FakeSession(HISTORY, driver=FakeDriver(model(3), good_revision=1), pods=pods_of_release())
+    leases = trainers_lease(session, live=True)
+    with pytest.raises(CliError, match="its trainer is alive") as raised:
+        if command == "down":
+            release.down(session, yes=True, rank_zero_last=False, force=False, fmt="json")
+        else:
+            release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json")
+    assert raised.value.exit_code == EXIT_USAGE and "--force" in str(raised.value)
+    assert session.made_driver.steps == []
+    assert leases.leases[lease_name(RELEASE)].spec.holder_identity == "trainer-pod/1/abc"
+
+
+def test_force_takes_a_live_trainers_lease_so_the_trainer_stops_writing():
+    session = FakeSession(HISTORY, pods=pods_of_release())
+    leases = trainers_lease(session, live=True)
+    trainer = ReleaseLease(leases, "rl", RELEASE, LEASE_GRACE)  # type: ignore[arg-type]
+    trainer.holder, trainer._held = "trainer-pod/1/abc", True
+    assert release.down(session, yes=True, rank_zero_last=False, force=True, fmt="json") == EXIT_OK
+    assert session.made_driver.steps == [("uninstall",)] and leases.leases == {}  # the release a person's: removed
+    trainer.renew()
+    with pytest.raises(LeaseLostError):
+        trainer.require_held()
+
+
+def test_a_dead_trainers_lease_is_taken_after_watching_it_and_deleted_after_the_rollback():
+    session = FakeSession(HISTORY, driver=FakeDriver(model(3), good_revision=1))
+    leases = trainers_lease(session, live=False)
+    assert release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
+    assert session.made_driver.steps == [("restore", 1)]
+    assert leases.leases == {}  # no reaper removes the rolled-back release: it is a person's now

@@ -23,5 +23,8 @@ def test_revisions_written_by_others_after_the_adoption_are_foreign():
 def test_only_the_failed_revision_right_after_the_one_an_upgrade_started_from_is_its_own():
     assert is_own_failed_upgrade(4, 5, "failed") and is_own_failed_upgrade(None, 1, "failed")
     assert not is_own_failed_upgrade(4, 6, "failed")  # someone else wrote 5 in between
-    assert not is_own_failed_upgrade(4, 5, "pending-upgrade")  # another controller's upgrade, still running
+    # Left pending by its own interrupted helm (killed, the apiserver gone): the scheduler holds the Lease, so no
+    # other controller's upgrade runs meanwhile.
+    assert is_own_failed_upgrade(4, 5, "pending-upgrade") and is_own_failed_upgrade(None, 1, "pending-install")
+    assert not is_own_failed_upgrade(4, 6, "pending-upgrade")
     assert not is_own_failed_upgrade(4, 5, "deployed")

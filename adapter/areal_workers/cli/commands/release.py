@@ -12,6 +12,7 @@ from ...pods.images import short
 from ...pods.watch import WaitTimedOut, all_ready, is_ready
 from ..output import Format, console, emit, table
 from ..session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
+from ..trainer_lease import give_up, take_trainers_lease
 
 
 def _history(session: Session, release: str, doing: str) -> list[Any]:
@@ -77,7 +78,7 @@ def _default_target(driver: ReleaseDriver, revisions: list[int]) -> int:
     return earlier[-1]
 
 
-def rollback(session: Session, revision: int | None, wait: bool, timeout: float, fmt: Format) -> int:
+def rollback(session: Session, revision: int | None, wait: bool, timeout: float, force: bool, fmt: Format) -> int:
     release = session.release()
     revisions = [e.revision for e in _history(session, release, "roll back")]
     session.refuse_foreign(release, "roll back")
@@ -89,6 +90,16 @@ def rollback(session: Session, revision: int | None, wait: bool, timeout: float,
         )
     if revision is not None:  # before the driver adopts (and may recover) the release
         session.refuse_foreign(release, "roll back", revision)
+    lease = take_trainers_lease(session, release, "roll back", force)
+    try:
+        return _roll_back(session, release, revisions, revision, wait, timeout, fmt)
+    finally:
+        give_up(lease)
+
+
+def _roll_back(
+    session: Session, release: str, revisions: list[int], revision: int | None, wait: bool, timeout: float, fmt: Format
+) -> int:
     driver = session.driver(release)
     before = driver.model.revision
     target = revision if revision is not None else _default_target(driver, revisions)
@@ -147,7 +158,7 @@ def _wait_ready(session: Session, driver: ReleaseDriver, timeout: float) -> bool
     return True
 
 
-def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
+def down(session: Session, yes: bool, rank_zero_last: bool, force: bool, fmt: Format) -> int:
     release = session.release()
     model = session.model(release)
     session.refuse_external(release, model, "delete")
@@ -166,12 +177,16 @@ def down(session: Session, yes: bool, rank_zero_last: bool, fmt: Format) -> int:
         if answer not in ("y", "yes"):
             print("nothing deleted", file=sys.stderr)
             return EXIT_ABORTED
-    driver = session.driver(release)
-    with console(stderr=True).status(f"deleting {release} and waiting for its pods to go"):
-        if rank_zero_last:
-            for role in sorted(model.roles):
-                driver.scale_down_to_rank_zero(role)
-        driver.uninstall()
+    lease = take_trainers_lease(session, release, "delete", force)
+    try:
+        driver = session.driver(release)
+        with console(stderr=True).status(f"deleting {release} and waiting for its pods to go"):
+            if rank_zero_last:
+                for role in sorted(model.roles):
+                    driver.scale_down_to_rank_zero(role)
+            driver.uninstall()
+    finally:
+        give_up(lease)
     outcome = {
         "release": release,
         "namespace": session.namespace,
