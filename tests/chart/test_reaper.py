@@ -87,3 +87,10 @@ def test_a_hung_reaper_run_is_stopped_so_the_next_ones_can_run(render):
     assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 1800
     shorter = {"reaper": {**REAPER["reaper"], "activeDeadlineSeconds": 600}}
     assert one(render(shorter), "CronJob")["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 600
+
+
+def test_the_reaper_knows_its_own_schedule(render):
+    """`reap` reads it to tell a gap in its looks (the reaper stopped, the apiserver away) from a trainer's silence."""
+    scheduled = {"reaper": {**REAPER["reaper"], "schedule": "*/5 * * * *"}}
+    [container] = pod_spec(one(render(scheduled), "CronJob"))["containers"]
+    assert {"name": "AREAL_WORKERS_REAPER_SCHEDULE", "value": "*/5 * * * *"} in container["env"]

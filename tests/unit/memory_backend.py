@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import itertools
-from datetime import timedelta
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email.utils import format_datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -407,6 +408,7 @@ class MemoryLeases:
         self.version = 0
         self.timeouts: list[Any] = []
         self.before_write: Any = lambda name: None
+        self.server_time: datetime | None = None  # the apiserver's clock, sent as the Date of a listing
         self.live: set[str] = set()  # Leases whose holder renews between any two reads (a live trainer)
 
     def _stored(self, lease: client.V1Lease) -> client.V1Lease:
@@ -442,6 +444,13 @@ class MemoryLeases:
         if self.leases[name].metadata.resource_version != body.metadata.resource_version:
             raise ApiException(status=409, reason="Conflict")
         return self._stored(body)
+
+    def list_namespaced_lease_with_http_info(
+        self, namespace: str, label_selector: str, **kwargs: Any
+    ) -> tuple[client.V1LeaseList, int, dict[str, str]]:
+        """The listing with the apiserver's Date header (`server_time`, when set)."""
+        headers = {"Date": format_datetime(self.server_time, usegmt=True)} if self.server_time else {}
+        return self.list_namespaced_lease(namespace, label_selector, **kwargs), 200, headers
 
     def list_namespaced_lease(self, namespace: str, label_selector: str, **kwargs: Any) -> client.V1LeaseList:
         self.timeouts.append(kwargs.get("_request_timeout"))

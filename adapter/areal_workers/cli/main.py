@@ -77,6 +77,7 @@ FORCE_HELP = (
     "LeaseLostError at its next call)"
 )
 
+
 def _common() -> argparse.ArgumentParser:
     """Options every command takes, before or after its name (SUPPRESS: whichever place set it wins)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -265,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reap_cmd.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
     reap_cmd.add_argument(
+        "--schedule",
+        metavar="CRON",
+        default=os.environ.get(reap.SCHEDULE_VARIABLE) or None,
+        help="the cron schedule this command runs on (default: $"
+        + reap.SCHEDULE_VARIABLE
+        + ", which the chart's reaper CronJob sets): a Lease last looked at more than two of its periods ago (the "
+        "reaper stopped, the apiserver was away) starts its count again; without it, no limit",
+    )
+    reap_cmd.add_argument(
         "--timeout",
         type=duration.seconds,
         metavar="DURATION",
@@ -380,7 +390,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 fmt,
             )
         if args.command == "reap":
-            return reap.reap(session, args.dry_run, args.timeout, fmt)
+            return reap.reap(session, args.dry_run, args.timeout, args.schedule, fmt)
         if args.command == "down":
             return release.down(session, args.yes, args.rank_zero_last, args.force, fmt)
     except BrokenPipeError:  # stdout's reader is gone (a ConnectionError, but not the cluster's): main ends quietly

@@ -1,5 +1,5 @@
 """Releases whose trainer died, and reaping them. A trainer is dead once its Lease (runtime/lease.py) has been seen
-unchanged for longer than its grace on the reaper's own clock, over two looks at least (runtime/lease_record.py):
+unchanged for longer than its grace on the apiserver's clock, over two looks at least (runtime/lease_record.py):
 each look keeps what it saw on the Lease, for the next one. A dead trainer's Lease is first marked for reaping (on
 the resourceVersion it was judged by, so a trainer that renewed in between keeps its release, and one that renews
 later learns that its workers are going); then the release is uninstalled, and only then the Lease deleted, so a
@@ -9,9 +9,10 @@ Only releases with a Lease are ever reaped: one installed by helm, Argo CD or `a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -60,10 +61,21 @@ def lease_state(lease: client.V1Lease) -> LeaseState | None:
     )
 
 
-def verdict(lease: client.V1Lease, now: datetime) -> Verdict:
+def verdict(lease: client.V1Lease, now: datetime, max_gap: float | None = None) -> Verdict:
     """The reaper's judgement of `lease` at `now`, from the observation kept on it by the previous look."""
     grace = int(lease.spec.lease_duration_seconds or 0)
-    return judge(record_of(lease), observation_of(lease), grace, now)
+    return judge(record_of(lease), observation_of(lease), grace, now, max_gap)
+
+
+def server_time(headers: Mapping[str, str] | None) -> datetime | None:
+    """The apiserver's clock, from the Date header of its answer (None: no usable header)."""
+    date = (headers or {}).get("Date")
+    if not date:
+        return None
+    try:
+        return parsedate_to_datetime(date)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -88,16 +100,19 @@ def reap(
     uninstall: Uninstall,
     dry_run: bool = False,
     now: datetime | None = None,
+    max_gap: float | None = None,
 ) -> list[Outcome]:
     """Every trainer Lease of the namespace with what was done about it; `uninstall(release)` removes a release and
     waits for its pods to go, or raises UninstallFailed. A dry run writes nothing (not even the observations the
-    next look needs)."""
-    leases = coordination.list_namespaced_lease(
+    next look needs). `now`: the time of the look (default: the apiserver's, from its answer); `max_gap`: seconds
+    after which a previous look no longer counts (see lease_record.judge)."""
+    listing, _, headers = coordination.list_namespaced_lease_with_http_info(
         namespace, label_selector=LEASE_LABEL, _request_timeout=REQUEST_TIMEOUT
-    ).items
-    now = now or datetime.now(timezone.utc)
+    )
+    leases = listing.items
+    now = now or server_time(headers) or datetime.now(timezone.utc)
     looks = [
-        Look(coordination, namespace, lease, state, now)
+        Look(coordination, namespace, lease, state, now, max_gap)
         for lease in leases
         if (state := lease_state(lease)) is not None
     ]
@@ -114,9 +129,10 @@ class Look:
         lease: client.V1Lease,
         state: LeaseState,
         now: datetime,
+        max_gap: float | None = None,
     ) -> None:
         self.coordination, self.namespace, self.lease, self.state, self.now = coordination, namespace, lease, state, now
-        self.verdict = verdict(lease, now)
+        self.verdict = verdict(lease, now, max_gap)
 
     def _outcome(self, action: str, error: str = "") -> Outcome:
         return Outcome(self.state, action, self.verdict.silent_seconds, error)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from areal_workers.cli.commands import reap
-from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, CliError
+from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CliError
 from areal_workers.pods.watch import none_left
 from areal_workers.runtime.lease import lease_body, lease_name
 from areal_workers.runtime.lease_record import OBSERVED_ANNOTATION, Observation, observation_text, record_of
@@ -38,17 +38,28 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
         namespace="rl",
         foreign_chart=lambda release: None,
         inspector=lambda release: SimpleNamespace(topology=lambda: {}),
-        kube=lambda call, doing, *args: call(*args),
+        kube=lambda call, doing, *args, **kwargs: call(*args, **kwargs),
         helm=helm,
         releases=SimpleNamespace(uninstall=lambda release: _coroutine()),
         pods=lambda: SimpleNamespace(wait=lambda selector, until, timeout: {} if until is none_left else None),
     )
-    assert reap.reap(session, dry_run=False, timeout=10, fmt="json") == EXIT_PROBLEM
+    assert reap.reap(session, dry_run=False, timeout=10, schedule=None, fmt="json") == EXIT_PROBLEM
     captured = capsys.readouterr()
     assert "aw-a: uninstalling aw-a: helm uninstall aw-a: Kubernetes cluster unreachable" in captured.err
     assert '"action": "reaped"' in captured.out and list(leases.leases) == [lease_name("aw-a")]
-    assert reap.reap(session, dry_run=True, timeout=10, fmt="json") == EXIT_OK  # it would try aw-a again
+    assert reap.reap(session, dry_run=True, timeout=10, schedule=None, fmt="json") == EXIT_OK  # it would try aw-a again
 
 
 async def _coroutine() -> None:
     return None
+
+
+def test_the_schedule_gives_the_longest_gap_between_two_looks_and_a_bad_one_is_refused():
+    assert reap.max_gap(None) is None
+    assert reap.max_gap("*/2 * * * *") == 240.0 and reap.max_gap("@hourly") == 7200.0
+    try:
+        reap.max_gap("every two minutes")
+    except CliError as error:
+        assert error.exit_code == EXIT_USAGE and "--schedule" in str(error)
+    else:
+        raise AssertionError("an unreadable schedule was accepted")

@@ -154,7 +154,7 @@ def test_leases_of_others_are_ignored():
 
 def test_the_judgement_counts_from_the_first_sight_and_never_below_zero():
     first = judge("r1", None, GRACE, NOW)
-    assert (first.silent_seconds, first.dead, first.observation) == (0.0, False, Observation("r1", NOW))
+    assert (first.silent_seconds, first.dead, first.observation) == (0.0, False, Observation("r1", NOW, NOW))
     assert judge("r2", first.observation, GRACE, NOW + timedelta(hours=1)).silent_seconds == 0.0  # it changed
     assert judge("r1", first.observation, GRACE, NOW - timedelta(hours=1)).silent_seconds == 0.0  # clock went back
     assert judge("r1", first.observation, GRACE, NOW + timedelta(seconds=GRACE + 1)).dead
@@ -171,3 +171,33 @@ def test_a_lease_labelled_for_a_release_it_is_not_named_after_is_ignored():
     for at in (NOW, NOW + timedelta(seconds=GRACE * 10)):
         assert reap(api, "rl", uninstalled.append, now=at) == []
     assert uninstalled == []
+
+
+def test_every_look_is_timed_by_the_apiserver_never_by_the_reaper_pods_clock():
+    """Two reaper runs land on two nodes whose clocks disagree: the silence is measured between the apiserver's
+    times of the two looks (the Date of its answers), so a reaper pod whose clock is an hour ahead reaps nothing."""
+    api = MemoryLeases()
+    trainer_writes(api, "aw-alive", NOW)
+    uninstalled: list[str] = []
+    api.server_time = NOW
+    assert actions(reap(api, "rl", uninstalled.append)) == [("aw-alive", "alive")]
+    api.server_time = NOW + timedelta(seconds=GRACE - 5)  # this pod's own clock would say an hour later
+    [outcome] = reap(api, "rl", uninstalled.append)
+    assert (outcome.action, outcome.silent_seconds) == ("alive", GRACE - 5) and uninstalled == []
+    api.server_time = NOW + timedelta(seconds=GRACE + 5)
+    assert actions(reap(api, "rl", uninstalled.append)) == [("aw-alive", "reaped")]
+
+
+def test_a_look_long_after_the_previous_one_starts_the_count_again():
+    """The reaper stopped (or the apiserver was away, when no trainer could renew either) for longer than two of
+    its periods: that gap is not the trainer's silence."""
+    api = MemoryLeases()
+    trainer_writes(api, "aw-back", NOW)
+    uninstalled: list[str] = []
+    period = 60.0
+    reap(api, "rl", uninstalled.append, now=NOW, max_gap=2 * period)
+    after_outage = NOW + timedelta(seconds=10 * period)
+    [outcome] = reap(api, "rl", uninstalled.append, now=after_outage, max_gap=2 * period)
+    assert (outcome.action, outcome.silent_seconds) == ("alive", 0.0) and uninstalled == []
+    later = after_outage + timedelta(seconds=GRACE + 1)  # looks on schedule again, the Lease still unchanged
+    assert actions(reap(api, "rl", uninstalled.append, now=later, max_gap=2 * period)) == [("aw-back", "reaped")]

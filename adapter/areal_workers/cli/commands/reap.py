@@ -4,6 +4,7 @@ release that cannot be reaped is reported and the others still are; the command 
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 from kubernetes import client
 
@@ -12,11 +13,27 @@ from ...pods.watch import WaitTimedOut, none_left
 from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ...runtime.lease import LEASE_LABEL
+from ...runtime.schedule import ScheduleError, longest_interval
 from ..output import Format, console, emit, table
-from ..session import EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CliError, Session
+
+SCHEDULE_VARIABLE = "AREAL_WORKERS_REAPER_SCHEDULE"
 
 
-def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
+def max_gap(schedule: str | None) -> float | None:
+    """Two of the schedule's longest periods: a previous look older than that no longer counts (None: no limit)."""
+    if schedule is None:
+        return None
+    try:
+        return 2 * longest_interval(schedule, datetime.now(timezone.utc))
+    except ScheduleError as error:
+        raise CliError(
+            f"--schedule: {error}; give the reaper CronJob's schedule, e.g. '*/2 * * * *'", EXIT_USAGE
+        ) from None
+
+
+def reap(session: Session, dry_run: bool, timeout: float, schedule: str | None, fmt: Format) -> int:
+    gap = max_gap(schedule)
     err = console(stderr=True)
 
     def uninstall(release: str) -> None:
@@ -48,7 +65,13 @@ def reap(session: Session, dry_run: bool, timeout: float, fmt: Format) -> int:
 
     coordination = client.CoordinationV1Api(session.api)
     outcomes = session.kube(
-        reaper.reap, f"reaping in namespace {session.namespace}", coordination, session.namespace, uninstall, dry_run
+        reaper.reap,
+        f"reaping in namespace {session.namespace}",
+        coordination,
+        session.namespace,
+        uninstall,
+        dry_run,
+        max_gap=gap,
     )
     failed = [o for o in outcomes if o.action == "failed"]
     for outcome in failed:
