@@ -40,6 +40,7 @@ AREAL_FILES = [
     "tests/integration/test_areal_scheduler_semantics.py",
     "tests/integration/test_train_controller.py",
     "tests/integration/test_rollout_controller.py",
+    "tests/integration/test_trainer_restart.py",
     "tests/integration/test_etcd_name_resolve.py",
 ]
 # AReaL's own semantics, checked against its real worker server by the areal lane; run against the reference guard
@@ -64,6 +65,7 @@ LATE_MAIN_FILES = [
 LATE_AREAL_FILES = [
     "tests/integration/test_rollout_controller.py",
     "tests/integration/test_train_controller.py",
+    "tests/integration/test_trainer_restart.py",
 ]
 HELM4_FILES = [
     "tests/integration/test_harness_smoke.py",

@@ -65,6 +65,8 @@ def test_a_trainer_killed_and_started_again_gets_its_workers_restarted_in_place(
         "trial": f"t{uuid.uuid4().hex[:6]}",
         "cpu": 0.25 if node == "real" else 1,
     }
+    if node == "kwok":  # the forks start as processes of this machine: AReaL's interpreter, not the first on PATH
+        settings["python_executable"] = str(AREAL_WORKER_PYTHON)
     code, [first] = life(settings, "first", tmp_path)
     assert code == -signal.SIGKILL  # died without a clean-up, its Lease left unrenewed
     code, [findings, end] = life(settings, "second", tmp_path)
