@@ -17,6 +17,7 @@ import yaml
 
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, EXIT_USAGE
+from areal_workers.errors import LeaseLostError
 from clusterlib import job, spec
 from repo_paths import REPO, TOOLS_BIN
 
@@ -45,8 +46,9 @@ def cli(kubeconfig, namespace, capsys, monkeypatch):
 @pytest.fixture
 def crashing_trial(make_scheduler):
     """actor: 2 ready workers (revision 1, the last all-ready one); broken: 2 workers whose command exits 3
-    (revision 2), never waited for, so nothing rolled it back."""
-    scheduler = make_scheduler()
+    (revision 2), never waited for, so nothing rolled it back. No trainer's Lease: a person's trial, as `up` makes
+    one (down and rollback refuse a live trainer's: test_down_refuses_a_live_trainer_unless_forced)."""
+    scheduler = make_scheduler(lease_grace_seconds=0)
     scheduler.create_workers(job("actor", 2))
     scheduler.get_workers("actor")
     scheduler.create_workers(job("broken", 2, [spec(cmd=CRASH)]))
@@ -169,7 +171,7 @@ def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_tria
 
 
 def test_down_asks_first_then_removes_the_release_and_its_pods(cli, make_scheduler, core, namespace):
-    scheduler = make_scheduler()
+    scheduler = make_scheduler(lease_grace_seconds=0)
     scheduler.create_workers(job("actor", 1))
     scheduler.get_workers("actor")
     code, _, err = cli("down")  # stdin is not a terminal under pytest
@@ -186,6 +188,25 @@ def test_down_asks_first_then_removes_the_release_and_its_pods(cli, make_schedul
     code, out, _ = cli("status", "-o", "json")
     assert code == EXIT_OK and json.loads(out)["trials"] == []
     assert cli("down", "--yes")[0] == EXIT_NOT_FOUND
+
+
+def test_down_refuses_a_live_trainer_unless_forced(cli, make_scheduler, core, namespace):
+    """The trainer renews its Lease: its next change would bring back what `down` removed. Refused; --force takes
+    the Lease, and the trainer's next call raises instead of re-creating the workers."""
+    trainer = make_scheduler(lease_grace_seconds=4)  # renews every second: seen alive within two
+    trainer.create_workers(job("actor", 1))
+    trainer.get_workers("actor")
+    selector = f"app.kubernetes.io/instance={trainer.release}"
+    code, _, err = cli("down", "--yes")
+    assert code == EXIT_USAGE and "its trainer is alive" in err and "--force" in err
+    assert core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    code, _, err = cli("down", "--yes", "--force")
+    assert code == EXIT_OK, err
+    assert core.list_namespaced_pod(namespace, label_selector=selector).items == []
+    with pytest.raises(LeaseLostError):
+        trainer.create_workers(job("actor", 1))
+    trainer.close()
 
 
 def test_every_trial_of_a_namespace_and_naming_one(cli, make_scheduler):

@@ -188,7 +188,7 @@ def test_a_trainer_whose_lease_was_reaped_gets_an_error_not_fresh_workers(
         assert reap(capsys, kubeconfig, namespace) == {scheduler.release: "alive"}
         time.sleep(GRACE + 1)
         assert reap(capsys, kubeconfig, namespace) == {scheduler.release: "reaped"}
-        scheduler.lease.renew()  # it wakes up: its next renewal finds the Lease gone
+        # It wakes up and writes before its renewal thread's next turn: the write confirms the Lease first.
         with pytest.raises(LeaseLostError, match="was deleted"):
             scheduler.create_workers(Job(role="critic", replicas=1, tasks=[task]))
         selector = naming.release_selector(scheduler.release)
