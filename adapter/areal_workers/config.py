@@ -82,6 +82,8 @@ class KubernetesSchedulerConfig:
         owner_pod / owner_pod_uid: the trainer's own pod when it runs in the cluster (set from the downward API by
             `areal-workers submit`): the release's objects get it as ownerReference, so Kubernetes' garbage
             collector deletes the workers when the trainer's pod goes.
+        owner_job / owner_job_uid: instead, the trainer's Job (`submit` with restarts: each attempt is a new pod
+            that reclaims its predecessor's workers, so they must outlive a pod and go with the Job).
         kueue_queue: a Kueue LocalQueue of the namespace that admits every role this scheduler creates, each as one
             group (all its workers or none); None: not queued. Changing a queued role's size or pods re-creates its
             StatefulSet (the role is queued and admitted again, with fresh workers).
@@ -123,6 +125,8 @@ class KubernetesSchedulerConfig:
     lease_takeover: bool = False
     owner_pod: str | None = None
     owner_pod_uid: str | None = None
+    owner_job: str | None = None
+    owner_job_uid: str | None = None
     kueue_queue: str | None = None
     kueue_priority_class: str | None = None
     trainer_address: str | None = None
@@ -164,6 +168,13 @@ class KubernetesSchedulerConfig:
                 "owner_pod and owner_pod_uid go together (AREAL_K8S_OWNER_POD and "
                 "AREAL_K8S_OWNER_POD_UID, from the downward API's metadata.name and metadata.uid)"
             )
+        if bool(self.owner_job) != bool(self.owner_job_uid):
+            raise ConfigError(
+                "owner_job and owner_job_uid go together (AREAL_K8S_OWNER_JOB and AREAL_K8S_OWNER_JOB_UID, from the "
+                "downward API's labels batch.kubernetes.io/job-name and batch.kubernetes.io/controller-uid)"
+            )
+        if self.owner_pod and self.owner_job:
+            raise ConfigError("owner_pod and owner_job exclude each other: the workers go with one owner")
         if self.kueue_priority_class and not self.kueue_queue:
             raise ConfigError(
                 "kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that admits the roles"

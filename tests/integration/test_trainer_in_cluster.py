@@ -1,6 +1,8 @@
 """The trainer in the cluster: `areal-workers submit` runs it as a Job whose pod (run by podrunner, with its
 ServiceAccount's credentials) creates workers at their pod IPs, calls engines and exits; its log and exit code
-reach the command. Its workers are owned by its pod: deleting the pod garbage-collects them."""
+reach the command. With one attempt its workers are owned by its pod: deleting the pod garbage-collects them. With
+restarts they are owned by the Job: a killed attempt's successor takes over its Lease and gets the same worker pods,
+restarted in place."""
 
 from __future__ import annotations
 
@@ -39,6 +41,29 @@ TRAINER = textwrap.dedent("""
 """)
 
 
+RESTARTING_TRAINER = textwrap.dedent("""
+    import asyncio, json, os, signal, sys
+    from pathlib import Path
+    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec, naming
+    config = KubernetesSchedulerConfig.from_env(values_files=(sys.argv[1],), ready_timeout=120.0)
+    scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="restarts")
+    scheduler.create_workers(Job(role="actor", replicas=2, tasks=[SchedulingSpec(
+        cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
+    workers = scheduler.get_workers("actor")
+    for worker in workers:  # "already exists" if a worker still ran the first attempt's process
+        asyncio.run(scheduler.create_engine(worker.id, "areal_workers_testing.engines.Counter", "counter", 40))
+    total = sum(scheduler.call_engine(w.id, "increment", "counter", 1) for w in workers)
+    listed, _ = scheduler.finder.pods.list(naming.release_selector(scheduler.release))
+    pods = {p.metadata.name: [p.metadata.uid, p.status.container_statuses[0].restart_count] for p in listed}
+    print("trainer: " + json.dumps({"total": total, "pods": pods}), flush=True)
+    first = Path(sys.argv[2])
+    if not first.exists():
+        first.touch()
+        os.kill(os.getpid(), signal.SIGKILL)  # OOM-killed, say: no clean-up, its Lease left unrenewed
+    scheduler.delete_workers()
+""")
+
+
 @pytest.fixture
 def trainer_namespace(namespace, pod_runner, kubeconfig, tmp_path, worker_lane, monkeypatch):
     """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test
@@ -64,7 +89,18 @@ def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_rea
     assert "trainer: 2 workers at ['127." in out and "counters sum to 82" in out  # 41 + 41, at loopback pod IPs
     assert "succeeded with exit code 0" in err
     code, out, err = submit_trainer(
-        capsys, kubeconfig, namespace, "--name", "trainer-fails", "--", "python", str(script), str(values), "7"
+        capsys,
+        kubeconfig,
+        namespace,
+        "--name",
+        "trainer-fails",
+        "--restarts",
+        "0",
+        "--",
+        "python",
+        str(script),
+        str(values),
+        "7",
     )
     assert code == 7 and "counters sum to 82" in out and "failed with exit code 7" in err
     job = yaml.safe_load(
@@ -92,7 +128,7 @@ def test_a_submitted_trainer_creates_workers_calls_engines_and_its_exit_code_rea
 def test_deleting_the_trainers_pod_garbage_collects_its_workers(trainer_namespace, kubeconfig, capsys, core):
     namespace, script, values = trainer_namespace
     settings = script.parent / "trainer.yaml"
-    settings.write_text(yaml.safe_dump({"image": TRAINER_IMAGE, "lease_grace_seconds": 2}))
+    settings.write_text(yaml.safe_dump({"image": TRAINER_IMAGE, "lease_grace_seconds": 2, "restarts": 0}))
     code, _, err = submit_trainer(
         capsys,
         kubeconfig,
@@ -150,3 +186,37 @@ def client_apps(kubeconfig):
     from kubernetes import client, config
 
     return client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+
+
+def test_a_killed_attempt_is_followed_by_one_that_gets_the_same_workers_restarted(
+    trainer_namespace, kubeconfig, capsys, core
+):
+    namespace, script, values = trainer_namespace
+    script.write_text(RESTARTING_TRAINER)
+    settings = script.parent / "trainer.yaml"
+    settings.write_text(yaml.safe_dump({"image": TRAINER_IMAGE, "lease_grace_seconds": 4, "restarts": 2}))
+    marker = script.parent / "first-attempt-done"
+    code, out, err = submit_trainer(
+        capsys,
+        kubeconfig,
+        namespace,
+        "-f",
+        str(settings),
+        "--name",
+        "trainer-restarts",
+        "--",
+        "python",
+        str(script),
+        str(values),
+        str(marker),
+        start_timeout=180.0,
+    )
+    assert code == 0, err
+    first, second = [json.loads(line.split("trainer: ", 1)[1]) for line in out.splitlines() if "trainer: {" in line]
+    assert first["total"] == second["total"] == 82  # fresh counters both times: 41 + 41
+    assert {name: uid for name, (uid, _) in second["pods"].items()} == {
+        name: uid for name, (uid, _) in first["pods"].items()
+    }  # the same pods, not garbage-collected with the first attempt's pod
+    assert all(second["pods"][name][1] == restarts + 1 for name, (_, restarts) in first["pods"].items())
+    assert "attempt 1 of 3, ended (" in err and "succeeded with exit code 0 (attempt 2 of 3" in err
+    assert core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items == []

@@ -90,6 +90,8 @@ CONFIG_FIELDS = [
     "lease_takeover",
     "owner_pod",
     "owner_pod_uid",
+    "owner_job",
+    "owner_job_uid",
     "kueue_queue",
     "kueue_priority_class",
     "trainer_address",

@@ -246,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit_cmd.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
     submit_cmd.add_argument("--name", help="the Job's name (default: trainer-<script>)")
+    submit_cmd.add_argument(
+        "--restarts",
+        type=int,
+        metavar="N",
+        help="new attempts after a failed one (default 3, AReaL's recover.retries; 0: one attempt): each takes "
+        "over the last one's Lease and reclaims its workers, restarted in place",
+    )
     submit_cmd.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
     submit_cmd.add_argument("--detach", action="store_true", help="return once the Job is created")
     submit_cmd.add_argument(
@@ -382,7 +389,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return submit.submit(
                 session,
                 args.file,
-                {"image": args.image, "name": args.name},
+                {"image": args.image, "name": args.name, "restarts": args.restarts},
                 command_line,
                 args.dry_run,
                 args.detach,

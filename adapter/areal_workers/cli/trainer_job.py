@@ -17,6 +17,9 @@ from kubernetes import client
 from .session import EXIT_USAGE, CliError
 
 CONTROLLER_LABEL = "areal.io/controller"
+# The labels the Job controller puts on its pods (Kubernetes >= 1.27): the Job's name and uid, for the downward API.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 CONTROLLER_SERVICE_ACCOUNT = "areal-controller"  # rbac/serviceaccount.yaml
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
@@ -60,6 +63,9 @@ class TrainerSpec:
     volume_mounts: list[dict[str, Any]] = field(default_factory=list)
     working_dir: str = ""
     lease_grace_seconds: int = 300
+    # Attempts after the first when the trainer fails (its pod ends non-zero, is deleted, evicted or OOM-killed):
+    # AReaL's recover.retries default. Each attempt is a new pod that reclaims the workers (restarted in place).
+    restarts: int = 3
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int = 3600
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -163,6 +169,14 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
         )
     if spec.lease_grace_seconds < 0:
         raise CliError("lease_grace_seconds must be >= 0", EXIT_USAGE)
+    if not isinstance(spec.restarts, int) or isinstance(spec.restarts, bool) or spec.restarts < 0:
+        raise CliError(f"restarts must be an integer >= 0 (0: one attempt), got {spec.restarts!r}", EXIT_USAGE)
+    if spec.restarts and not spec.lease_grace_seconds:
+        raise CliError(
+            "restarts need the trainer's Lease (lease_grace_seconds > 0): a restarted trainer takes its "
+            "predecessor's Lease to know it is dead before it reclaims the workers",
+            EXIT_USAGE,
+        )
     return spec
 
 
@@ -198,6 +212,20 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _owner_env(restarts: int) -> list[dict[str, Any]]:
+    """What the workers' objects are owned by: the trainer's pod (they go with it), or with restarts its Job (they
+    outlive an attempt, the next one reclaims them)."""
+    if not restarts:
+        return [
+            _field_env("AREAL_K8S_OWNER_POD", "metadata.name"),
+            _field_env("AREAL_K8S_OWNER_POD_UID", "metadata.uid"),
+        ]
+    return [
+        _field_env("AREAL_K8S_OWNER_JOB", f"metadata.labels['{JOB_NAME_LABEL}']"),
+        _field_env("AREAL_K8S_OWNER_JOB_UID", f"metadata.labels['{JOB_UID_LABEL}']"),
+    ]
+
+
 def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[str, Any]:
     if not command:
         raise CliError(
@@ -212,8 +240,7 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     }
     env = [
         _field_env("AREAL_K8S_NAMESPACE", "metadata.namespace"),
-        _field_env("AREAL_K8S_OWNER_POD", "metadata.name"),
-        _field_env("AREAL_K8S_OWNER_POD_UID", "metadata.uid"),
+        *_owner_env(spec.restarts),
         {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)},
     ]
     if "AREAL_K8S_TRAINER_ADDRESS" not in spec.env:  # the callbacks' address: the pod's, not the host name's
@@ -256,12 +283,16 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         if value:
             pod[key] = value
     job_spec: dict[str, Any] = {
-        # One attempt: a second trainer pod would start the trial over with new workers (the first's are
-        # garbage-collected with it); rerun it on purpose instead.
-        "backoffLimit": 0,
+        # Each failed attempt is followed by a new pod, up to `restarts`; it takes over its predecessor's Lease and
+        # reclaims the workers, restarted in place (docs/en/trainer-lifetime.md).
+        "backoffLimit": spec.restarts,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
         "template": {"metadata": {"labels": {**labels, CONTROLLER_LABEL: "true"}}, "spec": pod},
     }
+    if spec.restarts:
+        # The next attempt only once the last one's pod is gone: a terminating trainer still renews its Lease, and
+        # the next one would be refused as a second live controller of the trial.
+        job_spec["podReplacementPolicy"] = "Failed"
     if spec.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
     return {

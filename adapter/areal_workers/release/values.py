@@ -251,6 +251,10 @@ def base_values(
         values["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Pod", "name": config.owner_pod, "uid": config.owner_pod_uid}
         ]
+    elif config.owner_job:  # a Job that restarts its trainer: the workers outlive an attempt, not the Job
+        values["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": config.owner_job, "uid": config.owner_job_uid}
+        ]
     return values
 
 

@@ -33,6 +33,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
                 "volumes": [{"name": "data", "emptyDir": {}}],
                 "volume_mounts": [{"name": "data", "mountPath": "/data"}],
                 "lease_grace_seconds": 120,
+                "restarts": 0,
             }
         )
     )
@@ -57,6 +58,37 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
     }
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and container["volumeMounts"][0]["name"] == "data"
     assert pod["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+
+
+def test_a_restarting_trainer_hands_its_workers_from_attempt_to_attempt_through_its_job():
+    """AReaL's recover.retries (3) by default: each attempt a new pod, only once the last is gone (it still renews
+    its Lease while it terminates); the workers' owner is the Job, so an attempt's end does not delete them."""
+    job = trainer_job(load_spec(None, {"image": "reg/areal:1"}), ["python", "train.py"], "rl")
+    assert job["spec"]["backoffLimit"] == 3 and job["spec"]["podReplacementPolicy"] == "Failed"
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    owner = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "OWNER" in e["name"]}
+    assert owner == {
+        "AREAL_K8S_OWNER_JOB": "metadata.labels['batch.kubernetes.io/job-name']",
+        "AREAL_K8S_OWNER_JOB_UID": "metadata.labels['batch.kubernetes.io/controller-uid']",
+    }
+    config = KubernetesSchedulerConfig(owner_job="trainer-train", owner_job_uid="uid-2")
+    assert base_values(config, "e", "t")["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "trainer-train", "uid": "uid-2"}
+    ]
+    once = trainer_job(load_spec(None, {"image": "reg/areal:1", "restarts": 0}), ["python", "train.py"], "rl")
+    assert once["spec"]["backoffLimit"] == 0 and "podReplacementPolicy" not in once["spec"]
+
+
+@pytest.mark.parametrize("restarts", [-1, "3", True, 1.5])
+def test_restarts_are_a_count(restarts):
+    with pytest.raises(CliError, match="restarts must be an integer >= 0"):
+        load_spec(None, {"image": "reg/areal:1", "restarts": restarts})
+
+
+def test_restarts_need_the_lease_that_tells_a_dead_attempt():
+    with pytest.raises(CliError, match="restarts need the trainer's Lease"):
+        load_spec(None, {"image": "reg/areal:1", "lease_grace_seconds": 0})
+    assert load_spec(None, {"image": "reg/areal:1", "lease_grace_seconds": 0, "restarts": 0}).restarts == 0
 
 
 def test_the_trainers_pod_becomes_the_owner_of_its_release():

@@ -61,11 +61,13 @@ def test_the_variables_are_the_ones_from_env_reads():
         "ownership": "external",
         "trainer_address": "127.0.0.1",
     }
-    # The owner pod's name and uid are set together (from the downward API), a Kueue priority class with its queue;
+    # The owner pod's (or Job's) name and uid are set together (from the downward API), a Kueue priority class with its queue;
     # each row still sets its own field.
     companions = {
         "AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
         "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"},
+        "AREAL_K8S_OWNER_JOB": {"AREAL_K8S_OWNER_JOB_UID": "uid-2"},
+        "AREAL_K8S_OWNER_JOB_UID": {"AREAL_K8S_OWNER_JOB": "trainer"},
         # A Kueue priority class needs the queue it orders, an external release its name.
         "AREAL_K8S_KUEUE_PRIORITY_CLASS": {"AREAL_K8S_KUEUE_QUEUE": "lq"},
         "AREAL_K8S_OWNERSHIP": {"AREAL_K8S_RELEASE_NAME": "theirs"},

@@ -21,11 +21,13 @@ from ...pods.watch import WaitTimedOut
 from .. import log_stream
 from ..output import Format, console, emit
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
+from ..trainer_attempts import ended
 from ..trainer_job import load_spec, trainer_job
 
 FINISHED = ("Succeeded", "Failed")
 LOG_DRAIN_SECONDS = 2.0  # for the last lines after the pod has finished
 EVENT_CHECK_SECONDS = 1.0  # how often the Job's events are read while it has no pod
+BACKOFF_ALLOWANCE = 6 * 60.0  # the Job controller's back-off before an attempt (10 s doubling, at most 6 minutes)
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -163,8 +165,23 @@ def _pod_states(session: Session, selector: str) -> str:
     return "; ".join(f"{p.metadata.name}: {p.status.phase}" for p in pods) or "no pod yet"
 
 
-def _finished(pods: dict[str, client.V1Pod]) -> bool:
-    return any(pod.status.phase in FINISHED for pod in pods.values())
+def _finished(name: str) -> Callable[[dict[str, client.V1Pod]], bool]:
+    """The attempt's pod finished, or is gone (deleted: the Job counts it as failed)."""
+
+    def check(pods: dict[str, client.V1Pod]) -> bool:
+        pod = pods.get(name)
+        return pod is None or pod.status.phase in FINISHED
+
+    return check
+
+
+def _next_attempt(seen: set[str]) -> Callable[[dict[str, client.V1Pod]], bool]:
+    """A pod of the Job that no earlier attempt ran has started (or cannot start: raised)."""
+
+    def check(pods: dict[str, client.V1Pod]) -> bool:
+        return _started_or_failed({name: pod for name, pod in pods.items() if name not in seen})
+
+    return check
 
 
 def _exit_code(pod: client.V1Pod) -> int:
@@ -187,16 +204,40 @@ def _open_log(session: Session, pod: str, timeout: float) -> Any:
             time.sleep(0.5)
 
 
-def _follow_until_finished(session: Session, pod: str, selector: str, start_timeout: float) -> client.V1Pod:
-    """Copies the log while the pod runs; returns the finished pod. The stream is closed once the pod has finished
-    (a log server may keep following a file whose writer is gone)."""
+def _follow_until_finished(session: Session, pod: str, selector: str, start_timeout: float) -> client.V1Pod | None:
+    """Copies the log while the pod runs; returns the finished pod (None: deleted). The stream is closed once the pod
+    has finished (a log server may keep following a file whose writer is gone)."""
     response = _open_log(session, pod, start_timeout)
     reader = log_stream.start_copy(response)
     try:
-        finished = session.pods().wait(selector, _finished, 365 * 86400.0)
+        finished = session.pods().wait(selector, _finished(pod), 365 * 86400.0)
     finally:
         log_stream.stop_copy(response, reader, LOG_DRAIN_SECONDS)
-    return next(p for p in finished.values() if p.status.phase in FINISHED)
+    return finished.get(pod)
+
+
+def _follow_attempts(session: Session, name: str, first: str, restarts: int, start_timeout: float) -> int:
+    """Follows each attempt's log until one succeeds or none is left; the last attempt's exit code."""
+    err, selector, seen = console(stderr=True), f"job-name={name}", {first}
+    attempt, pod_name = 1, first
+    while True:
+        pod = _follow_until_finished(session, pod_name, selector, start_timeout)
+        code = _exit_code(pod) if pod is not None else EXIT_PROBLEM
+        if (pod is not None and pod.status.phase == "Succeeded") or attempt > restarts:
+            end = pod.status.phase.lower() if pod is not None else "was deleted"
+            err.print(
+                f"trainer {pod_name} {end} with exit code {code} (attempt {attempt} of {restarts + 1}: {ended(pod)})"
+            )
+            return code
+        err.print(
+            f"trainer {pod_name}, attempt {attempt} of {restarts + 1}, ended ({ended(pod)}); the Job starts the "
+            f"next attempt, which takes over the trial's Lease and its workers, restarted in place"
+        )
+        with err.status(f"waiting for attempt {attempt + 1} of job {name} to start"):
+            started = session.pods().wait(selector, _next_attempt(seen), start_timeout + BACKOFF_ALLOWANCE)
+        pod_name = next(n for n in started if n not in seen)
+        seen.add(pod_name)
+        attempt += 1
 
 
 def submit(
@@ -263,10 +304,13 @@ def submit(
             EXIT_TIMEOUT,
         ) from None
     try:
-        pod = _follow_until_finished(session, next(iter(started)), selector, start_timeout)
+        return _follow_attempts(session, name, next(iter(started)), manifest["spec"]["backoffLimit"], start_timeout)
     except KeyboardInterrupt:
         err.print(f"detached; the trainer keeps running (kubectl logs -f job/{name} -n {session.namespace})")
         return EXIT_OK
-    code = _exit_code(pod)
-    err.print(f"trainer {pod.metadata.name} {pod.status.phase.lower()} with exit code {code}")
-    return code
+    except WaitTimedOut:
+        raise CliError(
+            f"the next attempt of job {name} did not start ({_pod_states(session, selector)}); kubectl describe "
+            f"job {name} -n {session.namespace}",
+            EXIT_TIMEOUT,
+        ) from None

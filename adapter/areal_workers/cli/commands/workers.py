@@ -23,6 +23,7 @@ from .. import log_stream
 from ..output import Format, console, emit, status_renderable
 from ..session import EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
 from ..status_view import TrialStatus, trial_status
+from ..trainer_attempts import attempts_text, job_pods_selector, owner_job
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
 EXTERNAL_STATUS = "applied without helm"
@@ -79,9 +80,23 @@ class TrialReader:
             if any((p.metadata.labels or {}).get(naming.LABEL_ROLE) not in known for p in mine):
                 model, helm_status, ready = self.read(release)  # a revision added a workload
             status = trial_status(release, model, mine, self.nodes, helm_status, ready)
-            status.trainer = self.trainer(release)
+            status.trainer = "\n".join(text for text in (self.trainer(release), self.attempts(model)) if text)
             made.append(status)
         return made
+
+    def attempts(self, model: ReleaseModel) -> str:
+        """A submitted trainer's attempt and why the last one ended ("" unless a Job owns the release)."""
+        job = owner_job(model.values)
+        if job is None:
+            return ""
+        try:
+            found = client.BatchV1Api(self.session.api).read_namespaced_job(job, self.session.namespace)
+            pods = self.session.core.list_namespaced_pod(
+                self.session.namespace, label_selector=job_pods_selector(job)
+            ).items
+        except ApiException:  # gone, or not readable by this identity: the Lease's line says enough
+            return ""
+        return attempts_text(found, pods)
 
     def trainer(self, release: str) -> str:
         """The trainer's Lease in words ("" when there is none or it cannot be read: helm or Argo CD releases)."""
