@@ -61,8 +61,8 @@ def test_the_variables_are_the_ones_from_env_reads():
         "ownership": "external",
         "trainer_address": "127.0.0.1",
     }
-    # The owner pod's (or Job's) name and uid are set together (from the downward API), a Kueue priority class with its queue;
-    # each row still sets its own field.
+    # The owner pod's (or Job's) name and uid are set together (from the downward API), a Kueue priority class with
+    # its queue; each row still sets its own field.
     companions = {
         "AREAL_K8S_OWNER_POD": {"AREAL_K8S_OWNER_POD_UID": "uid-1"},
         "AREAL_K8S_OWNER_POD_UID": {"AREAL_K8S_OWNER_POD": "trainer-0"},
