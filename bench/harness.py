@@ -78,3 +78,9 @@ def load(path: Path) -> Result:
     data = json.loads(path.read_text())
     data["tables"] = [Table(**table) for table in data.get("tables", [])]
     return Result(**data)
+
+
+def is_result(path: Path) -> bool:
+    """Whether a results file holds a Result (a benchmark's), not a standalone script's own record."""
+    data = json.loads(path.read_text())
+    return isinstance(data, dict) and {"name", "title", "tables"} <= data.keys()

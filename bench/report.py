@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import BENCH, RESULTS, Result, Table, load
+from harness import BENCH, RESULTS, Result, Table, is_result, load
 
 TITLE = "areal-workers benchmarks"
 MACHINE_FIELDS = (
@@ -26,7 +26,9 @@ MACHINE_FIELDS = (
 
 
 def load_all(directory: Path = RESULTS) -> list[Result]:
-    return [load(path) for path in sorted(directory.glob("*.json"))]
+    """Every harness Result there; the standalone real-node measurements (their own .json and .md, e.g.
+    real-node-startup-cpu1) are not Results."""
+    return [load(path) for path in sorted(directory.glob("*.json")) if is_result(path)]
 
 
 def _cell(value: Any) -> str:

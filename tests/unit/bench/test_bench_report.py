@@ -41,6 +41,13 @@ def test_results_survive_a_save_and_load(tmp_path):
     assert harness.load(path) == result
 
 
+def test_a_standalone_measurement_beside_the_results_is_not_read_as_one(tmp_path):
+    """bench/real_node_startup.py keeps its own record there (it rendered no report before: load failed on it)."""
+    harness.save(synthetic(), tmp_path)
+    (tmp_path / "real-node-startup-cpu1.json").write_text('{"repeats": 3, "median": {"real": 14.6}}')
+    assert [result.name for result in report.load_all(tmp_path)] == ["startup"]
+
+
 def test_the_report_holds_every_part_of_a_result(tmp_path):
     harness.save(synthetic(), tmp_path)
     out = report.write(tmp_path, tmp_path / "RESULTS.md")

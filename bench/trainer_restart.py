@@ -1,0 +1,146 @@
+"""A restarted trainer's workers against a cold start, side by side in one run, alternating, on KWOK nodes (podrunner)
+and on the real node (kubelet + containerd), AReaL's real rpc_server in both.
+
+    python bench/trainer_restart.py [--repeats 3] [--workers 2]   # on the running cluster, with --real-node
+
+Each sample is one trial. Cold: a scheduler is built, create_workers(Job(actor, N)) and get_workers until every worker
+answers (new pods: scheduled, started). The trainer then dies (its Lease stops being renewed, nothing deleted).
+Restarted: a new scheduler of the same trial is built (it watches the dead trainer's Lease for two renewal intervals,
+then takes it over), create_workers of the same job restarts each worker in place, get_workers until they answer.
+The restarted time is split into the constructor (the Lease watch) and the rest. Not part of `make bench`: the real
+node needs root and runs one per machine, while `make bench` runs on a cluster of its own. The result is saved as
+bench/results/trainer_restart.json, which bench/report.py renders into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from kubernetes import client, config as kube_config
+
+from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+from harness import Result, Table, save
+from localkube.cluster import LocalCluster
+from real_node_startup import values_for
+from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
+
+COMMAND = "python -m areal.infra.rpc.rpc_server"
+LEASE_GRACE_SECONDS = 8.0  # the restarted trainer watches the dead one's Lease for half of it
+
+
+def settings(where: str, kubeconfig: Path, namespace: str, values: Path) -> KubernetesSchedulerConfig:
+    return KubernetesSchedulerConfig(
+        namespace=namespace,
+        kubeconfig=str(kubeconfig),
+        helm_executable=str(TOOLS_BIN / "helm"),
+        values_files=(str(values),),
+        ready_timeout=600.0,
+        helm_timeout=600.0,
+        lease_grace_seconds=LEASE_GRACE_SECONDS,
+        termination_grace_seconds=5,
+        python_executable=str(AREAL_WORKER_PYTHON) if where == "kwok" else "python",
+    )
+
+
+def sample(where: str, kubeconfig: Path, namespace: str, work: Path, workers: int) -> dict[str, float]:
+    shared = work / f"{where}-{uuid.uuid4().hex[:6]}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    values = shared / "values.json"
+    values.write_text(json.dumps(values_for(where, shared)))
+    config = settings(where, kubeconfig, namespace, values)
+    trial = f"{where}{uuid.uuid4().hex[:4]}"
+    cpu = 0.5 if where == "real" else 1
+    job = Job(role="actor", replicas=workers, tasks=[SchedulingSpec(cpu=cpu, gpu=0, mem=2, cmd=COMMAND)])
+    started = time.monotonic()
+    first = KubernetesScheduler(config=config, experiment_name="bench", trial_name=trial)
+    first.create_workers(job)
+    first.get_workers("actor")
+    cold = time.monotonic() - started
+    first.close()  # dies without deleting anything: its Lease is no longer renewed
+    started = time.monotonic()
+    second = KubernetesScheduler(config=config, experiment_name="bench", trial_name=trial)
+    built = time.monotonic() - started
+    try:
+        second.create_workers(job)
+        second.get_workers("actor")
+        restarted = time.monotonic() - started
+    finally:
+        second.delete_workers()
+        second.close()
+    return {"cold": cold, "restarted": restarted, "lease_watch": built}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    cluster = LocalCluster()
+    if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
+        print(
+            "needs the local cluster with the real node and AReaL's server: "
+            "python tools/localcluster.py up --workers areal --real-node",
+            file=sys.stderr,
+        )
+        return 1
+    core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    namespace = f"bench-restart-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    samples: dict[str, list[dict[str, float]]] = {"kwok": [], "real": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-restart-") as work:
+            for repeat in range(args.repeats):
+                for where in ("real", "kwok") if repeat % 2 == 0 else ("kwok", "real"):
+                    samples[where].append(sample(where, cluster.kubeconfig, namespace, Path(work), args.workers))
+                    print(f"{where}: {json.dumps({k: round(v, 1) for k, v in samples[where][-1].items()})}", flush=True)
+    finally:
+        core.delete_namespace(namespace)
+    rows = []
+    for where, taken in samples.items():
+        median = {key: statistics.median(s[key] for s in taken) for key in ("cold", "restarted", "lease_watch")}
+        rows.append(
+            [
+                where,
+                round(median["cold"], 1),
+                round(median["restarted"], 1),
+                round(median["lease_watch"], 1),
+                round(median["restarted"] - median["lease_watch"], 1),
+                round(median["restarted"] / median["cold"], 2),
+            ]
+        )
+    result = Result(
+        name="trainer_restart",
+        title="A restarted trainer's workers against a cold start",
+        summary=(
+            f"Cold: a new trial's create_workers + get_workers of {args.workers} AReaL workers (new pods). Restarted: "
+            "the trainer died (Lease unrenewed, nothing deleted) and a new scheduler of the same trial builds "
+            f"(watching the dead Lease for two renewal intervals, grace {LEASE_GRACE_SECONDS:g} s), then "
+            "create_workers restarts each worker in place and get_workers waits until they answer. Medians of "
+            f"{args.repeats} samples, alternating, side by side in one run. On a GPU cluster a cold start also "
+            "waits for scheduling, image pulls and free GPUs, which a restart in place skips; here the image is "
+            "local and the nodes idle, so the two are close."
+        ),
+        command=f".venv/bin/python bench/trainer_restart.py --repeats {args.repeats} --workers {args.workers}",
+        profile="real-node",
+        tables=[
+            Table(
+                caption=f"{args.workers} workers, seconds (median of {args.repeats})",
+                columns=["node", "cold", "restarted", "of which Lease watch", "restart itself", "restarted / cold"],
+                rows=rows,
+            )
+        ],
+    )
+    print(save(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
