@@ -29,7 +29,7 @@ from .orchestration.deletion import Deletion
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
 from .orchestration.fork_operations import ForkOperations
-from .orchestration.reclaim import Reclaim, workload_kind
+from .orchestration.reclaim import Reclaim
 from .orchestration.worker_calls import WorkerCalls
 from .pods.held_workers import HeldWorkers
 from .release import request_checks, values as job_values
@@ -175,8 +175,9 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             spec = request_checks.spec(job)
             role, replicas = job.role, job.replicas
             strategy = job.scheduling_strategy
-            wanted = "role" if strategy.type == "separation" else self._fork_kind() if strategy.fork else "colocation"
-            inherited = self._claim(role, wanted)
+            fork_kind = f"{self.config.fork_mode} fork"
+            wanted = "role" if strategy.type == "separation" else fork_kind if strategy.fork else "colocation"
+            inherited = self.reclaim.claim(role, wanted, self.delete_workers)
             if not inherited:
                 request_checks.require_new(self.driver.model, role)
             request_checks.require_strategy(role, strategy.type)
@@ -201,19 +202,6 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             if first and not self.driver.model.installed:
                 self._drop_lease()
             raise
-
-    def _fork_kind(self) -> str:
-        return f"{self.config.fork_mode} fork"
-
-    def _claim(self, role: str, kind: str) -> bool:
-        """Whether `role` is an earlier controller's workload of this kind, to be re-created in place
-        (orchestration/reclaim.py); one of another kind is deleted first, and `role` is then created anew."""
-        if role not in self.reclaim.inherited:
-            return False
-        if workload_kind(self.driver.model, role) == kind:
-            return True
-        self.delete_workers(role)
-        return False
 
     def scale_workers(self, role: str, replicas: int) -> list[str]:
         """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
@@ -329,7 +317,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         with self._lock:
             self._confirm_lease()
             self._require_managed("fork_workers")
-            inherited = self._claim(role, self._fork_kind())
+            inherited = self.reclaim.claim(role, f"{self.config.fork_mode} fork", self.delete_workers)
             request_checks.require_fork(self.driver.model, role, target_role, replacing=inherited)
             if self.config.fork_mode == "pod":
                 values = self.forks.pod_fork_values(role, target_role, command)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -23,6 +24,7 @@ from ..guard.client import GuardClient
 from ..guard.restart import RESTART_FORK_ROLE, stop_guard_argv
 from ..pods.held_workers import HeldWorkers
 from ..pods.watch import WaitTimedOut, pod_index
+from ..release.model import ReleaseModel
 from ..runtime.loop_thread import LoopThread
 from .driver import ReleaseDriver
 
@@ -33,11 +35,13 @@ logger = logging.getLogger(__name__)
 RESTART_MARGIN_SECONDS = 30.0
 
 
-def workload_kind(model: Any, workload: str) -> str:
-    """ "colocation", "fork" or "role": how a workload of the release lives."""
+def workload_kind(model: ReleaseModel, workload: str) -> str:
+    """ "colocation", "process fork", "pod fork" or "role": how a workload of the release lives."""
     if workload in model.colocations:
         return "colocation"
-    return "fork" if workload in model.forks else "role"
+    if workload in model.forks:
+        return "process fork" if model.is_process_fork(workload) else "pod fork"
+    return "role"
 
 
 def _worker_status(pod: client.V1Pod) -> client.V1ContainerStatus | None:
@@ -80,6 +84,16 @@ class Reclaim:
                 self.driver.name,
                 ", ".join(sorted(self.inherited)),
             )
+
+    def claim(self, workload: str, kind: str, delete: Callable[[str], None]) -> bool:
+        """Whether `workload` is an earlier controller's of this kind, to be re-created in place; one of another
+        kind is deleted first (`delete`: the scheduler's delete_workers), and is then created anew."""
+        if workload not in self.inherited:
+            return False
+        if workload_kind(self.driver.model, workload) == kind:
+            return True
+        delete(workload)
+        return False
 
     def recreate(self, workload: str, values: dict[str, Any], description: str) -> None:
         """An inherited role or pod-mode fork, created again with `values`: one revision if they differ, then the

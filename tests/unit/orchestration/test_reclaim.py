@@ -118,6 +118,7 @@ def test_an_inherited_process_fork_is_forked_again_with_new_ports(make_scheduler
     assert ("ref", 0) in guard.killed and ("ref", 1) in guard.killed  # the predecessor's children, if still there
     new_ports = cluster.current().values["forks"]["ref"]["ports"]
     assert new_ports != old_ports and cluster.revisions[-1].description == "fork ref from actor (2 processes)"
+    assert "delete fork ref" not in [r.description for r in cluster.revisions]  # reclaimed, not deleted first
     with pytest.raises(WorkerCreationError, match="already exists"):
         successor.fork_workers("ref", "actor")
 
