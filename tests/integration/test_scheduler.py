@@ -316,7 +316,10 @@ def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(mak
     first.close()  # the controller process ends; its Lease stays, no longer renewed
     restarted = make_scheduler("trial0")  # takes the Lease over once it saw it unchanged (runtime/lease.py)
     assert restarted.get_workers("actor") == workers
-    with pytest.raises(WorkerCreationError):
+    # Creating the predecessor's role again restarts its workers in the same pods (orchestration/reclaim.py) ...
+    assert restarted.create_workers(job("actor", 2)) == ["actor/0", "actor/1"]
+    assert restarted.get_workers("actor") == workers
+    with pytest.raises(WorkerCreationError, match="already exists"):  # ... once: now it is the new one's own
         restarted.create_workers(job("actor", 2))
 
 
