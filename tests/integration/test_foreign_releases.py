@@ -172,7 +172,7 @@ def test_reap_refuses_a_release_of_another_chart_named_by_a_lease(cli, helm, for
 def shadowed_trial(make_scheduler, helm, foreign_chart, kube_client, namespace):
     """A trial with two revisions (actor, then actor scaled) and another chart's StatefulSet labelled with the
     trial's release as its instance; returns (release, foreign StatefulSet name, its state)."""
-    scheduler = make_scheduler()
+    scheduler = make_scheduler(lease_grace_seconds=0)  # no trainer's Lease: `rollback` and `down` act on it
     scheduler.create_workers(job("actor", 1))
     scheduler.get_workers("actor")
     scheduler.scale_workers("actor", 2)

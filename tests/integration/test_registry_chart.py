@@ -89,7 +89,8 @@ def test_the_scheduler_creates_upgrades_and_rolls_back_a_trial_from_the_registry
     published, registry_env, make_scheduler, kubeconfig, namespace, capsys
 ):
     reference, _ = published
-    scheduler = make_scheduler(chart=reference, chart_version=__version__)
+    # No trainer's Lease: the command's rollback would wait for a live trainer to stop (test_cli.py has that case).
+    scheduler = make_scheduler(chart=reference, chart_version=__version__, lease_grace_seconds=0)
     scheduler.create_workers(Job(role="actor", replicas=1, tasks=[spec(cpu=1, mem=1)]))
     scheduler.create_workers(Job(role="critic", replicas=1, tasks=[spec(cpu=1, mem=1)]))
     release = scheduler.release
