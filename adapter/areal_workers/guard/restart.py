@@ -13,24 +13,15 @@ from __future__ import annotations
 RESTART_FORK_ROLE = "areal-workers-restart"  # the /fork `role` of the child that stops its guard
 
 # Shells between the guard and this child: AReaL runs /fork commands as `bash -c "stdbuf -oL CMD | tee ..."`.
-_STOP_GUARD = r"""
-pid=$$
-while :; do
-  parent=
-  while read -r key value; do
-    if [ "$key" = PPid: ]; then parent=$value; break; fi
-  done < "/proc/$pid/status"
-  if [ -z "$parent" ] || [ "$parent" -lt 1 ]; then
-    echo "areal-workers: no guard process above pid $$" >&2
-    exit 1
-  fi
-  pid=$parent
-  read -r name < "/proc/$pid/comm"
-  case $name in bash|sh|dash|stdbuf|tee) ;; *) break ;; esac
-done
-echo "areal-workers: restarting this worker for a new trainer: SIGTERM to its guard (pid $pid, $name)"
-kill -TERM "$pid"
-"""
+_STOP_GUARD = (  # one line: the guard logs the command lines it forks
+    "pid=$$; while :; do parent=; "
+    'while read -r key value; do if [ "$key" = PPid: ]; then parent=$value; break; fi; done < "/proc/$pid/status"; '
+    'if [ -z "$parent" ] || [ "$parent" -lt 1 ]; then echo "areal-workers: no guard process above pid $$" >&2; '
+    'exit 1; fi; pid=$parent; read -r name < "/proc/$pid/comm"; '
+    "case $name in bash|sh|dash|stdbuf|tee) ;; *) break ;; esac; done; "
+    'echo "areal-workers: restarting this worker for a new trainer: SIGTERM to its guard (pid $pid, $name)"; '
+    'kill -TERM "$pid"'
+)
 
 
 def stop_guard_argv() -> list[str]:

@@ -157,6 +157,11 @@ class ReleaseDriver:
         stay true while it stays the same."""
         return self._epochs.get(workload)
 
+    def renew_epoch(self, workload: str) -> None:
+        """`workload`'s pods kept their identity but not their processes (restarted in place): what was learnt
+        about its workers no longer holds."""
+        self._epochs[workload] = next(self._epoch_counter)
+
     def pending(self) -> set[str]:
         """Workloads whose pods changed since the last revision whose workers were all ready."""
         if not self.model.installed:

@@ -121,6 +121,7 @@ class Reclaim:
         asked = {pod.metadata.name: pod for pod, result in zip(live, results) if not isinstance(result, BaseException)}
         failed = {pod.metadata.name: str(r) for pod, r in zip(live, results) if isinstance(r, BaseException)}
         seen = self._wait_restarted(naming.role_selector(self.driver.name, workload), asked)
+        self.driver.renew_epoch(workload)  # workers returned before (get_workers) ran the old processes
         self.held.restarted(
             seen[name] for name, pod in asked.items() if name in seen and seen[name].metadata.uid == pod.metadata.uid
         )

@@ -154,3 +154,15 @@ def test_a_role_the_scheduler_created_itself_is_refused_as_areal_refuses_it(make
     scheduler.create_workers(job("actor", 1))
     with pytest.raises(WorkerCreationError, match="already exists"):
         scheduler.create_workers(job("actor", 1))
+
+
+def test_workers_returned_before_the_restart_are_forgotten_with_their_processes(make_scheduler, cluster):
+    """AReaL may look at the role (get_workers) before it creates it again: what it learnt then, the pods as they
+    were ready, must not count the restart the scheduler asks for as the worker's."""
+    make_scheduler().create_workers(job("actor", 2))
+    successor = make_scheduler()
+    before = successor.get_workers("actor")
+    assert successor.finder.known_workers("actor") == before
+    successor.create_workers(job("actor", 2))
+    assert successor.finder.known_workers("actor") is None
+    assert successor.get_workers("actor") == before  # the same pods and addresses, new processes
