@@ -124,9 +124,12 @@ def main() -> int:
             "the trainer died (Lease unrenewed, nothing deleted) and a new scheduler of the same trial builds "
             f"(watching the dead Lease for two renewal intervals, grace {LEASE_GRACE_SECONDS:g} s), then "
             "create_workers restarts each worker in place and get_workers waits until they answer. Medians of "
-            f"{args.repeats} samples, alternating, side by side in one run. On a GPU cluster a cold start also "
-            "waits for scheduling, image pulls and free GPUs, which a restart in place skips; here the image is "
-            "local and the nodes idle, so the two are close."
+            f"{args.repeats} samples, alternating, side by side in one run. A restart in place skips what a cold "
+            "start waits for on a GPU cluster (scheduling, free GPUs, image pulls, Kueue admission); here the image "
+            "is local and the nodes idle, so on the real node the restart itself costs about a cold start (AReaL's "
+            "import dominates both), and on KWOK nodes podrunner forks a cold worker from a process that imported "
+            "AReaL once, under a second, while a restarted one also waits for the old guard's exit and podrunner's "
+            "1 s back-off."
         ),
         command=f".venv/bin/python bench/trainer_restart.py --repeats {args.repeats} --workers {args.workers}",
         profile="real-node",
