@@ -21,7 +21,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from kubernetes import (
     client,
@@ -77,11 +79,13 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float)
         scheduler.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cpu", type=float, default=1.0, help="the worker's CPU request and limit (default 1)")
-    args = parser.parse_args()
+Sample = TypeVar("Sample")
+
+
+def alternate(prefix: str, repeats: int, sample: Callable[[str, Path, str, Path], Sample]) -> dict[str, list[Sample]]:
+    """`sample(where, kubeconfig, namespace, work directory)` `repeats` times on the real node and on KWOK nodes,
+    alternating, in a namespace and a directory of their own; SystemExit(1) unless the local cluster runs the real
+    node and AReaL's server."""
     cluster = LocalCluster()
     if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
         print(
@@ -89,19 +93,32 @@ def main() -> int:
             "python tools/localcluster.py up --workers areal --real-node",
             file=sys.stderr,
         )
-        return 1
+        raise SystemExit(1)
     core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-    namespace = f"bench-real-node-{uuid.uuid4().hex[:6]}"
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    seconds: dict[str, list[float]] = {"real": [], "kwok": []}
+    samples: dict[str, list[Sample]] = {"real": [], "kwok": []}
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-real-node-") as work:
-            for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix=f"{prefix}-") as work:
+            for repeat in range(repeats):
                 for where in ("real", "kwok") if repeat % 2 == 0 else ("kwok", "real"):
-                    seconds[where].append(sample(where, cluster.kubeconfig, namespace, Path(work), args.cpu))
-                    print(f"{where}: {seconds[where][-1]:.1f}s", flush=True)
+                    samples[where].append(sample(where, cluster.kubeconfig, namespace, Path(work)))
+                    print(f"{where}: {samples[where][-1]}", flush=True)
     finally:
         core.delete_namespace(namespace)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu", type=float, default=1.0, help="the worker's CPU request and limit (default 1)")
+    args = parser.parse_args()
+    seconds = alternate(
+        "bench-real-node",
+        args.repeats,
+        lambda where, kubeconfig, namespace, work: sample(where, kubeconfig, namespace, work, args.cpu),
+    )
     medians = {where: statistics.median(values) for where, values in seconds.items()}
     result = {
         "repeats": args.repeats,

@@ -18,17 +18,13 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from kubernetes import client, config as kube_config
-
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
 from harness import Result, Table, save
-from localkube.cluster import LocalCluster
-from real_node_startup import values_for
+from real_node_startup import alternate, values_for
 from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
 
 COMMAND = "python -m areal.infra.rpc.rpc_server"
@@ -83,26 +79,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    cluster = LocalCluster()
-    if not cluster.real_node().is_running() or cluster.podrunner_workers() != "areal":
-        print(
-            "needs the local cluster with the real node and AReaL's server: "
-            "python tools/localcluster.py up --workers areal --real-node",
-            file=sys.stderr,
-        )
-        return 1
-    core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-    namespace = f"bench-restart-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    samples: dict[str, list[dict[str, float]]] = {"kwok": [], "real": []}
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-restart-") as work:
-            for repeat in range(args.repeats):
-                for where in ("real", "kwok") if repeat % 2 == 0 else ("kwok", "real"):
-                    samples[where].append(sample(where, cluster.kubeconfig, namespace, Path(work), args.workers))
-                    print(f"{where}: {json.dumps({k: round(v, 1) for k, v in samples[where][-1].items()})}", flush=True)
-    finally:
-        core.delete_namespace(namespace)
+    samples = alternate(
+        "bench-restart",
+        args.repeats,
+        lambda where, kubeconfig, namespace, work: sample(where, kubeconfig, namespace, work, args.workers),
+    )
     rows = []
     for where, taken in samples.items():
         median = {key: statistics.median(s[key] for s in taken) for key in ("cold", "restarted", "lease_watch")}

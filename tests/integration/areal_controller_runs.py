@@ -40,9 +40,9 @@ def trial_setup(node: str, make_namespace: Callable[..., str], directory: Path) 
     return namespace, shared, values_file
 
 
-def run_in_areal(script: Path, settings: dict, directory: Path) -> dict:
-    """`script SETTINGS.json` in AReaL's environment; the JSON of its last line of output."""
-    path = directory / "settings.json"
+def run_areal_script(script: Path, settings: dict, directory: Path, name: str = "settings") -> tuple[int, list[dict]]:
+    """`script NAME.json` in AReaL's environment: its exit code and the JSON lines it printed (at least one)."""
+    path = directory / f"{name}.json"
     path.write_text(json.dumps(settings))
     result = subprocess.run(
         [str(AREAL_WORKER_PYTHON), str(script), str(path)],
@@ -52,5 +52,13 @@ def run_in_areal(script: Path, settings: dict, directory: Path) -> dict:
         cwd=directory,
         env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.returncode, lines
+
+
+def run_in_areal(script: Path, settings: dict, directory: Path) -> dict:
+    """`script SETTINGS.json` in AReaL's environment, which must exit 0; the JSON of its last line of output."""
+    code, lines = run_areal_script(script, settings, directory)
+    assert code == 0, f"exit {code}: {lines}"
+    return lines[-1]

@@ -22,45 +22,30 @@ from localkube.rbac import apply_rbac
 from repo_paths import REPO, TOOLS_BIN
 
 TRAINER = textwrap.dedent("""
-    import asyncio, os, sys, time
-    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+    import asyncio, json, os, signal, sys, time
+    from pathlib import Path
+    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec, naming
     config = KubernetesSchedulerConfig.from_env(values_files=(sys.argv[1],), ready_timeout=120.0)
     scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="in-cluster")
     scheduler.create_workers(Job(role="actor", replicas=2, tasks=[SchedulingSpec(
         cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
     workers = scheduler.get_workers("actor")
-    for worker in workers:
+    for worker in workers:  # "already exists" if a worker still ran an earlier attempt's process
         asyncio.run(scheduler.create_engine(worker.id, "areal_workers_testing.engines.Counter", "counter", 40))
     total = sum(scheduler.call_engine(w.id, "increment", "counter", 1) for w in workers)
     print(f"trainer: {len(workers)} workers at {[w.ip for w in workers]}, counters sum to {total}", flush=True)
-    if sys.argv[2] == "hold":
-        print("trainer: holding", flush=True)
-        time.sleep(3600)
-    scheduler.delete_workers()
-    sys.exit(int(sys.argv[2]))
-""")
-
-
-RESTARTING_TRAINER = textwrap.dedent("""
-    import asyncio, json, os, signal, sys
-    from pathlib import Path
-    from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec, naming
-    config = KubernetesSchedulerConfig.from_env(values_files=(sys.argv[1],), ready_timeout=120.0)
-    scheduler = KubernetesScheduler(config=config, experiment_name="exp", trial_name="restarts")
-    scheduler.create_workers(Job(role="actor", replicas=2, tasks=[SchedulingSpec(
-        cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
-    workers = scheduler.get_workers("actor")
-    for worker in workers:  # "already exists" if a worker still ran the first attempt's process
-        asyncio.run(scheduler.create_engine(worker.id, "areal_workers_testing.engines.Counter", "counter", 40))
-    total = sum(scheduler.call_engine(w.id, "increment", "counter", 1) for w in workers)
     listed, _ = scheduler.finder.pods.list(naming.release_selector(scheduler.release))
     pods = {p.metadata.name: [p.metadata.uid, p.status.container_statuses[0].restart_count] for p in listed}
-    print("trainer: " + json.dumps({"total": total, "pods": pods}), flush=True)
-    first = Path(sys.argv[2])
-    if not first.exists():
-        first.touch()
+    print("trainer pods: " + json.dumps(pods), flush=True)
+    mode = sys.argv[2]  # an exit code, "hold", or "die-once:MARKER" (SIGKILLed unless MARKER exists)
+    if mode == "hold":
+        print("trainer: holding", flush=True)
+        time.sleep(3600)
+    if mode.startswith("die-once:") and not Path(mode.split(":", 1)[1]).exists():
+        Path(mode.split(":", 1)[1]).touch()
         os.kill(os.getpid(), signal.SIGKILL)  # OOM-killed, say: no clean-up, its Lease left unrenewed
     scheduler.delete_workers()
+    sys.exit(0 if mode.startswith("die-once:") else int(mode))
 """)
 
 
@@ -192,7 +177,6 @@ def test_a_killed_attempt_is_followed_by_one_that_gets_the_same_workers_restarte
     trainer_namespace, kubeconfig, capsys, core
 ):
     namespace, script, values = trainer_namespace
-    script.write_text(RESTARTING_TRAINER)
     settings = script.parent / "trainer.yaml"
     settings.write_text(yaml.safe_dump({"image": TRAINER_IMAGE, "lease_grace_seconds": 4, "restarts": 2}))
     marker = script.parent / "first-attempt-done"
@@ -208,15 +192,15 @@ def test_a_killed_attempt_is_followed_by_one_that_gets_the_same_workers_restarte
         "python",
         str(script),
         str(values),
-        str(marker),
+        f"die-once:{marker}",
         start_timeout=180.0,
     )
     assert code == 0, err
-    first, second = [json.loads(line.split("trainer: ", 1)[1]) for line in out.splitlines() if "trainer: {" in line]
-    assert first["total"] == second["total"] == 82  # fresh counters both times: 41 + 41
-    assert {name: uid for name, (uid, _) in second["pods"].items()} == {
-        name: uid for name, (uid, _) in first["pods"].items()
+    assert out.count("counters sum to 82") == 2  # fresh counters both times: 41 + 41
+    first, second = [json.loads(line.split(": ", 1)[1]) for line in out.splitlines() if "trainer pods: " in line]
+    assert {name: uid for name, (uid, _) in second.items()} == {
+        name: uid for name, (uid, _) in first.items()
     }  # the same pods, not garbage-collected with the first attempt's pod
-    assert all(second["pods"][name][1] == restarts + 1 for name, (_, restarts) in first["pods"].items())
+    assert all(second[name][1] == restarts + 1 for name, (_, restarts) in first.items())
     assert "attempt 1 of 3, ended (" in err and "succeeded with exit code 0 (attempt 2 of 3" in err
     assert core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items == []

@@ -8,15 +8,13 @@ restarted by the kubelet).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import uuid
 
 import pytest
 
-from areal_controller_runs import PYTHONPATH, TIMEOUT, trial_setup
+from areal_controller_runs import TIMEOUT, run_areal_script, trial_setup
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
@@ -28,23 +26,6 @@ pytestmark = [
 ]
 RUN = REPO / "tests" / "support" / "trainer_restart_run.py"
 GRACE_SECONDS = 8  # the second trainer watches the dead one's Lease for half of it, then takes it over
-
-
-def life(settings: dict, name: str, directory) -> tuple[int, list[dict]]:
-    """One trainer's run: its exit code and the JSON lines it printed."""
-    path = directory / f"{name}.json"
-    path.write_text(json.dumps({**settings, "life": name}))
-    result = subprocess.run(
-        [str(AREAL_WORKER_PYTHON), str(RUN), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=directory,
-        env={**os.environ, "PYTHONPATH": PYTHONPATH},
-    )
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result.returncode, lines
 
 
 @pytest.mark.timeout(3 * TIMEOUT)
@@ -67,9 +48,9 @@ def test_a_trainer_killed_and_started_again_gets_its_workers_restarted_in_place(
     }
     if node == "kwok":  # the forks start as processes of this machine: AReaL's interpreter, not the first on PATH
         settings["python_executable"] = str(AREAL_WORKER_PYTHON)
-    code, [first] = life(settings, "first", tmp_path)
+    code, [first] = run_areal_script(RUN, {**settings, "life": "first"}, tmp_path, "first")
     assert code == -signal.SIGKILL  # died without a clean-up, its Lease left unrenewed
-    code, [findings, end] = life(settings, "second", tmp_path)
+    code, [findings, end] = run_areal_script(RUN, {**settings, "life": "second"}, tmp_path, "second")
     assert code == 0 and end == {"destroyed": True}
     assert findings["world_sizes"] == [2] and findings["logp_items"] == 2
     actor_pods = {name: pod for name, pod in first["pods"].items() if "-actor-" in name}

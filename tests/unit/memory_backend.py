@@ -510,7 +510,7 @@ def memory_connect(
             pods=MemoryPods(cluster),  # type: ignore[arg-type]
             inspector=MemoryInspector(cluster),
             statefulsets=MemoryStatefulSets(),  # type: ignore[arg-type]
-            guard=guard or MemoryGuard(),
+            guard=guard or MemoryGuard(cluster),
             lease=lease,
             check_access=check_access,
         )  # type: ignore[arg-type]

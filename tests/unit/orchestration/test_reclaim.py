@@ -2,51 +2,15 @@
 pods with their workers restarted in place when the shape is the same, a revision when it differs, a deleted pod when
 a guard cannot restart, and AReaL's "already exists" for workloads the scheduler created itself."""
 
+# ruff: noqa: F811 (the tests take the fixtures imported from test_scheduler_state as arguments)
 from __future__ import annotations
 
 import pytest
 
-from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
-from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy
 from areal_workers.errors import WorkerCreationError
 from areal_workers.guard.restart import RESTART_FORK_ROLE, stop_guard_argv
-from memory_backend import MemoryCluster, MemoryGuard, memory_connect
-
-RELEASE = "trial-release"
-
-
-def job(role: str, replicas: int, image: str = "example.com/areal:1", **strategy) -> Job:
-    task = SchedulingSpec(cpu=1, mem=1, gpu=0, port_count=2, image=image, cmd="python -m areal.infra.rpc.rpc_server")
-    return Job(
-        role=role,
-        replicas=replicas,
-        tasks=[task],
-        scheduling_strategy=SchedulingStrategy(**strategy) if strategy else SchedulingStrategy(),
-    )
-
-
-@pytest.fixture
-def cluster() -> MemoryCluster:
-    return MemoryCluster(RELEASE)
-
-
-@pytest.fixture
-def make_scheduler(cluster):
-    made: list[KubernetesScheduler] = []
-
-    def make(guard: MemoryGuard | None = None, **settings) -> KubernetesScheduler:
-        scheduler = KubernetesScheduler(
-            config=KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE, **settings),
-            experiment_name="exp",
-            trial_name="trial",
-            connect=memory_connect(cluster, guard or MemoryGuard(cluster)),
-        )
-        made.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in made:
-        scheduler.close()
+from memory_backend import MemoryCluster, MemoryGuard
+from test_scheduler_state import cluster, job, make_scheduler  # noqa: F401
 
 
 def uids(cluster: MemoryCluster, role: str) -> dict[str, str]:
