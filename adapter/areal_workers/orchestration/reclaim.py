@@ -131,9 +131,8 @@ class Reclaim:
         for name, why in sorted(failed.items()):
             logger.warning("pod %s of %s: %s; deleting it, its StatefulSet starts it again", name, workload, why)
             self.driver.cleanup.delete_pod(name)
-        logger.info(
-            "%s: restarted %d worker(s) in place, replaced %d pod(s)", workload, len(asked) - len(failed), len(failed)
-        )
+        in_place = sum(1 for name in asked if name not in failed)
+        logger.info("%s: restarted %d worker(s) in place, replaced %d pod(s)", workload, in_place, len(failed))
 
     async def _stop_guards(self, targets: list[Worker]) -> list[Any]:
         return await asyncio.gather(
