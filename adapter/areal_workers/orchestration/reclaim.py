@@ -97,17 +97,18 @@ class Reclaim:
 
     def recreate(self, workload: str, values: dict[str, Any], description: str) -> None:
         """An inherited role or pod-mode fork, created again with `values`: one revision if they differ, then the
-        worker of every pod the revision keeps is restarted in place."""
+        worker of every pod the revision keeps (without one, every pod) is restarted in place."""
         selector = naming.role_selector(self.driver.name, workload)
-        before = {pod.metadata.name: pod.metadata.uid for pod in self.driver.pods.list(selector)[0]}
+        kept, _ = self.driver.pods.list(selector)
         if values != self.driver.model.values:
+            before = {pod.metadata.name: pod.metadata.uid for pod in kept}
             self.driver.apply(values, description, workload, (workload,))
-        own = self.driver.model.own_selector(workload) or selector
-        kept = [
-            pod
-            for pod in self.driver.cleanup.pods_at_update_revision(own)
-            if before.get(pod.metadata.name) == pod.metadata.uid
-        ]
+            own = self.driver.model.own_selector(workload) or selector
+            kept = [
+                pod
+                for pod in self.driver.cleanup.pods_at_update_revision(own)
+                if before.get(pod.metadata.name) == pod.metadata.uid
+            ]
         self.restart_in_place(workload, kept)
         self.inherited.discard(workload)
 
