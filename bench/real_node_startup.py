@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import (
     client,
@@ -46,13 +46,16 @@ def values_for(where: str, shared: Path) -> dict:
     return {"cluster": cluster, "workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"}}}
 
 
-def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float) -> float:
+def trial_config(
+    where: str, kubeconfig: Path, namespace: str, work: Path, **overrides: Any
+) -> KubernetesSchedulerConfig:
+    """A trial's scheduler settings on the real node or KWOK nodes, with a shared directory of its own in `work`."""
     shared = work / f"{where}-{uuid.uuid4().hex[:6]}"
     shared.mkdir()
     shared.chmod(0o777)
     values = shared / "values.json"
     values.write_text(json.dumps(values_for(where, shared)))
-    settings = dict(
+    settings: dict[str, Any] = dict(
         namespace=namespace,
         kubeconfig=str(kubeconfig),
         helm_executable=str(TOOLS_BIN / "helm"),
@@ -60,10 +63,14 @@ def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float)
         ready_timeout=600.0,
         helm_timeout=600.0,
     )
-    if where == "kwok":
+    if where == "kwok":  # KWOK pods are processes of this machine: AReaL's interpreter, not the first on PATH
         settings["python_executable"] = str(AREAL_WORKER_PYTHON)
+    return KubernetesSchedulerConfig(**{**settings, **overrides})
+
+
+def sample(where: str, kubeconfig: Path, namespace: str, work: Path, cpu: float) -> float:
     scheduler = KubernetesScheduler(
-        config=KubernetesSchedulerConfig(**settings),
+        config=trial_config(where, kubeconfig, namespace, work),
         experiment_name="bench",
         trial_name=f"{where}{uuid.uuid4().hex[:4]}",
     )

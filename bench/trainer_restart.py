@@ -15,43 +15,24 @@ bench/results/trainer_restart.json, which bench/report.py renders into bench/RES
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+from areal_workers import Job, KubernetesScheduler, SchedulingSpec
 from harness import Result, Table, save
-from real_node_startup import alternate, values_for
-from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
+from real_node_startup import alternate, trial_config
 
 COMMAND = "python -m areal.infra.rpc.rpc_server"
 LEASE_GRACE_SECONDS = 8.0  # the restarted trainer watches the dead one's Lease for half of it
 
 
-def settings(where: str, kubeconfig: Path, namespace: str, values: Path) -> KubernetesSchedulerConfig:
-    return KubernetesSchedulerConfig(
-        namespace=namespace,
-        kubeconfig=str(kubeconfig),
-        helm_executable=str(TOOLS_BIN / "helm"),
-        values_files=(str(values),),
-        ready_timeout=600.0,
-        helm_timeout=600.0,
-        lease_grace_seconds=LEASE_GRACE_SECONDS,
-        termination_grace_seconds=5,
-        python_executable=str(AREAL_WORKER_PYTHON) if where == "kwok" else "python",
-    )
-
-
 def sample(where: str, kubeconfig: Path, namespace: str, work: Path, workers: int) -> dict[str, float]:
-    shared = work / f"{where}-{uuid.uuid4().hex[:6]}"
-    shared.mkdir()
-    shared.chmod(0o777)
-    values = shared / "values.json"
-    values.write_text(json.dumps(values_for(where, shared)))
-    config = settings(where, kubeconfig, namespace, values)
+    config = trial_config(
+        where, kubeconfig, namespace, work, lease_grace_seconds=LEASE_GRACE_SECONDS, termination_grace_seconds=5
+    )
     trial = f"{where}{uuid.uuid4().hex[:4]}"
     cpu = 0.5 if where == "real" else 1
     job = Job(role="actor", replicas=workers, tasks=[SchedulingSpec(cpu=cpu, gpu=0, mem=2, cmd=COMMAND)])
