@@ -10,11 +10,21 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from localkube.cluster import LocalCluster
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
 
 TIMEOUT = 600
+# The marks of a module of AReaL controller runs: the areal lane's, and only on the local cluster.
+AREAL_CONTROLLER_MARKS = [
+    pytest.mark.areal_worker,
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the demo's engines and the real node are the local cluster's",
+    ),
+]
 PYTHONPATH = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
 
 

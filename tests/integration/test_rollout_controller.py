@@ -14,26 +14,19 @@ The controllers run in AReaL's environment (tests/support/rollout_controller_run
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import numpy as np
 import pytest
 
-from areal_controller_runs import TIMEOUT, run_in_areal, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_in_areal, trial_setup
 from clusterlib import submit_trainer
 from localkube.cluster import LocalCluster
 from localkube.rbac import apply_rbac
 from realnode.config import NETWORK, NODE_IP
 from repo_paths import REPO
 
-pytestmark = [
-    pytest.mark.areal_worker,
-    pytest.mark.skipif(
-        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-        reason="the engines and the real node are the local cluster's",
-    ),
-]
+pytestmark = AREAL_CONTROLLER_MARKS
 RUN = REPO / "tests" / "support" / "rollout_controller_run.py"
 
 

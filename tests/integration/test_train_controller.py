@@ -9,23 +9,16 @@ The controller runs in AReaL's environment (tests/support/train_controller_run.p
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import numpy as np
 import pytest
 
-from areal_controller_runs import TIMEOUT, run_in_areal, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_in_areal, trial_setup
 from realnode.config import NETWORK
 from repo_paths import REPO
 
-pytestmark = [
-    pytest.mark.areal_worker,
-    pytest.mark.skipif(
-        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-        reason="the demo's engines and the real node are the local cluster's",
-    ),
-]
+pytestmark = AREAL_CONTROLLER_MARKS
 RUN = REPO / "tests" / "support" / "train_controller_run.py"
 
 

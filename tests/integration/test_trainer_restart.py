@@ -8,22 +8,15 @@ restarted by the kubelet).
 
 from __future__ import annotations
 
-import os
 import signal
 import uuid
 
 import pytest
 
-from areal_controller_runs import TIMEOUT, run_areal_script, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_areal_script, trial_setup
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
-pytestmark = [
-    pytest.mark.areal_worker,
-    pytest.mark.skipif(
-        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-        reason="the demo's engines and the real node are the local cluster's",
-    ),
-]
+pytestmark = AREAL_CONTROLLER_MARKS
 RUN = REPO / "tests" / "support" / "trainer_restart_run.py"
 GRACE_SECONDS = 8  # the second trainer watches the dead one's Lease for half of it, then takes it over
 
