@@ -128,4 +128,51 @@ def test_a_trial_directory_that_is_a_symlink_out_of_the_root_is_left_alone(tmp_p
     (root / "ctl" / "exp").symlink_to(elsewhere)
     with caplog.at_level(logging.WARNING):
         assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == []
-    assert (elsewhere / "t").is_dir() and "resolves outside" in caplog.text
+    assert (elsewhere / "t").is_dir() and f"{root / 'ctl' / 'exp'} is a symbolic link" in caplog.text
+
+
+def records(path: Path) -> Path:
+    """A record as AReaL's nfs name_resolve writes one: a directory per key, its value in ENTRY."""
+    (path / "actor" / "0").mkdir(parents=True)
+    (path / "actor" / "0" / "ENTRY").write_text("10.0.0.1:8000")
+    return path / "actor" / "0" / "ENTRY"
+
+
+def test_an_experiment_directory_linked_to_another_experiment_is_not_followed(tmp_path, caplog):
+    """`ctl/exp` links to `ctl/other` inside the root: clearing trial t of exp would clear other's trial t."""
+    root = tmp_path / "name_resolve"
+    entry = records(root / "ctl" / "other" / "t")
+    (root / "ctl" / "exp").symlink_to(root / "ctl" / "other")
+    with caplog.at_level(logging.WARNING, logger=name_records.__name__):
+        assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == []
+    assert entry.read_text() == "10.0.0.1:8000"
+    assert (root / "ctl" / "exp").is_symlink()  # above the trial: left as it is, reported
+    assert f"{root / 'ctl' / 'exp'} is a symbolic link" in caplog.text
+
+
+def test_a_user_directory_linked_to_another_user_is_not_followed(tmp_path):
+    root = tmp_path / "name_resolve"
+    entry = records(root / "areal" / "exp" / "t")
+    (root / "ctl").symlink_to(root / "areal")
+    assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == []
+    assert entry.is_file()
+
+
+def test_a_trial_directory_that_is_a_link_is_removed_as_a_link(tmp_path):
+    root = tmp_path / "name_resolve"
+    entry = records(root / "ctl" / "exp" / "other-trial")
+    (root / "ctl" / "exp" / "t").symlink_to(root / "ctl" / "exp" / "other-trial")
+    assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == [str(root / "ctl" / "exp" / "t")]
+    assert not (root / "ctl" / "exp" / "t").is_symlink() and not (root / "ctl" / "exp" / "t").exists()
+    assert entry.is_file()
+
+
+def test_links_inside_the_trial_are_removed_never_followed(tmp_path):
+    root = tmp_path / "name_resolve"
+    entry = records(root / "ctl" / "exp" / "other-trial")
+    own = records(root / "ctl" / "exp" / "t")
+    (own.parent / "peer").symlink_to(root / "ctl" / "exp" / "other-trial")  # a directory link below the trial
+    (own.parent / "ENTRY-link").symlink_to(entry)  # and a file link
+    assert name_records.clear_trial(nfs_flags(root), "exp", "t", set()) == [str(root / "ctl" / "exp" / "t")]
+    assert not (root / "ctl" / "exp" / "t").exists()
+    assert entry.read_text() == "10.0.0.1:8000"
