@@ -134,6 +134,17 @@ def test_a_failed_update_is_rolled_back_and_the_rolled_back_pods_are_not_mistake
     assert {w.ip for w in after}.isdisjoint({w.ip for w in before})
 
 
+def test_an_unbalanced_quote_in_the_command_is_a_worker_creation_error_before_any_revision(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    bad = job("actor", 1)
+    bad.tasks[0].cmd = "python -c 'print(1)"
+    with pytest.raises(WorkerCreationError) as refused:
+        scheduler.create_workers(bad)
+    assert refused.value.worker_key == "actor" and refused.value.reason == "Invalid command"
+    assert "No closing quotation" in str(refused.value)
+    assert cluster.revisions == []
+
+
 def test_a_creator_and_an_adopter_see_the_same_release(make_scheduler, cluster):
     creator = make_scheduler()
     creator.create_workers(job("actor", 2, port_count=3))

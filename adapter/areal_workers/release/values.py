@@ -138,6 +138,7 @@ def check_spec(role: str, spec: SchedulingSpec) -> None:
             f"SchedulingSpec.port_count must be within 1..{MAX_PORTS} (the first port is the guard), "
             f"got {spec.port_count}",
         )
+    split_command(role, spec.cmd)
     if spec.cmd and "--port" in spec.cmd:
         raise TopologyError(
             role,
@@ -178,10 +179,24 @@ def image_problem(role: str, image: str) -> None:
         raise TopologyError(role, "Invalid image", f"{shown(image, 300)} is not a container image reference: {problem}")
 
 
+def split_command(role: str, cmd: str | None) -> list[str]:
+    """`cmd` as argv, split as a POSIX shell would; one shlex cannot split (an unbalanced quote, a trailing
+    backslash) is refused as TopologyError, so it reaches AReaL as WorkerCreationError before anything is written."""
+    try:
+        return shlex.split(cmd or "")
+    except ValueError as error:
+        raise TopologyError(
+            role,
+            "Invalid command",
+            f"SchedulingSpec.cmd {cmd!r} cannot be split into arguments as a shell would: {error} (an unbalanced "
+            f"quote, or a backslash at the end): close the quote or escape it (\\' or \\\")",
+        ) from None
+
+
 def worker_command(spec: SchedulingSpec, python_executable: str) -> list[str]:
     """spec.cmd as argv; a controller-side interpreter path (AReaL may put sys.executable there) means 'python'
     in the image, which is config.python_executable."""
-    argv = shlex.split(spec.cmd or DEFAULT_COMMAND)
+    argv = split_command("SchedulingSpec.cmd", spec.cmd or DEFAULT_COMMAND)
     if (
         argv
         and PurePosixPath(argv[0]).name.startswith("python")

@@ -549,6 +549,25 @@ def test_worker_command(cmd, expected):
     assert worker_command(SchedulingSpec(cmd=cmd), "/img/python") == expected
 
 
+@pytest.mark.parametrize(
+    "cmd,problem",
+    [
+        ("python -c 'print(1)", "No closing quotation"),
+        ('bash -c "echo hi', "No closing quotation"),
+        ("python -m x --flag \\", "No escaped character"),
+    ],
+)
+def test_a_command_shlex_cannot_split_is_refused_naming_the_role_and_the_quote(cmd, problem):
+    error = rejection("actor", spec(cmd=cmd))
+    assert error.worker_key == "actor" and error.reason == "Invalid command"
+    assert repr(cmd) in error.details and problem in error.details
+    assert "close the quote or escape it" in error.details
+    # worker_command, which `up` and `render` call without check_spec, refuses it the same way
+    with pytest.raises(TopologyError) as raised:
+        worker_command(spec(cmd=cmd), "/img/python")
+    assert raised.value.reason == "Invalid command" and problem in raised.value.details
+
+
 # --- split_image --------------------------------------------------------------------------------
 
 
