@@ -84,6 +84,10 @@ class KubernetesSchedulerConfig:
             collector deletes the workers when the trainer's pod goes.
         owner_job / owner_job_uid: instead, the trainer's Job (`submit` with restarts: each attempt is a new pod
             that reclaims its predecessor's workers, so they must outlive a pod and go with the Job).
+        trainer_job: the name of the trainer's Job (`submit` sets it from the pod's label
+            batch.kubernetes.io/job-name): the release's NetworkPolicies then admit that Job's pods, not every
+            labelled controller of the namespace, to the workers, and admit the release's workers to them
+            (AReaL's callback servers; docs/en/security.md#the-trainers-network).
         kueue_queue: a Kueue LocalQueue of the namespace that admits every role this scheduler creates, each as one
             group (all its workers or none); None: not queued. Changing a queued role's size or pods re-creates its
             StatefulSet (the role is queued and admitted again, with fresh workers).
@@ -127,6 +131,7 @@ class KubernetesSchedulerConfig:
     owner_pod_uid: str | None = None
     owner_job: str | None = None
     owner_job_uid: str | None = None
+    trainer_job: str | None = None
     kueue_queue: str | None = None
     kueue_priority_class: str | None = None
     trainer_address: str | None = None
@@ -175,6 +180,10 @@ class KubernetesSchedulerConfig:
             )
         if self.owner_pod and self.owner_job:
             raise ConfigError("owner_pod and owner_job exclude each other: the workers go with one owner")
+        if self.trainer_job is not None and not naming.DNS1123_LABEL.match(self.trainer_job):
+            raise ConfigError(
+                f"trainer_job must be the name of the trainer's Job (a DNS label), got {self.trainer_job!r}"
+            )
         if self.kueue_priority_class and not self.kueue_queue:
             raise ConfigError(
                 "kueue_priority_class needs kueue_queue (AREAL_K8S_KUEUE_QUEUE): the LocalQueue that admits the roles"

@@ -10,6 +10,8 @@ CHART_NAME = "areal-workers"  # charts/areal-workers/Chart.yaml: the chart whose
 RELEASE_NAME_MAX = 53  # helm's limit
 # DNS-1035 label: what a Service name must be, and the release name starts every object name the chart renders.
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# DNS-1123 label: a Job's name, and so the value of its pods' batch.kubernetes.io/job-name label.
+DNS1123_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ROLE_PATTERN = re.compile(r"^[a-z]([-_a-z0-9]*[a-z0-9])?$")
 ROLE_MAX = 40
 
@@ -18,6 +20,7 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_ROLE = "areal.io/role"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"  # the Job controller's label on its pods (Kubernetes >= 1.27)
 
 
 def release_name(experiment: str, trial: str) -> str:

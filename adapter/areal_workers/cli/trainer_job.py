@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from . import trainer_network
 from .session import EXIT_USAGE, CliError
 
 CONTROLLER_LABEL = "areal.io/controller"
@@ -79,6 +80,9 @@ class TrainerSpec:
     container_security_context: dict[str, Any] = field(
         default_factory=lambda: copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
     )
+    # The trainer pod's NetworkPolicy (cli/trainer_network.py): enabled, apiserver (IP:port list; empty: found by
+    # submit), egress (more NetworkPolicy egress rules).
+    network_policy: dict[str, Any] = field(default_factory=lambda: trainer_network.settings({}, None))
 
 
 def _merged(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +164,8 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
             data[name] = _security_context(name, data[name], path)
     if "tolerations" in data:
         _check_tolerations(data["tolerations"], path)
+    if "network_policy" in data:
+        data["network_policy"] = trainer_network.settings(data["network_policy"], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
         raise CliError(
@@ -241,6 +247,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     env = [
         _field_env("AREAL_K8S_NAMESPACE", "metadata.namespace"),
         *_owner_env(spec.restarts),
+        # Narrows the release's NetworkPolicies to this trainer's pods (KubernetesSchedulerConfig.trainer_job).
+        _field_env("AREAL_K8S_TRAINER_JOB", f"metadata.labels['{JOB_NAME_LABEL}']"),
         {"name": "AREAL_K8S_LEASE_GRACE_SECONDS", "value": str(spec.lease_grace_seconds)},
     ]
     if "AREAL_K8S_TRAINER_ADDRESS" not in spec.env:  # the callbacks' address: the pod's, not the host name's

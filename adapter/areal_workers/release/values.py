@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+from .. import naming
 from ..areal_types import Job, SchedulingSpec
 from ..config import KubernetesSchedulerConfig
 from ..naming import role_problem
@@ -270,6 +271,9 @@ def base_values(
         values["ownerReferences"] = [
             {"apiVersion": "batch/v1", "kind": "Job", "name": config.owner_job, "uid": config.owner_job_uid}
         ]
+    if config.trainer_job:  # ANDed with the values files' controller selector: this trainer's pods, no other's
+        selector = {"matchLabels": {naming.LABEL_JOB_NAME: config.trainer_job}}
+        values["networkPolicy"] = {"controller": {"podSelector": selector}}
     return values
 
 

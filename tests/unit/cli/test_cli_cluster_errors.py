@@ -16,6 +16,7 @@ from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.commands import submit, workers
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_CLUSTER, CliError, Session
+from areal_workers.cli.trainer_network import Endpoint
 
 SERVER = "https://127.0.0.1:6443"
 FORBIDDEN_CONFIGMAPS = (
@@ -124,6 +125,7 @@ class MissingNamespaceBatch:
 
 def test_submit_to_a_namespace_that_does_not_exist_says_so(monkeypatch):
     monkeypatch.setattr(submit.client, "BatchV1Api", lambda api: MissingNamespaceBatch())
+    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("10.96.0.1", 443)])
     with pytest.raises(CliError) as raised:
         submit.submit(
             session("bandit-demo"),

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from areal_workers.cli.commands import submit
 from areal_workers.cli.session import EXIT_PROBLEM, EXIT_TIMEOUT, CliError
+from areal_workers.cli.trainer_network import Endpoint
 from areal_workers.pods.watch import WaitTimedOut
 
 POD_SECURITY = (
@@ -100,6 +101,9 @@ def session_with(events: list[client.CoreV1Event], wait) -> SimpleNamespace:
 def run_submit(session, monkeypatch, batch: FakeBatch | None = None) -> None:
     batch = batch or FakeBatch()
     monkeypatch.setattr(submit.client, "BatchV1Api", lambda api: batch)
+    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("10.96.0.1", 443)])
+    policies = SimpleNamespace(create_namespaced_network_policy=lambda namespace, body: None)
+    monkeypatch.setattr(submit.client, "NetworkingV1Api", lambda api: policies)
     submit.submit(
         session, None, {"image": "reg/areal:1", "name": "trainer-t"}, ["python", "t.py"], False, False, 60, "table"
     )

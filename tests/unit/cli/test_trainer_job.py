@@ -18,6 +18,7 @@ from areal_workers.cli.trainer_job import (
     load_spec,
     trainer_job,
 )
+from areal_workers.cli.trainer_network import Endpoint, trainer_network_policy
 from areal_workers.release.values import base_values
 from repo_paths import REPO
 
@@ -50,6 +51,7 @@ def test_the_job_runs_the_command_as_the_controller_with_its_pod_as_the_workers_
         "AREAL_K8S_NAMESPACE": "metadata.namespace",
         "AREAL_K8S_OWNER_POD": "metadata.name",
         "AREAL_K8S_OWNER_POD_UID": "metadata.uid",
+        "AREAL_K8S_TRAINER_JOB": "metadata.labels['batch.kubernetes.io/job-name']",  # narrows the release's policies
         "AREAL_K8S_LEASE_GRACE_SECONDS": "120",
         "AREAL_K8S_TRAINER_ADDRESS": "status.podIP",  # what AReaL's controllers advertise for callbacks
         "WANDB_MODE": "offline",
@@ -195,7 +197,6 @@ def test_bad_submit_input_is_a_usage_error(tmp_path: Path, data, overrides, comm
 
 
 def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
-    example = yaml.safe_load((REPO / "examples" / "trainer-job.yaml").read_text())
     command = [
         "python",
         "/opt/AReaL/examples/math/gsm8k_rl.py",
@@ -203,7 +204,9 @@ def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
         "/opt/AReaL/examples/math/gsm8k_grpo.yaml",
         "scheduler.type=kubernetes",
     ]
-    assert example == trainer_job(load_spec(REPO / "examples" / "trainer.yaml", {}), command, "rl")
+    job, policy = yaml.safe_load_all((REPO / "examples" / "trainer-job.yaml").read_text())
+    assert job == trainer_job(load_spec(REPO / "examples" / "trainer.yaml", {}), command, "rl")
+    assert policy == trainer_network_policy(job, [Endpoint("10.96.0.1", 443)], [])  # the header's API server
 
 
 def test_the_trainer_runs_as_the_workers_user_so_name_resolve_keys_match(tmp_path: Path):

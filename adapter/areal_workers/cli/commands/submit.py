@@ -4,6 +4,7 @@ by PodSecurity admission, a missing ServiceAccount, a webhook) ends the wait wit
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,14 @@ from .. import log_stream
 from ..output import Format, console, emit
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
 from ..trainer_attempts import ended
-from ..trainer_job import load_spec, trainer_job
+from ..trainer_job import TrainerSpec, load_spec, trainer_job
+from ..trainer_network import (
+    apiserver_from_env,
+    discover_apiserver,
+    opens_all_egress,
+    parse_endpoint,
+    trainer_network_policy,
+)
 
 FINISHED = ("Succeeded", "Failed")
 LOG_DRAIN_SECONDS = 2.0  # for the last lines after the pod has finished
@@ -240,6 +248,64 @@ def _follow_attempts(session: Session, name: str, first: str, restarts: int, sta
         attempt += 1
 
 
+def _network_policy(session: Session, spec: TrainerSpec, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The trainer pod's NetworkPolicy, with the API server's address from the submit file, else from its env's
+    KUBERNETES_SERVICE_HOST, else from the cluster."""
+    settings = spec.network_policy
+    if not settings["enabled"]:
+        return None
+    endpoints = [parse_endpoint(text, "network_policy.apiserver") for text in settings["apiserver"]]
+    if not endpoints and not opens_all_egress(settings["egress"]):
+        endpoints = apiserver_from_env(spec.env)
+    if not endpoints and not opens_all_egress(settings["egress"]):
+        try:
+            endpoints = discover_apiserver(session.api)
+        except ApiException as error:
+            raise CliError(
+                f"the trainer's NetworkPolicy admits the API server by address, and reading it (Service and "
+                f"EndpointSlices kubernetes in namespace default) failed: {api_message(error)}. Give it in the "
+                f"submit file (network_policy: {{apiserver: ['IP:port']}}, as the trainer's pod reaches it; "
+                f"kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes shows it), or "
+                f"open the trainer's egress (network_policy: {{egress: [{{}}]}})",
+                EXIT_USAGE,
+            ) from None
+        except (HTTPError, ConnectionError) as error:
+            raise session.cluster_error(
+                error, "reading the API server's address (Service default/kubernetes)"
+            ) from None
+    return trainer_network_policy(job, endpoints, settings["egress"])
+
+
+def _create_network_policy(session: Session, policy: dict[str, Any], job: client.V1Job) -> None:
+    """The policy, owned by the Job so it goes with it. Created right after the Job: the Job's pod starts its
+    trainer seconds later and AReaL listens only once the release's workers exist. Without the policy the Job is
+    deleted again."""
+    policy = copy.deepcopy(policy)
+    policy["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job.metadata.name, "uid": job.metadata.uid}
+    ]
+    name, namespace = policy["metadata"]["name"], session.namespace
+    networking = client.NetworkingV1Api(session.api)
+    try:
+        try:
+            networking.create_namespaced_network_policy(namespace, policy)
+        except ApiException as error:
+            if error.status != 409:  # a finished Job's policy the garbage collector has not removed yet
+                raise
+            networking.replace_namespaced_network_policy(name, namespace, policy)
+    except (ApiException, HTTPError, ConnectionError) as error:
+        note = _delete_job(session, job.metadata.name)
+        deleted = f"job {job.metadata.name} was deleted again" if note.startswith("deleted") else note
+        reason = api_message(error) if isinstance(error, ApiException) else str(error)
+        raise CliError(
+            f"cannot create NetworkPolicy {name} for the trainer ({reason}); the trainer holds the controller's "
+            f"token and must not run unisolated, so {deleted}. Let whoever submits create networkpolicies in the "
+            "namespace (docs/en/rbac.md), or set network_policy: {enabled: false} in the submit file where another "
+            "policy isolates the trainer",
+            EXIT_PROBLEM,
+        ) from None
+
+
 def submit(
     session: Session,
     spec_file: str | None,
@@ -250,12 +316,15 @@ def submit(
     start_timeout: float,
     fmt: Format,
 ) -> int:
-    manifest = trainer_job(load_spec(Path(spec_file) if spec_file else None, overrides), command, session.namespace)
+    spec = load_spec(Path(spec_file) if spec_file else None, overrides)
+    manifest = trainer_job(spec, command, session.namespace)
+    policy = _network_policy(session, spec, manifest)
     if dry_run:
+        documents = [manifest, *([policy] if policy else [])]
         if fmt == "json":
-            emit(manifest, "json")
+            emit({"apiVersion": "v1", "kind": "List", "items": documents}, "json")
         else:
-            print(yaml.safe_dump(manifest, sort_keys=False), end="")
+            print(yaml.safe_dump_all(documents, sort_keys=False), end="")
         return EXIT_OK
     name = manifest["metadata"]["name"]
     batch = client.BatchV1Api(session.api)
@@ -277,6 +346,8 @@ def submit(
         raise session.cluster_error(error, f"creating job {name} in namespace {session.namespace}") from None
     except (HTTPError, ConnectionError) as error:
         raise session.cluster_error(error, f"creating job {name} in namespace {session.namespace}") from None
+    if policy is not None:
+        _create_network_policy(session, policy, created)
     err = console(stderr=True)
     err.print(f"submitted job {name} in namespace {session.namespace}")
     if detach:
