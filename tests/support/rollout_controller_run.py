@@ -5,7 +5,8 @@ done; the actor (PolicyActor) publishes its weights by AReaL's disk path under t
 same server, which has the rollout engines load them. Prints one JSON line of what it saw.
 
     python rollout_controller_run.py SETTINGS.json    (KubernetesSchedulerConfig fields, plus "trial", "cpu",
-                                                       "fileroot")
+                                                       "fileroot" and optionally "hold_file": after the first
+                                                       rollouts, print the callback address and wait for it)
 
 The settings apply over the environment (KubernetesSchedulerConfig.from_env), so as the trainer pod of
 `areal-workers submit` it takes the namespace, its pod as owner and the pod IP as trainer_address from the Job.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -29,6 +31,7 @@ from bandit_engines import POLICY_FILE, BanditInference, PolicyActor
 from bandit_training import PolicyController, train_engine_config
 
 EPISODES = 4
+HOLD_SECONDS = 600  # at most, after the first rollouts, until the settings' hold_file exists
 ARM_PROBS = [0.1, 0.2, 0.3, 0.9]
 WORKFLOW = "bandit_engines.BanditInference"  # a string workflow reaches the engines as it is
 
@@ -44,6 +47,7 @@ def main(settings_file: str) -> None:
     os.umask(0)
     settings = json.loads(open(settings_file).read())
     trial, cpu, fileroot = settings.pop("trial"), settings.pop("cpu"), settings.pop("fileroot")
+    hold_file = settings.pop("hold_file", None)
     exp = BanditExperimentConfig(experiment_name="rc", trial_name=trial, n_arms=len(ARM_PROBS))
     scheduler = KubernetesScheduler(
         experiment_name="rc", trial_name=trial, config=KubernetesSchedulerConfig.from_env(**settings)
@@ -61,6 +65,11 @@ def main(settings_file: str) -> None:
     rollouts = RolloutController(BanditInference, inference, scheduler)
     rollouts.initialize(role="rollout", server_args={}, n_arms=len(ARM_PROBS), arm_probs=ARM_PROBS, seed=5)
     before = rollout(rollouts)
+    if hold_file:  # the test probes the callback server meanwhile (test_trainer_isolation.py)
+        print(json.dumps({"callback_ready": rollouts.callback_addr, "release": scheduler.release}), flush=True)
+        deadline = time.monotonic() + HOLD_SECONDS
+        while not os.path.exists(hold_file) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
     actor = PolicyController(PolicyActor, train_engine_config(exp, spec), scheduler)
     actor.initialize(role="actor", ft_spec=None, n_arms=len(ARM_PROBS), learning_rate=5.0, kl_coef=0.0, seed=7)
