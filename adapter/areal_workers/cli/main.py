@@ -22,6 +22,7 @@ from urllib3.exceptions import HTTPError
 from .._version import __version__
 from ..config import BUNDLED_CHART
 from ..errors import SchedulerError
+from ..release.ownership import UntrustedRevisionError
 from . import duration
 from .commands import completion, reap, release, render, submit, up, workers
 from .output import console, emit, table
@@ -32,6 +33,7 @@ from .session import (
     EXIT_OK,
     EXIT_PIPE,
     EXIT_PROBLEM,
+    EXIT_USAGE,
     CliError,
     Selection,
     Session,
@@ -432,6 +434,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except CliError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except UntrustedRevisionError as error:  # a recorded revision not the chart's, refused before helm acted on it
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except SchedulerError as error:  # from the adapter's release driver: helm's message included
         print(f"error: {error}", file=sys.stderr)
         return EXIT_CLUSTER

@@ -219,6 +219,8 @@ class Session:
             return self.loop.run(coroutine)
         except HelmError as error:
             raise CliError(f"{doing}: helm failed: {helm_error_text(error)}", exit_code) from None
+        except ownership.UntrustedRevisionError as error:  # a revision not the chart's, refused before helm ran
+            raise CliError(f"{doing}: {error}", EXIT_USAGE) from None
 
     def kube(self, call: Any, doing: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -306,9 +308,16 @@ class Session:
         chart = self.helm(self.releases.chart_name(release, revision), f"reading the chart of release {release}")
         return ownership.foreign_chart_problem(release, self.namespace, chart, revision)
 
+    def untrusted(self, release: str, revision: int | None = None) -> str | None:
+        """What the release's current revision (or `revision`) holds that the chart never renders, or None."""
+        which = "the current revision" if revision is None else f"revision {revision}"
+        return self.helm(self.releases.untrusted(release, revision), f"reading {which} of release {release}")
+
     def refuse_foreign(self, release: str, doing: str, revision: int | None = None) -> None:
         """Releases of another chart are not this command's to change, whatever their objects' labels say; nor is
-        a revision of another chart that a reused name keeps in its history (`revision`: the one to return to)."""
+        a revision of another chart that a reused name keeps in its history (`revision`: the one to return to); nor
+        a revision whose manifest or hooks hold what the chart never renders (helm's records are Secrets the
+        controller identity may write: this command acts with the rights of whoever runs it)."""
         problem = self.foreign_chart(release, revision)
         if problem is not None:
             raise CliError(
@@ -317,6 +326,9 @@ class Session:
                 f"with helm itself (helm uninstall {release} -n {self.namespace})",
                 EXIT_USAGE,
             )
+        problem = self.untrusted(release, revision)
+        if problem is not None:
+            raise CliError(f"cannot {doing} {release}: {problem}", EXIT_USAGE)
 
     def driver(self, release: str) -> ReleaseDriver:
         """The scheduler's own release driver, adopted (for changes: rollback)."""

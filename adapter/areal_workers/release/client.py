@@ -7,6 +7,7 @@ caller's.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import shutil
@@ -22,10 +23,12 @@ from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError
+from . import ownership
 
 __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
+RBAC_DIR = Path(__file__).parents[1] / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
 
 
 class _MissingReleaseProbes(logging.Filter):
@@ -94,6 +97,15 @@ def find_helm(executable: str) -> str:
             "with AREAL_K8S_HELM_EXECUTABLE (KubernetesSchedulerConfig.helm_executable)",
         )
     return found
+
+
+@functools.cache
+def chart_grants() -> set[ownership.Grant]:
+    """What the chart's Roles grant: rbac/role.yaml's (the controller's) and rbac/reaper.yaml's, which the chart's
+    controllerRbac and reaper Roles equal (tests/chart/test_rbac.py)."""
+    documents = [*yaml.safe_load_all((RBAC_DIR / "role.yaml").read_text())]
+    documents += yaml.safe_load_all((RBAC_DIR / "reaper.yaml").read_text())
+    return ownership.grants(rule for d in documents if d and d.get("kind") == "Role" for rule in d.get("rules") or [])
 
 
 def helm_error_text(error: HelmError) -> str:
@@ -204,22 +216,58 @@ class Releases:
             return []
         return sorted(await revision.release.history(), key=lambda r: r.revision)
 
+    async def untrusted(self, name: str, revision: int | None = None) -> str | None:
+        """What in the release's current revision (or `revision`), manifest and hooks, the chart never renders
+        (ownership.foreign_object_problem); None when nothing, or when helm has no such release or revision."""
+        try:
+            record = await self.command.status(name, namespace=self.namespace, revision=revision)
+        except ReleaseNotFoundError:
+            return None
+        number = int(record.get("version") or revision or 0)
+        recorded = record.get("namespace")
+        if recorded not in (None, "", self.namespace):
+            return (
+                f"revision {number} of release {name} in namespace {self.namespace} is recorded for namespace "
+                f"{recorded}: helm did not write it there. Nothing was changed; inspect it with `helm get all {name} "
+                f"--revision {number} -n {self.namespace}`"
+            )
+        hooks = [(str(hook.get("name")), str(hook.get("manifest") or "")) for hook in record.get("hooks") or []]
+        manifest = str(record.get("manifest") or "")
+        return ownership.foreign_object_problem(name, self.namespace, number, manifest, hooks, chart_grants())
+
+    async def _require_trusted(self, name: str, revision: int | None = None) -> None:
+        """Raises UntrustedRevisionError when helm would act on objects the chart never renders."""
+        problem = await self.untrusted(name, revision)
+        if problem is not None:
+            raise ownership.UntrustedRevisionError(problem)
+
     async def rollback(self, name: str, revision: int) -> ReleaseRevision:
+        """`helm rollback` to `revision`, once both it (applied, its hooks run) and the current revision (what it
+        lists and the target does not is deleted) hold only what the chart renders."""
         current = await self.current(name)
         if current is None:
             raise ReleaseNotFoundError(1, "", f"release {name} not found")
+        await self._require_trusted(name)
+        await self._require_trusted(name, revision)
         return await current.release.rollback(revision, cleanup_on_fail=True)
 
     async def uninstall(self, name: str) -> bool:
-        """Removes the release and everything it made; False when there was none."""
+        """Removes the release and everything it made; False when there was none. Its current revision (what
+        helm deletes, and whose hooks it runs) must hold only what the chart renders."""
         if await self.current(name) is None:
             return False
+        await self._require_trusted(name)
         await self.client.uninstall_release(name, namespace=self.namespace, wait=True)
         return True
 
     async def recover(self, name: str) -> ReleaseRevision | None:
-        """A release left pending by a crashed operation becomes usable again (rolled back or uninstalled)."""
+        """A release left pending by a crashed operation becomes usable again (rolled back or uninstalled), once
+        the revisions that changes (the pending one, and the one before it a rollback returns to) are the chart's."""
         current = await self.current(name)
         if current is None or current.status not in PENDING:
             return current
+        await self._require_trusted(name)
+        rolled_back = {ReleaseRevisionStatus.PENDING_UPGRADE, ReleaseRevisionStatus.PENDING_ROLLBACK}
+        if current.status in rolled_back and current.revision > 1:
+            await self._require_trusted(name, current.revision - 1)
         return await self.client.get_proceedable_revision(name, namespace=self.namespace)

@@ -87,3 +87,17 @@ def closed_stdout(code: str) -> subprocess.CompletedProcess:
 def test_a_closed_stdout_ends_quietly_with_141(code):
     done = closed_stdout(code)
     assert (done.returncode, done.stderr) == (EXIT_PIPE, "")
+
+
+def test_a_recorded_revision_refused_below_the_command_ends_it_with_the_usage_code(monkeypatch, capsys):
+    """A check of Releases (a pending release's recovery, a record forged after the command's own check) reaches
+    main as UntrustedRevisionError: nothing was done, as for the command's own refusals."""
+    from areal_workers.cli import main as cli_main
+    from areal_workers.release.ownership import UntrustedRevisionError
+
+    def refused(args, parser):
+        raise UntrustedRevisionError("revision 3 of release aw-x in namespace rl holds ClusterRoleBinding x")
+
+    monkeypatch.setattr(cli_main, "dispatch", refused)
+    assert main(["-n", "rl", "down", "--yes"]) == EXIT_USAGE
+    assert "error: revision 3 of release aw-x in namespace rl holds ClusterRoleBinding x" in capsys.readouterr().err

@@ -37,6 +37,7 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
         api=None,
         namespace="rl",
         foreign_chart=lambda release: None,
+        untrusted=lambda release: None,
         inspector=lambda release: SimpleNamespace(topology=lambda: {}),
         kube=lambda call, doing, *args, **kwargs: call(*args, **kwargs),
         helm=helm,

@@ -51,6 +51,14 @@ def reap(session: Session, dry_run: bool, timeout: float, schedule: str | None, 
                 f"every reap reports it: kubectl delete lease -n {session.namespace} -l {LEASE_LABEL}={release} "
                 f"ends that (helm uninstall {release} -n {session.namespace} removes the release, if nobody needs it)"
             )
+        # Nor one whose current revision (what helm uninstall deletes, whose hooks it runs) is not the chart's.
+        problem = session.untrusted(release)
+        if problem is not None:
+            raise reaper.UninstallFailed(
+                f"cannot reap {release}: {problem}. Its Lease stays marked, so every reap reports it until the "
+                f"revision is dealt with, or the Lease deleted (kubectl delete lease -n {session.namespace} -l "
+                f"{LEASE_LABEL}={release})"
+            )
         topology = session.kube(session.inspector(release).topology, f"reading the topology of {release}")
         own = ReleaseModel(topology=topology).own_selector() or naming.release_selector(release)
         with err.status(f"uninstalling {release}: its trainer's lease stayed unchanged past its grace"):
