@@ -65,7 +65,10 @@ def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothi
     checks = run_doctor(
         kube_client, doctor_config(namespace), gpus_per_worker=1, workers=2, probe=True, progress=messages.append
     )
-    assert [(c.name, c.detail) for c in checks if c.status != "pass"] == []
+    # The admission policy is the controller's: an administrator is not a ServiceAccount it restricts.
+    policy = next(check for check in checks if check.name == "admission policy")
+    assert policy.status == "skip" and "is not a ServiceAccount" in policy.detail, policy
+    assert [(c.name, c.detail) for c in checks if c.status != "pass" and c is not policy] == []
     names = [check.name for check in checks]
     _, accesses = role_accesses(ROLE_FILE.read_text())
     assert names == [
@@ -73,6 +76,7 @@ def test_with_the_admin_kubeconfig_every_check_passes_and_the_probe_leaves_nothi
         "namespace",
         *(access.name for access in accesses),
         "permission list nodes",
+        "admission policy",
         "chart renders",
         "PodSecurity",
         "GPU capacity",
@@ -150,6 +154,43 @@ def test_a_service_account_without_one_permission_of_the_role_fails_exactly_that
     assert probe.name == "worker reachable" and probe.status == "skip" and failed[0].name in probe.detail
     _, accesses = role_accesses(ROLE_FILE.read_text())
     assert len([c for c in by_status(checks, "pass") if c.name.startswith("permission ")]) == len(accesses) - 1
+
+
+def _doctor_as_controller(kubeconfig, namespace: str, doctor_config, out, policy: bool) -> list[Check]:
+    """run_doctor as the controller ServiceAccount of rbac/, applied in `namespace` with or without its policy."""
+    credentials = controller_kubeconfig(kubeconfig, namespace, out, policy=policy)
+    identity = kube_config.new_client_from_config(config_file=str(credentials))
+    try:
+        return run_doctor(identity, doctor_config(namespace, credentials), probe=False)
+    finally:
+        identity.close()
+
+
+def test_the_admission_policy_check_passes_where_the_policy_refuses_the_controller_a_token(
+    kubeconfig, core, namespace, doctor_config, tmp_path
+):
+    checks = _doctor_as_controller(kubeconfig, namespace, doctor_config, tmp_path / "controller.yaml", policy=True)
+    policy = next(check for check in checks if check.name == "admission policy")
+    assert policy.status == "pass", policy
+    controller = f"system:serviceaccount:{namespace}:{ROLE}"
+    assert (
+        policy.detail.startswith("areal-controller-secrets") and f"refuses {controller} a token Secret" in policy.detail
+    )
+    assert by_status(checks, "fail") == []
+    tokens = core.list_namespaced_secret(namespace, field_selector="type=kubernetes.io/service-account-token")
+    assert tokens.items == []  # a dry run: nothing was stored
+
+
+def test_the_admission_policy_check_fails_where_the_policy_does_not_match(
+    kubeconfig, make_namespace, doctor_config, tmp_path
+):
+    """The same identity in a namespace the policy is not bound to (the tests bind it per namespace) is admitted."""
+    namespace = make_namespace()
+    checks = _doctor_as_controller(kubeconfig, namespace, doctor_config, tmp_path / "controller.yaml", policy=False)
+    assert [check.name for check in by_status(checks, "fail")] == ["admission policy"]
+    policy = next(check for check in checks if check.name == "admission policy")
+    assert policy.detail.startswith(f"system:serviceaccount:{namespace}:{ROLE} may create a token Secret of any")
+    assert "as a cluster administrator, apply rbac/admission-policy.yaml" in policy.fix
 
 
 def _largest_gpus(core: client.CoreV1Api) -> tuple[int, int]:

@@ -211,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor = command(
         "doctor",
-        "preflight: the namespace exists, permissions (SelfSubjectAccessReview), chart and schema, the namespace's "
-        "PodSecurity level, GPU capacity, a probe worker reachable from here (exit 1 when a check fails)",
+        "preflight: the namespace exists, permissions (SelfSubjectAccessReview), the admission policy in force for "
+        "this identity (a dry-run token Secret), chart and schema, the namespace's PodSecurity level, GPU capacity, "
+        "a probe worker reachable from here (exit 1 when a check fails)",
     )
     doctor.add_argument("--gpus-per-worker", type=int, default=0)
     doctor.add_argument("--workers", type=int, default=1, help="workers that must fit (with --gpus-per-worker)")

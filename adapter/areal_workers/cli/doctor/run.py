@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from ...config import KubernetesSchedulerConfig
 from ...runtime import backend
 from ...scheduler import KubernetesScheduler
+from .admission import NAME as ADMISSION, check_admission_policy
 from .chart import PROBE_ROLE, render_chart
 from .check import Check, listed
 from .gpus import check_gpus
@@ -71,6 +72,17 @@ def run_doctor(
     elif reachable:
         progress(f"checking the permissions of {ROLE_FILE_NAME} in namespace {config.namespace}")
         checks += check_permissions(client.AuthorizationV1Api(api_client), config.namespace)
+    if gone:
+        checks.append(Check(ADMISSION, "skip", gone))
+    elif reachable:
+        progress(f"checking that the admission policy refuses this identity a token Secret in {config.namespace}")
+        checks.append(
+            check_admission_policy(
+                client.CoreV1Api(api_client), client.AuthenticationV1Api(api_client), config.namespace
+            )
+        )
+    else:
+        checks.append(Check(ADMISSION, "skip", "the cluster is not reachable"))
     progress("rendering the chart")
     rendered, manifests = render_chart(config, gpus_per_worker, workers)
     checks.append(rendered)
@@ -88,8 +100,11 @@ def run_doctor(
     else:
         progress(f"counting nodes with {gpus_per_worker} free GPUs")
         checks.append(check_gpus(client.CoreV1Api(api_client), manifests, PROBE_ROLE, gpus_per_worker, workers))
-    # The probe worker asks for no GPUs, so only the other failures would make it fail for a known cause.
-    blockers = [check.name for check in checks if check.status == "fail" and check.name != "GPU capacity"]
+    # The probe worker asks for no GPUs, so only the other failures would make it fail for a known cause (a policy
+    # that is not in force lets it through).
+    blockers = [
+        check.name for check in checks if check.status == "fail" and check.name not in ("GPU capacity", ADMISSION)
+    ]
     if not probe:
         checks.append(Check("worker reachable", "skip", "not asked for (probe=False)"))
     elif blockers:

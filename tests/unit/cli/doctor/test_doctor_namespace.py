@@ -90,6 +90,7 @@ def test_a_missing_namespace_is_one_failed_check_with_its_fix_and_no_missing_per
         ("cluster reachable", "pass"),
         ("namespace", "fail"),
         ("permissions", "skip"),
+        ("admission policy", "skip"),
         ("chart renders", "pass"),
         ("PodSecurity", "skip"),
         ("GPU capacity", "skip"),
@@ -103,7 +104,7 @@ def test_a_missing_namespace_is_one_failed_check_with_its_fix_and_no_missing_per
     assert [c.name for c in checks if c.fix] == ["namespace", "worker reachable"] and checks[
         -1
     ].fix == "fix those first"
-    assert checks[2].detail == checks[4].detail == "namespace bandit-demo does not exist"
+    assert checks[2].detail == checks[3].detail == checks[5].detail == "namespace bandit-demo does not exist"
     assert "not tried: 1 check(s) above failed (namespace)" in checks[-1].detail
     assert not any("granted by rbac/" in c.fix or c.name.startswith("permission ") for c in checks)
     assert [path for path in asked if "selfsubjectaccessreviews" in path] == []
