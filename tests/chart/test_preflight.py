@@ -170,6 +170,15 @@ FAILURES = {
         {"sharedStorage": {"uncoveredPaths": "fail"}},
         "cluster.fileroot /tmp/areal, cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve: on no volume every worker mounts, so AReaL's workers and trainer would not see each other's files (name_resolve type nfs); set sharedStorage.enabled with a claimName and put cluster.fileroot and cluster.nameResolve.nfsRecordRoot under sharedStorage.mountPath (/areal-shared), use cluster.nameResolve.type etcd3, or set sharedStorage.uncoveredPaths=warn",
     ),
+    # The matrix of names against rbac/admission-policy.yaml: test_policy_identity.py.
+    "controller identity the admission policy does not match": (
+        {"controllerRbac": {"create": True, "serviceAccountName": "trainer"}},
+        'controllerRbac.serviceAccountName "trainer" is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Set controllerRbac.serviceAccountName to a name ending in areal-workers-controller (e.g. "trainer-areal-workers-controller"), or leave it empty for the chart\'s own',
+    ),
+    "built identity the admission policy does not match": (
+        {"controllerRbac": {"create": True}, "nameOverride": "Workers"},
+        "the controller ServiceAccount \"rel-Workers-areal-workers-controller\", built from the release name, fullnameOverride and nameOverride, is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Use only lowercase letters, digits and '-' in nameOverride and fullnameOverride",
+    ),
 }
 
 
@@ -196,7 +205,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 28
+    assert len(formats) == 30
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

@@ -437,8 +437,9 @@ def test_controller_rbac(render):
     binding = one(docs, "RoleBinding", name)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
-    docs = render({"controllerRbac": {"create": True, "serviceAccountName": "trainer"}})
-    assert one(docs, "RoleBinding", "trainer")["subjects"][0]["name"] == "trainer"
+    name = "trainer-areal-workers-controller"  # a name rbac/admission-policy.yaml matches (test_policy_identity.py)
+    docs = render({"controllerRbac": {"create": True, "serviceAccountName": name}})
+    assert one(docs, "RoleBinding", name)["subjects"][0]["name"] == name
 
 
 def test_helm_test_pod(render):

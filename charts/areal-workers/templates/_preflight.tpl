@@ -149,6 +149,37 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 {{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)" -}}
 {{- end -}}
 
+{{- /* A controller or reaper ServiceAccount that rbac/admission-policy.yaml does not match could mint a token of any
+ServiceAccount of the namespace: refuse to render one or run the reaper as one ("areal-workers.policyIdentityPattern").
+The names the chart builds end in areal-workers-<component>; an explicit name is checked as given. Each entry: the
+value that names it, the name, the component, whether the value gave it. */ -}}
+{{- $pattern := include "areal-workers.policyIdentityPattern" . -}}
+{{- $identities := list -}}
+{{- if $v.controllerRbac.create -}}
+{{- $identities = append $identities (list "controllerRbac.serviceAccountName" (include "areal-workers.controllerServiceAccountName" .) "controller" (not (empty $v.controllerRbac.serviceAccountName))) -}}
+{{- end -}}
+{{- if $v.reaper.enabled -}}
+{{- $identities = append $identities (list "reaper.serviceAccountName" (include "areal-workers.reaperServiceAccountName" .) "reaper" (not (empty $v.reaper.serviceAccountName))) -}}
+{{- if $v.controllerRbac.create -}}
+{{- $identities = append $identities (list "reaper.serviceAccountName" (include "areal-workers.identityName" (dict "root" . "component" "reaper")) "reaper" false) -}}
+{{- end -}}
+{{- end -}}
+{{- range $identity := $identities -}}
+{{- $key := index $identity 0 -}}
+{{- $name := index $identity 1 -}}
+{{- $component := index $identity 2 -}}
+{{- if not (regexMatch $pattern $name) -}}
+{{- $risk := ternary "create a token Secret of any ServiceAccount of the namespace and act as it" "overwrite or delete any Secret of the namespace" (eq $component "controller") -}}
+{{- $policy := printf "is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a %s identity they do not match could %s" $component $risk -}}
+{{- if index $identity 3 -}}
+{{- $stem := regexReplaceAll "-?(controller|reaper)$" (regexReplaceAll "[^a-z0-9]+" (lower $name) "-") "" | trunc 30 | trimAll "-" | default "my" -}}
+{{- fail (printf "%s %q %s. Set %s to a name ending in areal-workers-%s (e.g. %q), or leave it empty for the chart's own" $key $name $policy $key $component (printf "%s-areal-workers-%s" $stem $component)) -}}
+{{- else -}}
+{{- fail (printf "the %s ServiceAccount %q, built from the release name, fullnameOverride and nameOverride, %s. Use only lowercase letters, digits and '-' in nameOverride and fullnameOverride" $component $name $policy) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- with $v.sharedStorage -}}
 {{- if and .enabled (not .claimName) (not .volume) -}}
 {{- fail "sharedStorage.enabled is true but names no volume: set sharedStorage.claimName to a ReadWriteMany PersistentVolumeClaim of the release namespace, or sharedStorage.volume to a volume source (e.g. {nfs: {server: ..., path: ...}})" -}}
