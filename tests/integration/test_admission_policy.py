@@ -14,12 +14,14 @@ import os
 import subprocess
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import kube_config
 
 from areal_workers import SchedulerError
 from clusterlib import controller_kubeconfig, job, wait_for
+from localkube.pki import service_account_kubeconfig
 from localkube.rbac import policy_supported
 from repo_paths import REPO, TOOLS_BIN
 
@@ -130,6 +132,74 @@ def test_administrators_are_not_matched(controller, core, namespace):
     core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
     core.create_namespaced_secret(namespace, token_secret("ops-token", "ops"))
     assert filled_token(core, namespace, "ops-token")
+
+
+def service_account_client(kubeconfig, namespace: str, account: str, out) -> client.CoreV1Api:
+    """A CoreV1Api that authenticates with a token of `account`, as its pod would (not impersonation)."""
+    return client.CoreV1Api(
+        kube_config.new_client_from_config(
+            config_file=str(service_account_kubeconfig(kubeconfig, namespace, account, out))
+        )
+    )
+
+
+def test_the_chart_rendered_identities_of_a_release_named_like_the_chart_are_under_the_policy(
+    controller, kubeconfig, helm_executable, core, namespace, tmp_path
+):
+    """Release areal-workers-infra with controllerRbac.create: its ServiceAccounts (named by the chart, read back from
+    the cluster) are matched by the policy, so the controller's token cannot mint another ServiceAccount's token
+    and the reaper's cannot delete a Secret that is not Helm's. (Its fullname is the release name; the chart used to
+    name them areal-workers-infra-controller and -reaper, which the policy did not match.)"""
+    installed = subprocess.run(
+        [
+            helm_executable,
+            "--kubeconfig",
+            str(kubeconfig),
+            "install",
+            "areal-workers-infra",
+            str(CHART),
+            "-n",
+            namespace,
+            "--set",
+            "controllerRbac.create=true",
+            "--set",
+            "reaper.enabled=true",
+            "--set",
+            "reaper.image.repository=registry.invalid/areal-workers/reaper",
+            "--set",
+            "reaper.schedule=0 0 1 1 *",  # never during the test
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert installed.returncode == 0, installed.stderr
+    accounts = {
+        account.metadata.labels["app.kubernetes.io/component"]: account.metadata.name
+        for account in core.list_namespaced_service_account(
+            namespace, label_selector="app.kubernetes.io/instance=areal-workers-infra"
+        ).items
+        if account.metadata.labels.get("app.kubernetes.io/component") in ("controller", "reaper")
+    }
+    assert set(accounts) == {"controller", "reaper"}, accounts
+
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="ops")))
+    as_controller = service_account_client(kubeconfig, namespace, accounts["controller"], tmp_path / "controller.yaml")
+    error = refusal(lambda: as_controller.create_namespaced_secret(namespace, token_secret("ops-token", "ops")))
+    assert error.status == 403, (accounts["controller"], error)
+    text = message(error)
+    assert "ValidatingAdmissionPolicy 'areal-controller-secrets-" in text, text
+    assert "not Secret ops-token of type kubernetes.io/service-account-token" in text, text
+    assert as_controller.list_namespaced_secret(namespace).items is not None  # its Role is in force: reading stays
+
+    core.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="database"), string_data={"password": "x"})
+    )
+    as_reaper = service_account_client(kubeconfig, namespace, accounts["reaper"], tmp_path / "reaper.yaml")
+    error = refusal(lambda: as_reaper.delete_namespaced_secret("database", namespace))
+    assert error.status == 403, (accounts["reaper"], error)
+    assert "not Secret database of type Opaque" in message(error), message(error)
+    assert core.read_namespaced_secret("database", namespace)
 
 
 def test_the_controller_cannot_expose_workers_outside_the_cluster(controller, namespace):
@@ -298,3 +368,292 @@ def test_the_policy_in_force_is_the_files_bound_to_the_namespace_alone(controlle
         }
         assert [(o.kind, o.name, o.uid) for o in policy.metadata.owner_references] == [("Namespace", namespace, uid)]
         assert not (policy.status.type_checking and policy.status.type_checking.expression_warnings), name
+
+
+# --- PodSecurity baseline and the rest: any StatefulSet the controller writes, whatever made it ---------------------
+#
+# The controller may create StatefulSets with any pod template (the chart passes securityContexts, volumes, annotations
+# and priorityClassName through from values, and nothing stops it from writing one without the chart), so each field
+# is set on the chart's own StatefulSet and sent as the controller, with its token, in a server-side dry run.
+
+
+@pytest.fixture
+def apps_controller(kubeconfig, namespace, tmp_path):
+    """An AppsV1Api of the controller's ServiceAccount in the test's namespace, rbac/ and the policy in force."""
+    api = kube_config.new_client_from_config(
+        config_file=controller_kubeconfig(kubeconfig, namespace, tmp_path / "controller.yaml")
+    )
+    yield client.AppsV1Api(api)
+    api.close()
+
+
+def chart_statefulset(namespace: str, values: dict | None = None) -> dict:
+    """The chart's StatefulSet of role actor, as helm template renders it for release `probe`."""
+    rendered = subprocess.run(
+        [
+            str(TOOLS_BIN / "helm"),
+            "template",
+            "probe",
+            str(CHART),
+            "-n",
+            namespace,
+            "-f",
+            "-",
+        ],
+        input=json.dumps({"roles": {"actor": {"replicas": 1}}, **(values or {})}),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    [statefulset] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "StatefulSet"]
+    return statefulset
+
+
+def dry_run(apps: client.AppsV1Api, namespace: str, statefulset: dict) -> None:
+    apps.create_namespaced_stateful_set(namespace, statefulset, dry_run="All")
+
+
+def baseline_refusal(apps: client.AppsV1Api, namespace: str, statefulset: dict) -> str:
+    error = refusal(lambda: dry_run(apps, namespace, statefulset))
+    assert error.status == 403, error  # the policy's, not the API's validation (422)
+    text = message(error)
+    assert "ValidatingAdmissionPolicy 'areal-controller-statefulsets-" in text, text
+    assert "is refused for the areal-workers controller" in text or "are refused for the areal-workers" in text, text
+    assert text.endswith("(rbac/admission-policy.yaml)"), text
+    return text
+
+
+def pod_of(statefulset: dict) -> dict:
+    return statefulset["spec"]["template"]["spec"]
+
+
+def worker_of(statefulset: dict) -> dict:
+    return pod_of(statefulset)["containers"][0]
+
+
+def pod_context(**fields):
+    return lambda s: pod_of(s)["securityContext"].update(fields)
+
+
+def container_context(**fields):
+    return lambda s: worker_of(s)["securityContext"].update(fields)
+
+
+def pod_annotation(key: str, value: str):
+    return lambda s: s["spec"]["template"]["metadata"]["annotations"].update({key: value})
+
+
+def volume(source: dict):
+    return lambda s: pod_of(s).setdefault("volumes", []).append({"name": "data", **source})
+
+
+def init_container(**security):
+    """An init container (the chart renders none; the controller could)."""
+
+    def change(statefulset: dict) -> None:
+        worker = worker_of(statefulset)
+        init = {
+            "name": "setup",
+            "image": worker["image"],
+            "command": ["true"],
+            "securityContext": {**worker["securityContext"], **security},
+        }
+        pod_of(statefulset)["initContainers"] = [init]
+
+    return change
+
+
+def without_pod_seccomp(statefulset: dict) -> None:
+    """The pod-level field off, so that a seccomp annotation is not refused by the API's own validation first (it
+    wants annotation and field to agree)."""
+    del pod_of(statefulset)["securityContext"]["seccompProfile"]
+
+
+def both(*changes):
+    return lambda s: [change(s) for change in changes]
+
+
+BASELINE = [
+    pytest.param(
+        container_context(seLinuxOptions={"type": "spc_t"}),
+        "seLinuxOptions (worker) with a type other than",
+        id="selinux-type",
+    ),
+    pytest.param(
+        pod_context(seLinuxOptions={"type": "unconfined_t"}), "seLinuxOptions (pod) with a type", id="selinux-pod-type"
+    ),
+    pytest.param(container_context(seLinuxOptions={"user": "system_u"}), "seLinuxOptions (worker)", id="selinux-user"),
+    pytest.param(pod_context(seLinuxOptions={"role": "system_r"}), "seLinuxOptions (pod)", id="selinux-pod-role"),
+    pytest.param(
+        init_container(seLinuxOptions={"type": "spc_t"}), "seLinuxOptions (setup)", id="selinux-init-container"
+    ),
+    pytest.param(
+        pod_context(seccompProfile={"type": "Unconfined"}), "an Unconfined seccomp profile (pod)", id="seccomp-pod"
+    ),
+    pytest.param(
+        container_context(seccompProfile={"type": "Unconfined"}),
+        "an Unconfined seccomp profile (worker)",
+        id="seccomp-container",
+    ),
+    pytest.param(
+        both(without_pod_seccomp, pod_annotation("seccomp.security.alpha.kubernetes.io/pod", "unconfined")),
+        "an Unconfined seccomp profile (annotation seccomp.security.alpha.kubernetes.io/pod)",
+        id="seccomp-annotation",
+    ),
+    pytest.param(
+        pod_context(appArmorProfile={"type": "Unconfined"}), "an Unconfined AppArmor profile (pod)", id="apparmor-pod"
+    ),
+    pytest.param(
+        container_context(appArmorProfile={"type": "Unconfined"}),
+        "an Unconfined AppArmor profile (worker)",
+        id="apparmor-container",
+    ),
+    pytest.param(
+        pod_annotation("container.apparmor.security.beta.kubernetes.io/worker", "unconfined"),
+        "an Unconfined AppArmor profile (annotation container.apparmor.security.beta.kubernetes.io/worker)",
+        id="apparmor-annotation",
+    ),
+    pytest.param(
+        # The API accepts Unmasked only in a user namespace.
+        both(container_context(procMount="Unmasked"), lambda s: pod_of(s).update(hostUsers=False)),
+        "procMount other than Default (worker: Unmasked)",
+        id="procmount",
+    ),
+    pytest.param(
+        pod_context(
+            sysctls=[{"name": "kernel.shm_rmid_forced", "value": "1"}, {"name": "kernel.msgmax", "value": "1"}]
+        ),
+        "sysctls outside PodSecurity baseline's safe set (kernel.msgmax)",
+        id="sysctls",
+    ),
+    pytest.param(
+        lambda s: worker_of(s)["readinessProbe"]["httpGet"].update(host="169.254.169.254"),
+        "a host in a probe or lifecycle handler (worker)",
+        id="probe-host",
+    ),
+    pytest.param(
+        lambda s: worker_of(s).update(
+            lifecycle={"preStop": {"httpGet": {"host": "10.0.0.1", "path": "/", "port": 80}}}
+        ),
+        "a host in a probe or lifecycle handler (worker)",
+        id="lifecycle-host",
+    ),
+    pytest.param(
+        lambda s: pod_of(s).update(priorityClassName="system-node-critical"),
+        "priorityClassName system-node-critical is refused",
+        id="priority-node-critical",
+    ),
+    pytest.param(
+        lambda s: pod_of(s).update(priorityClassName="system-cluster-critical"),
+        "priorityClassName system-cluster-critical is refused",
+        id="priority-cluster-critical",
+    ),
+    pytest.param(
+        lambda s: pod_of(s).update(nodeName="kwok-node-0"),
+        "nodeName kwok-node-0 is refused for the areal-workers controller: it bypasses the scheduler and Kueue",
+        id="node-name",
+    ),
+    pytest.param(volume({"nfs": {"server": "nfs.example.com", "path": "/"}}), "volumes (data (nfs))", id="nfs"),
+    pytest.param(
+        volume({"gitRepo": {"repository": "https://example.com/x.git"}}), "volumes (data (gitRepo))", id="gitrepo"
+    ),
+    pytest.param(
+        volume({"iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:disk", "lun": 0}}),
+        "volumes (data (iscsi))",
+        id="iscsi",
+    ),
+    pytest.param(
+        volume({"flexVolume": {"driver": "example.com/driver"}}), "volumes (data (flexVolume))", id="flexvolume"
+    ),
+    pytest.param(volume({"rbd": {"monitors": ["10.0.0.1:6789"], "image": "disk"}}), "volumes (data (rbd))", id="rbd"),
+    pytest.param(volume({"cephfs": {"monitors": ["10.0.0.1:6789"]}}), "volumes (data (cephfs))", id="cephfs"),
+    pytest.param(
+        volume({"glusterfs": {"endpoints": "gluster", "path": "volume"}}), "volumes (data (glusterfs))", id="glusterfs"
+    ),
+    pytest.param(
+        volume({"awsElasticBlockStore": {"volumeID": "vol-0123"}}),
+        "volumes (data (awsElasticBlockStore))",
+        id="cloud-disk",
+    ),
+]
+
+
+@pytest.mark.parametrize("change, refused", BASELINE)
+def test_a_statefulset_beyond_podsecurity_baseline_is_refused_naming_the_field(
+    apps_controller, namespace, change, refused
+):
+    statefulset = chart_statefulset(namespace)
+    change(statefulset)
+    text = baseline_refusal(apps_controller, namespace, statefulset)
+    assert f"StatefulSet {statefulset['metadata']['name']}: {refused}" in text, text
+
+
+def test_host_process_is_refused_even_where_host_network_is_allowed(
+    apps_controller, core, namespace, kubeconfig, tmp_path
+):
+    """The API wants hostNetwork with hostProcess, so this one needs the namespace's host-network exception."""
+    core.patch_namespace(namespace, {"metadata": {"labels": {"areal-workers.dev/allow-host-network": "true"}}})
+    wait_admitted_as_controller(kubeconfig, namespace, {"workerDefaults": {"hostNetwork": True}}, tmp_path)
+    statefulset = chart_statefulset(namespace, {"workerDefaults": {"hostNetwork": True}})
+    pod_of(statefulset)["securityContext"]["windowsOptions"] = {"hostProcess": True}
+    text = baseline_refusal(apps_controller, namespace, statefulset)
+    assert "windowsOptions.hostProcess true (pod) is refused" in text, text
+    statefulset = chart_statefulset(namespace, {"workerDefaults": {"hostNetwork": True}})
+    worker_of(statefulset)["securityContext"]["windowsOptions"] = {"hostProcess": True}
+    text = baseline_refusal(apps_controller, namespace, statefulset)
+    assert "windowsOptions.hostProcess true (worker) is refused" in text, text
+
+
+def test_the_message_says_how_to_mount_shared_storage_and_a_listed_volume_type_passes(
+    apps_controller, core, namespace, kubeconfig, tmp_path
+):
+    nfs = {"sharedStorage": {"enabled": True, "volume": {"nfs": {"server": "nfs.example.com", "path": "/areal"}}}}
+    text = baseline_refusal(apps_controller, namespace, chart_statefulset(namespace, nfs))
+    assert "volumes (shared-storage (nfs)) are refused" in text, text
+    assert "a PersistentVolumeClaim (sharedStorage.claimName)" in text, text
+    assert f"areal-workers.dev/worker-volume-types of namespace {namespace}" in text, text
+
+    core.patch_namespace(namespace, {"metadata": {"annotations": {"areal-workers.dev/worker-volume-types": "nfs"}}})
+    wait_admitted_as_controller(kubeconfig, namespace, nfs, tmp_path)
+    dry_run(apps_controller, namespace, chart_statefulset(namespace, nfs))
+    git = chart_statefulset(namespace)
+    volume({"gitRepo": {"repository": "https://example.com/x.git"}})(git)
+    assert "volumes (data (gitRepo)) are refused" in baseline_refusal(apps_controller, namespace, git)
+
+
+ADMITTED = {
+    "workerDefaults": {
+        "rdma": {"enabled": True},  # IPC_LOCK
+        "priorityClassName": "areal-high",
+        "podAnnotations": {"container.apparmor.security.beta.kubernetes.io/worker": "runtime/default"},
+        "podSecurityContext": {
+            "seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"},
+            "appArmorProfile": {"type": "RuntimeDefault"},
+            "sysctls": [
+                {"name": "net.ipv4.tcp_keepalive_time", "value": "60"},
+                {"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"},
+            ],
+        },
+        "containerSecurityContext": {
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/worker.json"},
+            "procMount": "Default",
+        },
+        "extraVolumes": [
+            {"name": "config", "configMap": {"name": "areal-config"}},
+            {"name": "credentials", "secret": {"secretName": "areal-credentials"}},
+            {"name": "scratch", "emptyDir": {}},
+            {
+                "name": "info",
+                "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+            },
+            {"name": "bundle", "projected": {"sources": [{"configMap": {"name": "areal-config"}}]}},
+            {"name": "driver", "csi": {"driver": "secrets-store.csi.k8s.io"}},
+        ],
+    },
+    "sharedStorage": {"enabled": True, "claimName": "areal-shared"},
+}
+
+
+def test_the_charts_statefulsets_are_admitted_by_default_and_with_what_baseline_allows(apps_controller, namespace):
+    dry_run(apps_controller, namespace, chart_statefulset(namespace))
+    dry_run(apps_controller, namespace, chart_statefulset(namespace, ADMITTED))

@@ -55,6 +55,7 @@ def test_the_policies_match_the_controller_and_the_reaper_and_nobody_else():
         "system:serviceaccount:rl:areal-reaper",  # rbac/reaper.yaml
         "system:serviceaccount:rl:demo-areal-workers-controller",  # the chart's controllerRbac, release "demo"
         "system:serviceaccount:rl:reaper-areal-workers-reaper",  # the chart's reaper, release "reaper"
+        "system:serviceaccount:rl:areal-workers-infra-areal-workers-controller",  # release "areal-workers-infra"
     ]
     unmatched = [
         "kubernetes-admin",
@@ -64,6 +65,7 @@ def test_the_policies_match_the_controller_and_the_reaper_and_nobody_else():
         "system:serviceaccount:cert-manager:cert-manager-controller",
         "system:serviceaccount:rl:default",
         "system:serviceaccount:rl:demo-areal-workers",  # the workers' own ServiceAccount
+        "system:serviceaccount:rl:areal-workers-infra-controller",  # what the chart once named that release's
         "alice:areal-controller",
         "system:serviceaccount:rl:areal-controller:x",
     ]
