@@ -40,6 +40,7 @@ from .session import (
     cluster_error,
     make_config,
 )
+from .trainer_env import env_references
 
 PROGRAM = "areal-workers"
 
@@ -62,7 +63,8 @@ EXAMPLES = {
     "  areal-workers doctor --gpus-per-worker 8 --workers 4 --no-probe",
     "down": "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
     "submit": "  areal-workers submit -n rl -f trainer.yaml -- python train.py --config gsm8k.yaml\n"
-    "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py",
+    "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py\n"
+    "  areal-workers submit -f trainer.yaml --env-from-secret WANDB_API_KEY=wandb:api-key -- python train.py",
     "reap": "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease stale)\n"
     "  areal-workers reap --dry-run -o json",
     "completion": "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
@@ -256,6 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="new attempts after a failed one (default 3, AReaL's recover.retries; 0: one attempt): each takes "
         "over the last one's Lease and reclaims its workers, restarted in place",
     )
+    submit_cmd.add_argument(
+        "--env-from-secret",
+        action="append",
+        default=[],
+        metavar="NAME=SECRET:KEY",
+        help="the trainer's variable NAME from key KEY of Secret SECRET of the namespace (repeatable): the Job holds "
+        "a reference, not the value; over the submit file's env",
+    )
+    submit_cmd.add_argument(
+        "--env-from-configmap",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIGMAP:KEY",
+        help="the trainer's variable NAME from key KEY of ConfigMap CONFIGMAP of the namespace (repeatable)",
+    )
     submit_cmd.add_argument("--dry-run", action="store_true", help="print the Job instead of creating it")
     submit_cmd.add_argument("--detach", action="store_true", help="return once the Job is created")
     submit_cmd.add_argument(
@@ -392,7 +409,12 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return submit.submit(
                 session,
                 args.file,
-                {"image": args.image, "name": args.name, "restarts": args.restarts},
+                {
+                    "image": args.image,
+                    "name": args.name,
+                    "restarts": args.restarts,
+                    "env": env_references(args.env_from_secret, args.env_from_configmap),
+                },
                 command_line,
                 args.dry_run,
                 args.detach,

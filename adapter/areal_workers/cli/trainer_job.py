@@ -16,6 +16,7 @@ from kubernetes import client
 
 from . import trainer_network
 from .session import EXIT_USAGE, CliError
+from .trainer_env import check_env, env_var
 
 CONTROLLER_LABEL = "areal.io/controller"
 # The labels the Job controller puts on its pods (Kubernetes >= 1.27): the Job's name and uid, for the downward API.
@@ -59,7 +60,9 @@ class TrainerSpec:
     cpu: str = "2"
     memory: str = "8Gi"
     gpu: int = 0
-    env: dict[str, str] = field(default_factory=dict)
+    # NAME: a literal value, or a key of a Secret or ConfigMap of the namespace ({secretKeyRef: {name, key,
+    # optional}} or {configMapKeyRef: ...}), which the Job then references instead of holding the value.
+    env: dict[str, Any] = field(default_factory=dict)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     volume_mounts: list[dict[str, Any]] = field(default_factory=list)
     working_dir: str = ""
@@ -164,6 +167,11 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
             data[name] = _security_context(name, data[name], path)
     if "tolerations" in data:
         _check_tolerations(data["tolerations"], path)
+    if "env" in data:
+        data["env"] = check_env(data["env"], path)
+    overrides = dict(overrides)
+    if overrides.get("env"):  # the command line's entries over the file's, name by name
+        data["env"] = {**(data.get("env") or {}), **overrides.pop("env")}
     if "network_policy" in data:
         data["network_policy"] = trainer_network.settings(data["network_policy"], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
@@ -253,7 +261,7 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     ]
     if "AREAL_K8S_TRAINER_ADDRESS" not in spec.env:  # the callbacks' address: the pod's, not the host name's
         env.append(_field_env("AREAL_K8S_TRAINER_ADDRESS", "status.podIP"))
-    env += [{"name": key, "value": str(value)} for key, value in sorted(spec.env.items())]
+    env += [env_var(key, value) for key, value in sorted(spec.env.items())]
     uid = {**spec.pod_security_context, **spec.container_security_context}.get("runAsUser")
     if uid not in (None, 0) and "HOME" not in spec.env:
         env.append({"name": "HOME", "value": HOME})
