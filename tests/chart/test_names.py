@@ -150,7 +150,7 @@ def test_selectors_use_only_stable_labels(render):
         template_labels = s["spec"]["template"]["metadata"]["labels"]
         assert s["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
     selectors += [svc["spec"]["selector"] for svc in find(docs, "Service")]
-    selectors.append(one(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"])
+    selectors.append(one(docs, "NetworkPolicy", f"{RELEASE}-areal-workers")["spec"]["podSelector"]["matchLabels"])
     assert len(selectors) >= 7
     for sel in selectors:
         assert set(sel) <= SELECTOR_KEYS, sel

@@ -341,6 +341,7 @@ def test_service_account(render):
     assert pod_spec(sts(docs, "a"))["serviceAccountName"] == "default"
 
 
+WORKERS_POLICY = f"{RELEASE}-areal-workers"  # beside it, <fullname>-trainer (test_network_policy_of_the_trainer)
 RELEASE_PODS = {
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "areal-workers", "app.kubernetes.io/instance": RELEASE}}
 }
@@ -348,7 +349,7 @@ RELEASE_PODS = {
 
 def test_network_policy(render):
     docs = render({"roles": {"a": role(extraPorts=2), "b": role(guardPort=9000)}})
-    np = one(docs, "NetworkPolicy")
+    np = one(docs, "NetworkPolicy", WORKERS_POLICY)
     assert np["spec"]["policyTypes"] == ["Ingress"] and "egress" not in np["spec"]
     assert np["spec"]["podSelector"]["matchLabels"] == RELEASE_PODS["podSelector"]["matchLabels"]
     release_pods, controller = np["spec"]["ingress"]
@@ -378,7 +379,7 @@ def test_network_policy(render):
             "roles": {"a": role()},
         }
     )
-    _, controller = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    _, controller = one(docs, "NetworkPolicy", WORKERS_POLICY)["spec"]["ingress"]
     assert controller["from"] == [
         {"podSelector": {"matchLabels": {"app": "trainer"}}, "namespaceSelector": {"matchLabels": {"team": "rl"}}},
         {"ipBlock": {"cidr": "10.0.0.0/8"}},
@@ -394,15 +395,34 @@ def test_network_policy(render):
             "roles": {"a": role()},
         }
     )
-    _, controller = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    _, controller = one(docs, "NetworkPolicy", WORKERS_POLICY)["spec"]["ingress"]
     assert controller["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
     assert controller["from"] == [{"ipBlock": {"cidr": "192.168.1.7/32"}}]
 
     assert not find(render({"networkPolicy": {"enabled": False}, "roles": {"a": role()}}), "NetworkPolicy")
 
 
+def test_network_policy_of_the_trainer_admits_the_release_to_the_controller_pods_only(render):
+    """The controller side (AReaL's unauthenticated callback server): the pods the workers admit as controller admit
+    the release's pods, on the allocated range; a controller known only by namespace or address gets none."""
+    docs = render({"roles": {"a": role()}})
+    trainer = one(docs, "NetworkPolicy", f"{WORKERS_POLICY}-trainer")
+    assert trainer["spec"]["podSelector"] == {"matchLabels": {"areal.io/controller": "true"}}
+    assert trainer["spec"]["ingress"] == [
+        {"from": [RELEASE_PODS], "ports": [{"protocol": "TCP", "port": 10000, "endPort": 32767}]}
+    ]
+    outside = {"namespaceSelector": {"matchLabels": {"team": "rl"}}}
+    assert len(find(render({"networkPolicy": {"controller": outside}, "roles": {"a": role()}}), "NetworkPolicy")) == 1
+    isolate_off = {"networkPolicy": {"controller": {"isolate": False}}, "roles": {"a": role()}}
+    assert [d["metadata"]["name"] for d in find(render(isolate_off), "NetworkPolicy")] == [WORKERS_POLICY]
+
+
 def test_network_policy_egress_blocks_the_metadata_service_when_asked(render):
-    np = one(render({"networkPolicy": {"egress": {"enabled": True}}, "roles": {"a": role()}}), "NetworkPolicy")
+    np = one(
+        render({"networkPolicy": {"egress": {"enabled": True}}, "roles": {"a": role()}}),
+        "NetworkPolicy",
+        WORKERS_POLICY,
+    )
     assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert np["spec"]["egress"] == [
         {
@@ -421,6 +441,7 @@ def test_network_policy_egress_blocks_the_metadata_service_when_asked(render):
             }
         ),
         "NetworkPolicy",
+        WORKERS_POLICY,
     )
     assert np["spec"]["egress"][0]["to"][1:] == [
         {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["100.100.100.200/32"]}},
