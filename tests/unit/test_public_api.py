@@ -92,6 +92,7 @@ CONFIG_FIELDS = [
     "owner_pod_uid",
     "owner_job",
     "owner_job_uid",
+    "trainer_job",
     "kueue_queue",
     "kueue_priority_class",
     "trainer_address",
