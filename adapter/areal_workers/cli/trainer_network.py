@@ -97,7 +97,7 @@ def opens_all_egress(extra_egress: list[dict[str, Any]]) -> bool:
 def apiserver_from_env(env: dict[str, Any]) -> list[Endpoint]:
     """The API server the submit file points the trainer at (KUBERNETES_SERVICE_HOST and _PORT in its env)."""
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
+    if not isinstance(host, str) or not host or not isinstance(port, (str, int)):  # unset, or from a Secret
         return []
     return [parse_endpoint(f"[{host}]:{port}", "env KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT")]
 

@@ -103,6 +103,8 @@ def test_the_api_server_comes_from_the_file_then_the_trainers_env_then_the_clust
     env = {"KUBERNETES_SERVICE_HOST": "198.18.0.1", "KUBERNETES_SERVICE_PORT": "16443"}
     assert egress({"env": env}) == ["198.18.0.1/32"]
     assert egress({}) == ["10.96.0.1/32"]
+    from_secret = {"KUBERNETES_SERVICE_HOST": {"secretKeyRef": {"name": "api", "key": "host"}}}
+    assert egress({"env": from_secret}) == ["10.96.0.1/32"]  # not known before the pod runs: read from the cluster
     assert (
         submit._network_policy(None, load_spec(written(tmp_path, {"network_policy": {"enabled": False}}), {}), JOB)
         is None
