@@ -240,8 +240,10 @@ def test_an_unmodified_areal_sft_script_trains_as_a_trainer_job_and_resumes_afte
     assert sorted(p.status.phase for p in trainers) == ["Failed", "Succeeded"]  # the deleted one is gone
     assert all(p.spec.node_name == NODE_NAME and p.spec.service_account_name == "areal-controller" for p in trainers)
     # AReaL's TrainController deleted its workers and the release went with them: only the trainer's pods are left.
-    assert sorted(p.metadata.name for p in core.list_namespaced_pod(namespace).items) == sorted(
-        p.metadata.name for p in trainers
+    left = core.list_namespaced_pod(namespace).items
+    assert sorted(p.metadata.name for p in left) == sorted(p.metadata.name for p in trainers), (
+        [(p.metadata.name, p.metadata.deletion_timestamp, p.status.phase) for p in left],
+        text[-5000:],
     )
     assert not core.list_namespaced_secret(namespace, field_selector="type=helm.sh/release.v1").items
     # One claim, one user: the trainer's logs and the worker's name_resolve record, both under AReaL's user key

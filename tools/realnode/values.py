@@ -14,6 +14,7 @@ from repo_paths import REPO, TOOLS_BIN
 TRAINER_HELM = "/usr/local/bin/helm"
 TRAINER_PACKAGE = REPO / "adapter"
 TRAINER_CHART = REPO / "charts" / "areal-workers"
+TRAINER_RBAC = REPO / "rbac"  # the package's rbac/ is a link to it: the rules a recorded revision's Roles may hold
 
 
 def interpreter_home(environment: Path) -> Path:
@@ -69,6 +70,7 @@ def trainer_submit(environment: Path, api_host: str, api_port: int) -> dict:
             "areal-python": interpreter_home(environment),
             "areal-workers": TRAINER_PACKAGE,
             "areal-workers-chart": TRAINER_CHART,  # the package's chart/ is a link to it in a checkout
+            "areal-workers-rbac": TRAINER_RBAC,
         },
         True,
     )
