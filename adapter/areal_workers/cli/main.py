@@ -273,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=CONFIGMAP:KEY",
         help="the trainer's variable NAME from key KEY of ConfigMap CONFIGMAP of the namespace (repeatable)",
     )
-    submit_cmd.add_argument("--dry-run", action="store_true", help="print the Job and its NetworkPolicy instead of creating them")
+    submit_cmd.add_argument(
+        "--dry-run", action="store_true", help="print the Job and its NetworkPolicy instead of creating them"
+    )
     submit_cmd.add_argument("--detach", action="store_true", help="return once the Job is created")
     submit_cmd.add_argument(
         "--start-timeout",
