@@ -484,3 +484,33 @@ def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_ba
     history = json.loads(cli("history", "-o", "json")[1])
     assert [r["description"] for r in history["revisions"]][-1] == "Rollback to 1"
     assert cli("down", "--yes")[0] == EXIT_OK
+
+
+def test_a_failed_up_prints_its_diagnosis_once_and_no_exit_code_when_no_container_exited(
+    cli, pod_runner, namespace, tmp_path, worker_lane
+):
+    """An image that never pulls (the local cluster fails images of registry.invalid as a kubelet does): the
+    diagnosis once, then one line for the rollback; no "exit code -1" or "Stderr output:" (issue 35, point 4)."""
+    from clusterlib import RUN_PODS, lane_values
+
+    pod_runner(namespace)
+    platform = tmp_path / "platform.json"
+    platform.write_text(json.dumps({**RUN_PODS, **lane_values(worker_lane, tmp_path / "areal")}))
+    task = {"cpu": 1, "mem": 1, "cmd": "python -m areal.infra.rpc.rpc_server"}
+    jobs = tmp_path / "job.yaml"
+    trial = {"experiment": "exp", "trial": "pull"}
+    jobs.write_text(yaml.safe_dump({**trial, "jobs": [{"role": "actor", "replicas": 1, "tasks": [task]}]}))
+    timeout = str(worker_lane.timeouts["ready_timeout"])
+    code, _, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout)
+    assert code == EXIT_OK, err
+
+    bad = {**task, "image": "registry.invalid/areal-runtime:v1.0.4"}
+    jobs.write_text(yaml.safe_dump({**trial, "jobs": [{"role": "actor", "replicas": 1, "tasks": [bad]}]}))
+    code, _, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout)
+    assert code == EXIT_PROBLEM, err
+    assert "exit code -1" not in err and "Stderr output" not in err, err
+    assert err.count("[fatal]") == 1 and ("ErrImagePull" in err or "ImagePullBackOff" in err), err
+    assert "error: worker actor/0 cannot become ready" in err, err
+    rollback = [line for line in err.splitlines() if "rolled back release" in line]
+    assert len(rollback) == 1 and err.rstrip().endswith(rollback[0]), err
+    assert cli("down", "--yes")[0] == EXIT_OK

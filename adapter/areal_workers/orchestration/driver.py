@@ -320,7 +320,10 @@ class ReleaseDriver:
             note = f"rolled back release {self.name} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else ""
             )
-        logger.warning("%s after: %s", note, error)
+        # The error's first line only: its diagnosis reaches the caller with the error (`in_raised_error`: a caller
+        # that prints the error, as areal-workers up does, leaves this record out).
+        headline = str(error).splitlines()[0] if str(error) else type(error).__name__
+        logger.warning("%s after: %s", note, headline, extra={"in_raised_error": True})
         error.add_note(note)
 
     def restore(self, target: int) -> list[str]:

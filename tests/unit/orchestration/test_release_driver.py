@@ -244,6 +244,18 @@ def test_a_failed_change_rolls_back_to_the_last_all_ready_revision(cluster, loop
     assert error.__notes__ == [f"rolled back release {RELEASE} to revision 1"]
 
 
+def test_the_rollback_is_logged_with_the_errors_first_line_marked_as_in_the_error(cluster, loop, caplog):
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    driver.confirm_ready("actor", [])
+    driver.apply(values(actor={**ACTOR, "image": {"repository": "broken", "tag": "1"}}), "update actor", "actor")
+    with caplog.at_level("WARNING", logger="areal_workers.orchestration.driver"):
+        driver.roll_back(RuntimeError("actor/0 failed\nStderr output:\nthe diagnosis"))
+    (record,) = caplog.records
+    assert record.getMessage() == f"rolled back release {RELEASE} to revision 1 after: actor/0 failed"
+    assert record.in_raised_error  # the caller that prints the error (areal-workers up) leaves it out
+
+
 def test_a_release_that_was_never_all_ready_is_uninstalled_instead(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor={**ACTOR, "image": {"repository": "broken", "tag": "1"}}), "create actor", "actor")

@@ -7,6 +7,7 @@ trainer's release (one with a Lease) is refused: `up` would change its workers b
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ...areal_types import Job
 from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
+from ...orchestration import driver as release_driver
 from ...release import values as job_values
 from ...runtime.lease import lease_name
 from ...scheduler import KubernetesScheduler
@@ -33,9 +35,32 @@ def _entry(job: Job, session: Session) -> dict[str, Any] | None:
         return None
 
 
-def _diagnosis(error: BaseException) -> str:
-    notes = "\n".join(getattr(error, "__notes__", []))
-    return f"{error}\n{notes}".strip()
+def _headline(error: WorkerFailedError) -> str:
+    """A worker's exit code only when a container exited: an image that never pulls or a pod that is never
+    scheduled has none (AReaL's WorkerFailedError then carries -1)."""
+    code = getattr(error, "exit_code", None)
+    if isinstance(code, int) and code >= 0:
+        return f"worker {error.worker_id} exited with code {code}"
+    return f"worker {error.worker_id} cannot become ready"
+
+
+def failure_text(error: BaseException) -> str:
+    """The scheduler's error once: a headline, the diagnosis, then the other notes (what was done about it: the
+    rollback). AReaL's WorkerFailedError holds the diagnosis in its message ("... failed with exit code -1",
+    "Stderr output:") and attach_diagnosis adds it as a note too: neither copy is printed as it is."""
+    diagnosis = str(getattr(error, "diagnosis", "") or "")
+    if isinstance(error, WorkerFailedError):
+        body = diagnosis or str(getattr(error, "stderr", "") or "")
+        lines = [_headline(error), *([body] if body else [])]
+    else:
+        lines = [str(error), *([diagnosis] if diagnosis and diagnosis not in str(error) else [])]
+    notes = [str(note) for note in getattr(error, "__notes__", [])]
+    return "\n".join([*lines, *(note for note in notes if note != diagnosis)]).strip()
+
+
+def _not_in_the_error(record: logging.LogRecord) -> bool:
+    """The driver's log records that repeat what the error raised to `up` says (the rollback): printed once, there."""
+    return not getattr(record, "in_raised_error", False)
 
 
 def refuse_trainers_release(session: Session, release: str) -> None:
@@ -74,6 +99,7 @@ def up(
         lease_grace_seconds=0,
     )
     scheduler = KubernetesScheduler(config=config, experiment_name=experiment, trial_name=trial)
+    release_driver.logger.addFilter(_not_in_the_error)
     try:
         session.kube(refuse_trainers_release, f"reading the Lease of {scheduler.release}", session, scheduler.release)
         for job in jobs:
@@ -93,12 +119,13 @@ def up(
             created += [{"id": w.id, "ip": w.ip, "ports": list(w.worker_ports)} for w in workers]
             err.print(f"✓ {job.role}: {len(workers)} worker(s) ready")
     except WorkerTimeoutError as error:
-        raise CliError(_diagnosis(error), EXIT_TIMEOUT) from None
+        raise CliError(failure_text(error), EXIT_TIMEOUT) from None
     except WorkerFailedError as error:  # the scheduler already rolled the release back (see its note)
-        raise CliError(_diagnosis(error), EXIT_PROBLEM) from None
+        raise CliError(failure_text(error), EXIT_PROBLEM) from None
     except SchedulerError as error:
-        raise CliError(_diagnosis(error), EXIT_USAGE if "Invalid" in str(error) else EXIT_PROBLEM) from None
+        raise CliError(failure_text(error), EXIT_USAGE if "Invalid" in str(error) else EXIT_PROBLEM) from None
     finally:
+        release_driver.logger.removeFilter(_not_in_the_error)
         scheduler.close()
     outcome = {
         "release": scheduler.release,
