@@ -270,3 +270,34 @@ def test_workers_that_need_more_than_the_namespace_enforces_fail_and_no_probe_is
     assert f"namespace {namespace} enforces 'baseline'" in failed.detail
     assert "need 'privileged' (hostNetwork): their pods would be refused" in failed.detail, failed.detail
     assert checks[-1].name == "worker reachable" and checks[-1].status == "skip" and "PodSecurity" in checks[-1].detail
+
+
+def test_an_identity_without_a_binding_gets_one_row_and_fixes_naming_its_own_namespace(
+    kubeconfig, core, namespace, make_namespace, tmp_path, capsys, monkeypatch
+):
+    """A ServiceAccount of another namespace, bound to nothing in the trial's: one FAIL row for the missing binding
+    instead of one per rule of rbac/role.yaml, and every fix names that ServiceAccount in its own namespace, as the
+    API server names it (issue 35, point 7)."""
+    from areal_workers.cli.main import main
+    from localkube.pki import service_account_kubeconfig
+
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")  # helm
+    home = make_namespace()
+    core.create_namespaced_service_account(home, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="caller")))
+    credentials = service_account_kubeconfig(kubeconfig, home, "caller", tmp_path / "caller.yaml")
+    argv = ["--kubeconfig", str(credentials), "-n", namespace, "doctor", "--no-probe"]
+    code = main([*argv, "-o", "json"])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert code == 1
+    failed = [c for c in checks if c["status"] == "fail"]
+    assert [c["name"] for c in failed] == ["RoleBinding"], failed
+    user = f"system:serviceaccount:{home}:caller"
+    assert failed[0]["detail"].startswith(f"{user} has none of the "), failed[0]
+    assert f"kubectl apply -n {namespace} -f " in failed[0]["fix"]
+    fixes = " ".join(c.get("fix") or "" for c in checks)
+    assert f"--serviceaccount={home}:caller" in fixes and f"--serviceaccount={namespace}:" not in fixes
+    assert not [c for c in checks if c["name"].startswith("permission ") and c["status"] == "fail"]
+    assert next(c for c in checks if c["name"] == "namespace")["status"] == "skip"  # its "forbidden": the same cause
+    main(argv)
+    table = capsys.readouterr().out
+    assert len([line for line in table.splitlines() if line.lstrip().startswith("FAIL")]) == 1, table

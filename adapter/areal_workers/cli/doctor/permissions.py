@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .admission import SERVICE_ACCOUNT_PREFIX
 from .check import Check
 
 RBAC_DIR = Path(__file__).parents[2] / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
@@ -40,6 +42,7 @@ class Access:
 
 
 NODE_LIST = Access("list", "", "nodes", namespaced=False, required=False)
+NO_BINDING = "RoleBinding"  # the one row when every permission of the Role is denied
 
 
 def role_accesses(text: str) -> tuple[str, list[Access]]:
@@ -57,28 +60,77 @@ def role_accesses(text: str) -> tuple[str, list[Access]]:
     return role["metadata"]["name"], list(accesses)
 
 
-def permission_check(access: Access, allowed: bool, reason: str, namespace: str, role: str) -> Check:
-    """The verdict of one review, with the file and command that grant a missing permission."""
+def subject_flag(user: str | None) -> str | None:
+    """kubectl create (cluster)rolebinding's flag for the identity the API server named (SelfSubjectReview, as
+    `kubectl auth whoami` shows it): a ServiceAccount in its own namespace, or a user; None when it is unknown."""
+    if not user:
+        return None
+    if user.startswith(SERVICE_ACCOUNT_PREFIX):
+        namespace, _, name = user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
+        if namespace and name:
+            return f"--serviceaccount={namespace}:{name}"
+    return f"--user={user}"
+
+
+def _who(user: str | None) -> str:
+    return user or "this identity"
+
+
+def _bind_role(role: str, namespace: str, user: str | None) -> str:
+    """How to bind the Role to the checked identity, when the API server named it."""
+    flag = subject_flag(user)
+    if flag is None:
+        return "or bind the Role to this identity (kubectl auth whoami names it)"
+    binding = f"{role}-" + re.sub(r"[^a-z0-9-]+", "-", user.rsplit(":", 1)[-1].lower()).strip("-")
+    return (
+        f"or bind the Role to {user}: kubectl create rolebinding {binding[:63].rstrip('-')} -n {namespace} "
+        f"--role={role} {flag}"
+    )
+
+
+def permission_check(
+    access: Access, allowed: bool, reason: str, namespace: str, role: str, user: str | None = None
+) -> Check:
+    """The verdict of one review, with the file and command that grant a missing permission to `user` (the
+    identity the API server named; None: unknown)."""
     where = f"in namespace {namespace}" if access.namespaced else "at cluster scope"
     if allowed:
         return Check(access.name, "pass", f"allowed {where}")
     found = f"missing: {access.verb} {access.resource_text} {where}" + (f" ({reason})" if reason else "")
     if not access.required:  # listing nodes
+        flag = subject_flag(user)
+        grant = (
+            "kubectl create clusterrole areal-node-reader --verb=get,list --resource=nodes && kubectl create "
+            "clusterrolebinding areal-node-reader --clusterrole=areal-node-reader "
+            + (flag or "--serviceaccount=NAMESPACE:NAME")
+        )
         return Check(
             access.name,
             "warn",
             found + "; optional: diagnoses lose node details, the GPU check is skipped",
-            f"a ClusterRole bound to this identity grants it, e.g. for ServiceAccount {role}: kubectl create "
-            f"clusterrole areal-node-reader --verb=get,list --resource=nodes && kubectl create "
-            f"clusterrolebinding areal-node-reader --clusterrole=areal-node-reader "
-            f"--serviceaccount={namespace}:{role}",
+            f"a ClusterRole bound to {_who(user)} grants it: {grant}"
+            + ("" if flag else " (kubectl auth whoami names the identity)"),
         )
     return Check(
         access.name,
         "fail",
         found,
         f"granted by {ROLE_FILE_NAME} (Role {role}); apply it: kubectl apply -n {namespace} -f {RBAC_DIR}/ "
-        f"and run the controller as ServiceAccount {role}, or bind the Role to this identity",
+        f"and run the controller as ServiceAccount {namespace}:{role}, {_bind_role(role, namespace, user)}",
+    )
+
+
+def no_binding_check(namespace: str, role: str, count: int, user: str | None) -> Check:
+    """Every permission of the Role denied: one row, not one per permission (the identity has no binding to it)."""
+    return Check(
+        NO_BINDING,
+        "fail",
+        f"{_who(user)} has none of the {count} permissions of {ROLE_FILE_NAME} (Role {role}) in namespace "
+        f"{namespace}: no RoleBinding there binds that Role to it (or the namespace does not exist: a namespaced "
+        f"identity cannot tell)",
+        f"apply rbac/ in the namespace: kubectl apply -n {namespace} -f {RBAC_DIR}/ (Role, RoleBinding and "
+        f"ServiceAccount {role}) and run the controller as ServiceAccount {namespace}:{role}, "
+        f"{_bind_role(role, namespace, user)}; a missing namespace first: kubectl create namespace {namespace}",
     )
 
 
@@ -98,8 +150,10 @@ def _review(authorization: client.AuthorizationV1Api, access: Access, namespace:
 
 
 def check_permissions(
-    authorization: client.AuthorizationV1Api, namespace: str, role_file: Path = ROLE_FILE
+    authorization: client.AuthorizationV1Api, namespace: str, role_file: Path = ROLE_FILE, user: str | None = None
 ) -> list[Check]:
+    """One row per access of the Role and listing nodes; `user` (the identity the API server named) goes into the
+    fixes. When every access of the Role is denied, that is one row: the identity has no binding to the Role."""
     role, accesses = role_accesses(role_file.read_text())
     checks = []
     for access in [*accesses, NODE_LIST]:
@@ -117,5 +171,8 @@ def check_permissions(
                     "(ClusterRole system:basic-user): ask the cluster's administrators",
                 ),
             ]
-        checks.append(permission_check(access, allowed, reason, namespace, role))
+        checks.append(permission_check(access, allowed, reason, namespace, role, user))
+    required = checks[: len(accesses)]
+    if required and all(check.status == "fail" for check in required):
+        return [no_binding_check(namespace, role, len(required), user), *checks[len(accesses) :]]
     return checks

@@ -14,12 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from ...config import KubernetesSchedulerConfig
 from ...runtime import backend
 from ...scheduler import KubernetesScheduler
-from .admission import NAME as ADMISSION, check_admission_policy
+from .admission import NAME as ADMISSION, check_admission_policy, username
 from .chart import PROBE_ROLE, render_chart
 from .check import Check, listed
 from .gpus import check_gpus
 from .namespace import check_namespace
-from .permissions import ROLE_FILE_NAME, check_permissions
+from .permissions import NO_BINDING, ROLE_FILE_NAME, check_permissions
 from .podsecurity import check_pod_security
 from .probe import probe_worker
 
@@ -71,7 +71,12 @@ def run_doctor(
         checks.append(Check("permissions", "skip", gone))
     elif reachable:
         progress(f"checking the permissions of {ROLE_FILE_NAME} in namespace {config.namespace}")
-        checks += check_permissions(client.AuthorizationV1Api(api_client), config.namespace)
+        user = username(client.AuthenticationV1Api(api_client))  # the identity the fixes name (kubectl auth whoami)
+        permissions = check_permissions(client.AuthorizationV1Api(api_client), config.namespace, user=user)
+        if permissions[0].name == NO_BINDING and checks[-1].status == "fail":
+            # the namespace check's "forbidden" has the same cause: one failure, the binding's
+            checks[-1] = Check("namespace", "skip", f"this identity may not read namespace {config.namespace}")
+        checks += permissions
     if gone:
         checks.append(Check(ADMISSION, "skip", gone))
     elif reachable:

@@ -113,11 +113,23 @@ def test_a_denied_access_fails_naming_verb_resource_namespace_and_the_file_that_
     assert f"kubectl apply -n rl -f {permissions.RBAC_DIR}/" in check.fix
 
 
-def test_listing_nodes_denied_is_only_a_warning_with_a_cluster_role_to_grant_it():
-    check = permission_check(permissions.NODE_LIST, False, "", "rl", "areal-controller")
+def test_listing_nodes_denied_is_only_a_warning_with_a_cluster_role_for_the_callers_own_identity():
+    caller = "system:serviceaccount:ops:trainer"  # the caller's ServiceAccount lives in ops, the trial in rl
+    check = permission_check(permissions.NODE_LIST, False, "", "rl", "areal-controller", caller)
     assert check.status == "warn"
     assert check.detail.startswith("missing: list nodes at cluster scope")
-    assert "clusterrole" in check.fix and "--serviceaccount=rl:areal-controller" in check.fix
+    assert "clusterrole" in check.fix and "--serviceaccount=ops:trainer" in check.fix
+    assert "rl:" not in check.fix and "areal-controller" not in check.fix
+
+
+def test_the_fixes_bind_a_person_as_a_user_and_say_how_to_find_an_unknown_identity():
+    person = permission_check(permissions.NODE_LIST, False, "", "rl", "areal-controller", "alice@example.com")
+    assert "--user=alice@example.com" in person.fix and "--serviceaccount" not in person.fix
+    unknown = permission_check(permissions.NODE_LIST, False, "", "rl", "areal-controller", None)
+    assert "kubectl auth whoami" in unknown.fix
+    denied = permission_check(Access("list", "", "pods"), False, "", "rl", "areal-controller", "alice@example.com")
+    assert "kubectl create rolebinding areal-controller-alice-example-com -n rl --role=areal-controller" in denied.fix
+    assert denied.fix.endswith("--user=alice@example.com")
 
 
 class FakeAuthorization:
@@ -153,6 +165,19 @@ def test_one_review_per_access_and_exactly_the_denied_one_fails():
     assert (log.verb, log.group, log.resource, log.namespace) == ("get", "", "pods", "rl")
     nodes = authorization.asked[-1]
     assert (nodes.verb, nodes.resource, nodes.namespace) == ("list", "nodes", None)
+
+
+def test_an_identity_without_any_permission_of_the_role_gets_one_row_naming_it_and_rbac():
+    _, accesses = role_accesses(ROLE_TEXT)
+    every = {(a.verb, a.group, a.resource, a.subresource or None) for a in [*accesses, permissions.NODE_LIST]}
+    user = "system:serviceaccount:ops:trainer"
+    checks = permissions.check_permissions(FakeAuthorization(every), "rl", user=user)  # type: ignore[arg-type]
+    assert [(c.name, c.status) for c in checks] == [("RoleBinding", "fail"), ("permission list nodes", "warn")]
+    (missing, nodes) = checks
+    assert missing.detail.startswith(f"{user} has none of the {len(accesses)} permissions of rbac/role.yaml")
+    assert f"kubectl apply -n rl -f {permissions.RBAC_DIR}/" in missing.fix
+    assert "--role=areal-controller --serviceaccount=ops:trainer" in missing.fix
+    assert "--serviceaccount=ops:trainer" in nodes.fix
 
 
 def test_a_review_the_api_server_cannot_answer_ends_the_permission_checks_with_the_cause():
