@@ -16,7 +16,15 @@ import pytest
 import yaml
 
 from areal_workers.cli.main import main
-from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PIPE, EXIT_PROBLEM, EXIT_USAGE
+from areal_workers.cli.session import (
+    EXIT_CLUSTER,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+)
 from areal_workers.errors import LeaseLostError
 from clusterlib import job, spec
 from repo_paths import REPO, TOOLS_BIN
@@ -24,6 +32,8 @@ from repo_paths import REPO, TOOLS_BIN
 CLI = [sys.executable, "-m", "areal_workers.cli"]
 WITH_HELM = {**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}"}
 CRASH = "python -c 'import sys; print(\"cannot load /ckpt/step-100: no such file\", flush=True); sys.exit(3)'"
+# A worker that logs one line, then nothing: no probe answers, no access log (AReaL's rpc_server between calls).
+QUIET = "python -c 'import time; print(\"quiet worker started\", flush=True); time.sleep(3600)'"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -143,7 +153,39 @@ def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):
     errors = follow.stderr.read()
     assert first.strip(), f"no log line (exit {code}): {errors}"
     assert alive, f"logs -f ended on its own (exit {code}): {errors}"
-    assert code == EXIT_OK, errors
+    assert code == EXIT_INTERRUPTED, errors
+
+
+def test_logs_follow_of_a_quiet_worker_ends_at_the_first_sigint(cli, make_scheduler):
+    """Nothing arrives after the first line, so the reader thread sits in its SSL read: one SIGINT ends the command
+    with 130 (it hung until SIGTERM when an interrupted join marked the reader stopped and its socket stayed open).
+    `logs quiet` takes the role, as `kubectl logs` takes a workload: its rank 0."""
+    scheduler = make_scheduler(lease_grace_seconds=0)
+    scheduler.create_workers(job("quiet", 1, [spec(cmd=QUIET)]))  # never ready: not waited for
+    deadline, out = time.monotonic() + 120, ""
+    while "quiet worker started" not in out and time.monotonic() < deadline:
+        time.sleep(1)
+        _, out, _ = cli("logs", "quiet", "--since", "10m")
+    assert "quiet worker started" in out
+    follow = subprocess.Popen(
+        [*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace, "logs", "quiet", "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=WITH_HELM,
+        preexec_fn=default_sigint,
+    )
+    first = follow.stdout.readline()  # the stream is open; nothing more will come
+    follow.send_signal(signal.SIGINT)  # once
+    try:
+        code: int | None = follow.wait(60)  # a hang guard, not a timing assertion
+    except subprocess.TimeoutExpired:
+        code = None
+        follow.kill()
+        follow.wait()
+    errors = follow.stderr.read()
+    assert first.strip() == "quiet worker started", errors
+    assert code == EXIT_INTERRUPTED, f"logs -f after one SIGINT: exit {code} (None: still running after 60 s): {errors}"
 
 
 def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_trial, core):

@@ -50,7 +50,8 @@ EXAMPLES = {
     "  areal-workers status -o json | jq '.trials[].workers[] | select(.ready|not)'",
     "diagnose": "  areal-workers diagnose actor                every actor worker\n"
     "  areal-workers diagnose actor/3 -o json",
-    "logs": "  areal-workers logs actor/0 -f\n  areal-workers logs rollout/2 --previous --tail 100",
+    "logs": "  areal-workers logs actor/0 -f\n  areal-workers logs rollout/2 --previous --tail 100\n"
+    "  areal-workers logs actor --since 10m        rank 0 of role actor, the last 10 minutes",
     "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
     "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
     "  areal-workers rollback 3 --timeout 15m",
@@ -152,13 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_argument("target", metavar="ROLE|ROLE/INDEX")
     logs = command(
         "logs",
-        "a worker's log (a process fork's: its target pod's); while a restarted container has written nothing yet, "
-        "the previous one's, with a note on stderr",
+        "a worker's log (a process fork's: its target pod's; a role alone: its rank 0, as kubectl logs takes a "
+        "workload's first pod); while a restarted container has written nothing yet, the previous one's, with a note "
+        "on stderr. -f ends when the container does (exit 0) or at Ctrl-C (exit 130)",
     )
-    logs.add_argument("target", metavar="ROLE/INDEX|POD")
+    logs.add_argument("target", metavar="ROLE|ROLE/INDEX|POD")
     logs.add_argument("-f", "--follow", action="store_true", help="stream new lines")
     logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous container (after a restart)")
+    logs.add_argument(
+        "--since", type=duration.seconds, metavar="DURATION", help="only lines newer than this (" + DURATION + ")"
+    )
     command(
         "history",
         "the trial's release revisions, with the last one whose workers were all ready and the image digests "
@@ -385,7 +390,7 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.command == "diagnose":
             return workers.diagnose(session, args.target, fmt)
         if args.command == "logs":
-            return workers.logs(session, args.target, args.follow, args.tail, args.previous)
+            return workers.logs(session, args.target, args.follow, args.tail, args.previous, args.since)
         if args.command == "history":
             return release.history(session, fmt)
         if args.command == "rollback":

@@ -4,6 +4,7 @@ connection. The response is a fake with urllib3's stream(), connection.sock and 
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -107,20 +108,36 @@ def test_a_socket_already_closed_when_shut_down_is_no_error():
 def test_a_response_without_a_socket_is_only_released():
     response: Any = FakeResponse([b"x"])
     response.connection = None
-    reader = threading.Thread(target=lambda: None)
-    reader.start()
-    log_stream.stop_copy(response, reader)
+    reader = log_stream.start_copy(response)
+    log_stream.stop_copy(response, reader, drain_seconds=5.0)
     assert response.released == 1
 
 
-def test_wait_for_returns_only_once_the_reader_has_ended():
-    ended = threading.Event()
-
-    def slow() -> None:
+class SlowResponse(FakeResponse):
+    def stream(self, size: int) -> Iterator[bytes]:
         time.sleep(0.5)
-        ended.set()
+        yield b"late\n"
 
-    reader = threading.Thread(target=slow, daemon=True)
-    reader.start()
+
+def test_wait_for_returns_only_once_the_reader_has_ended(capsys):
+    reader = log_stream.start_copy(SlowResponse([]))
     log_stream.wait_for(reader)
-    assert ended.is_set() and not reader.is_alive()
+    assert reader.ended.is_set() and capsys.readouterr().out == "late\n"
+
+
+def test_ctrl_c_while_waiting_still_shuts_the_followed_socket_down(capsys):
+    """SIGINT in the main thread's wait (Ctrl-C on a quiet worker): the socket is still shut down and the connection
+    released. With Thread.join, CPython 3.11 marked the reader stopped at the interrupt, so it was never shut down
+    and the exit hung behind its read."""
+    response = FakeResponse([b"a\n"], follow=True)
+    reader = log_stream.start_copy(response)
+    main = threading.main_thread().ident
+    assert main is not None
+    interrupt = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+    interrupt.start()
+    with pytest.raises(KeyboardInterrupt):
+        log_stream.wait_for(reader)
+    interrupt.join()
+    log_stream.stop_copy(response, reader)
+    assert response.connection.sock.shutdowns == [socket.SHUT_RDWR] and response.released == 1
+    assert reader.ended.is_set() and capsys.readouterr().out == "a\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -21,7 +22,7 @@ from ...runtime.lease import lease_name
 from ...runtime.lease_record import being_reaped, observation_of
 from .. import log_stream
 from ..output import Format, console, emit, status_renderable
-from ..session import EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..session import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
 from ..status_view import TrialStatus, trial_status
 from ..trainer_attempts import attempts_text, job_pods_selector, owner_job
 
@@ -254,10 +255,25 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
 
 
 def worker_pod(session: Session, release: str, target: str) -> str:
-    """The pod running worker `role/index` (a process fork's: its target's pod), or a pod name as given."""
-    if naming.parse_worker_id(target) is None:
+    """The pod running worker `role/index` (a process fork's: its target's pod), or a pod name of the release as
+    given. A role alone is its rank 0, as `kubectl logs` takes a workload's first pod (a note on stderr names it)."""
+    if naming.parse_worker_id(target) is None and target.startswith(f"{release}-"):
         return target
     model = TrialReader(session, [release]).read(release)[0]
+    if naming.parse_worker_id(target) is None:
+        if not model.exists(target):
+            known = ", ".join(sorted(model.workloads())) or "none"
+            raise CliError(
+                f"no role or worker pod {target!r} in trial {release} (roles: {known}); name a role, a worker "
+                f"ROLE/INDEX or a pod {release}-ROLE-INDEX",
+                EXIT_NOT_FOUND,
+            )
+        if model.replicas(target) > 1:
+            print(
+                f"{target} has {model.replicas(target)} workers; showing {target}/0 (logs {target}/INDEX for another)",
+                file=sys.stderr,
+            )
+        target = naming.worker_id(target, 0)
     role, indices = _resolve(model, target)
     assert indices is not None
     pods, _ = session.kube(
@@ -298,26 +314,31 @@ def _log_text(session: Session, pod: str, **options: Any) -> str:
     return _read_log(session, pod, **options).data.decode("utf-8", errors="replace")
 
 
-def logs(session: Session, target: str, follow: bool, tail: int | None, previous: bool) -> int:
+def logs(
+    session: Session, target: str, follow: bool, tail: int | None, previous: bool, since: float | None = None
+) -> int:
+    """The worker's log on stdout; -f follows it until the container ends (exit 0) or Ctrl-C (exit 130)."""
     release = session.release()
     pod = worker_pod(session, release, target)
+    # kubectl's --since: whole seconds, at least one
+    window: dict[str, int] = {"since_seconds": max(1, math.ceil(since))} if since is not None else {}
     if not follow:
-        text = _log_text(session, pod, tail_lines=tail, previous=previous)
+        text = _log_text(session, pod, tail_lines=tail, previous=previous, **window)
         if not text and not previous:
             note = restarted_note(
                 session.kube(session.core.read_namespaced_pod, f"reading pod {pod}", pod, session.namespace)
             )
             if note:
                 print(note, file=sys.stderr)
-                text = _log_text(session, pod, tail_lines=tail, previous=True)
+                text = _log_text(session, pod, tail_lines=tail, previous=True, **window)
         sys.stdout.write(text)
         return EXIT_OK
-    response = _read_log(session, pod, follow=True, tail_lines=tail, previous=previous)
+    response = _read_log(session, pod, follow=True, tail_lines=tail, previous=previous, **window)
     reader = log_stream.start_copy(response)
     try:
         log_stream.wait_for(reader)
-    except KeyboardInterrupt:  # the normal end of -f
-        pass
+    except KeyboardInterrupt:  # Ctrl-C: the stream ends at once, and the exit says it was interrupted
+        return EXIT_INTERRUPTED
     finally:
         log_stream.stop_copy(response, reader)
     return EXIT_OK
