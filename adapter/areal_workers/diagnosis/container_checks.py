@@ -111,8 +111,14 @@ def _exit_advice(
         return "the command is not executable: check the role's command and the file's permissions"
     if exit_code == 0:
         return "the worker exited with code 0, but AReaL's guard must keep running: check the role's command"
-    logs = f"kubectl logs {_name(pod)} -c {container}" + (" --previous" if previous else "")
+    logs = f"kubectl logs {_kubectl_pod(pod)} -c {container}" + (" --previous" if previous else "")
     return f"the worker exited with code {exit_code}: read the log tail ({logs}); fix the command, environment or code"
+
+
+def _kubectl_pod(pod: V1Pod) -> str:
+    """The pod as a kubectl command names it: with -n, since the reader's context may default to another namespace."""
+    namespace = pod.metadata.namespace if pod.metadata is not None else None
+    return f"-n {namespace} {_name(pod)}" if namespace else _name(pod)
 
 
 def _memory_limit(pod: V1Pod, container: str) -> str | None:
@@ -287,7 +293,7 @@ def _waiting_advice(pod: V1Pod, status: V1ContainerStatus, reason: str, message:
         )
     if reason.endswith("HookError"):
         return "a lifecycle hook failed: fix or remove the hook"
-    return "not a known failure: check the events and `kubectl describe pod`"
+    return f"not a known failure: check the events and `kubectl describe pod {_kubectl_pod(pod)}`"
 
 
 def _registry_host(image: str) -> str:

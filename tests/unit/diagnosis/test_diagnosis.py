@@ -337,6 +337,13 @@ def test_invalid_image_name_is_fatal() -> None:
 # ------------------------------------------------------------------------------------------------ crashes
 
 
+def test_an_unknown_waiting_reason_names_the_pod_with_its_namespace_for_kubectl() -> None:
+    pod = make_pod(statuses=[container_status(waiting=("SomethingNew", "odd"))], conditions=ready_conditions(False))
+    problem = diagnose_pod(pod)
+    assert problem is not None and problem.reason == "SomethingNew" and not problem.fatal
+    assert problem.advice.endswith("`kubectl describe pod -n areal actor-0`")
+
+
 def test_crash_loop_reports_last_exit_code_and_logs() -> None:
     waiting = "back-off 40s restarting failed container=guard pod=actor-0_areal(uid-1)"
     pod = make_pod(
@@ -348,7 +355,7 @@ def test_crash_loop_reports_last_exit_code_and_logs() -> None:
     assert problem is not None
     assert (problem.reason, problem.fatal, problem.exit_code, problem.signal) == ("CrashLoopBackOff", True, 1, None)
     assert waiting in problem.message and "exit code 1" in problem.message
-    assert "kubectl logs actor-0 -c guard --previous" in problem.advice
+    assert "kubectl logs -n areal actor-0 -c guard --previous" in problem.advice  # its namespace named
     assert problem.log_tail == (
         "Traceback (most recent call last):",
         '  File "rpc_server.py", line 10',
