@@ -33,6 +33,7 @@ from .orchestration.reclaim import Reclaim
 from .orchestration.worker_calls import WorkerCalls
 from .pods.held_workers import HeldWorkers
 from .release import request_checks, values as job_values
+from .release.model import image_text, role_changes
 from .runtime import backend as backend_module
 from .runtime.loop_thread import LoopThread
 from .trainer_address import advertise
@@ -232,7 +233,10 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
             spec = request_checks.spec(job)
             request_checks.require_same_replicas(self.driver.model, job.role, job.replicas)
             values = self._role_values(job.role, spec, job.replicas)
-            self.driver.apply(values, f"update {job.role}: {job.replicas} worker(s)", job.role, (job.role,))
+            before = (self.driver.model.values.get("roles") or {}).get(job.role) or {}
+            release_image = image_text(values.get("image"))
+            changes = role_changes(before, values["roles"][job.role], release_image) or ["no change"]
+            self.driver.apply(values, f"update {job.role}: {', '.join(changes)}", job.role, (job.role,))
             return [naming.worker_id(job.role, i) for i in range(job.replicas)]
 
     def _colocate(self, role: str, replicas: int, target: str | None, fork: bool) -> list[str]:

@@ -380,7 +380,7 @@ def test_a_failed_update_is_rolled_back_and_the_stuck_pod_replaced(make_schedule
     pods = core.list_namespaced_pod(scheduler.namespace, label_selector="areal.io/role=actor").items
     assert {p.metadata.labels["controller-revision-hash"] for p in pods} == {good_revision}
     assert pod_uids(core, scheduler.namespace, "critic") == critic
-    assert descriptions(scheduler)[-2:] == ["update actor: 3 worker(s)", "Rollback to 2"]
+    assert descriptions(scheduler)[-2:] == ["update actor: command changed", "Rollback to 2"]
 
 
 def test_values_the_chart_schema_rejects_fail_before_any_write(make_scheduler):

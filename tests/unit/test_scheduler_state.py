@@ -415,3 +415,12 @@ def test_a_fatal_failure_does_not_undo_another_controllers_revision(make_schedul
         first.get_workers("critic")
     assert "revision(s) 3 since then were written by another controller" in "\n".join(failed.value.__notes__)
     assert len(cluster.revisions) == 3 and set(cluster.revisions[-1].values["roles"]) == {"actor", "critic", "ref"}
+
+
+def test_an_update_says_in_its_revision_what_it_changed(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.update_workers(job("actor", 1, image="example.com/areal:2"))
+    assert cluster.revisions[-1].description == "update actor: image example.com/areal:1->example.com/areal:2"
+    scheduler.update_workers(job("actor", 1, image="example.com/areal:2"))
+    assert cluster.revisions[-1].description == "update actor: no change"

@@ -16,7 +16,7 @@ from typing import Any
 from .. import naming
 from .client import merge_values
 
-__all__ = ["ReleaseModel"]
+__all__ = ["ReleaseModel", "image_text", "role_changes", "roles_diff"]
 
 
 @dataclass(frozen=True)
@@ -184,3 +184,69 @@ class ReleaseModel:
                 del values[section][role]
                 break
         return values
+
+
+# --- what changed between two revisions, for people (history descriptions, rollback --dry-run) ---------------------
+
+RESOURCE_NAMES = ("cpu", "memory", "gpu")
+
+
+def image_text(image: Any, default: str = "(release default)") -> str:
+    """The chart's {repository, tag} as a reference, or `default` when the entry names none (the release's image:
+    its values files', else the chart's)."""
+    if not isinstance(image, dict) or not image.get("repository"):
+        return default
+    tag = str(image.get("tag") or "")
+    return f"{image['repository']}{'@' if tag.startswith('sha256:') else ':'}{tag}" if tag else image["repository"]
+
+
+def role_changes(before: dict[str, Any], after: dict[str, Any], release_image: str = "(release default)") -> list[str]:
+    """What a role's chart entry changed, for people: "replicas 1->2", "image a:1->a:2", "memory 1Gi->2Gi",
+    "env X changed" (names only: values may be secrets), "command changed"; empty when nothing did. An entry without
+    an image runs `release_image`."""
+    changes = []
+    if before.get("replicas") != after.get("replicas"):
+        changes.append(f"replicas {before.get('replicas')}->{after.get('replicas')}")
+    old_image, new_image = image_text(before.get("image"), release_image), image_text(after.get("image"), release_image)
+    if old_image != new_image:
+        changes.append(f"image {old_image}->{new_image}")
+    old, new = before.get("resources") or {}, after.get("resources") or {}
+    changes += [f"{name} {old.get(name)}->{new.get(name)}" for name in RESOURCE_NAMES if old.get(name) != new.get(name)]
+    old_env, new_env = before.get("env") or {}, after.get("env") or {}
+    env = sorted(name for name in set(old_env) | set(new_env) if old_env.get(name) != new_env.get(name))
+    if env:
+        changes.append(f"env {', '.join(env)} changed")
+    shown = {"replicas", "image", "resources", "env"}
+    changes += [
+        f"{key} changed" for key in sorted((set(before) | set(after)) - shown) if before.get(key) != after.get(key)
+    ]
+    return changes
+
+
+def roles_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """One line per role (and fork or colocation) that two revisions' values differ in, in name order: what
+    rolling `before` to `after` does to it."""
+    lines = []
+    old_roles, new_roles = before.get("roles") or {}, after.get("roles") or {}
+    new_default = image_text(after.get("image"))
+    for role in sorted(set(old_roles) | set(new_roles)):
+        if role not in new_roles:
+            lines.append(f"{role}: removed ({old_roles[role].get('replicas')} worker(s))")
+        elif role not in old_roles:
+            image = image_text(new_roles[role].get("image"), new_default)
+            lines.append(f"{role}: added, {new_roles[role].get('replicas')} worker(s), image {image}")
+        else:
+            old_entry = {**old_roles[role], "image": old_roles[role].get("image") or before.get("image")}
+            new_entry = {**new_roles[role], "image": new_roles[role].get("image") or after.get("image")}
+            if changes := role_changes(old_entry, new_entry):
+                lines.append(f"{role}: {', '.join(changes)}")
+    for section, kind in (("forks", "fork"), ("colocations", "colocation")):
+        old, new = before.get(section) or {}, after.get(section) or {}
+        for name in sorted(set(old) | set(new)):
+            if name not in new:
+                lines.append(f"{name}: {kind} removed")
+            elif name not in old:
+                lines.append(f"{name}: {kind} added")
+            elif old[name] != new[name]:
+                lines.append(f"{name}: {kind} changed")
+    return lines
