@@ -47,6 +47,7 @@ class MemoryCluster:
         self.installed = False
         self.pods: dict[str, client.V1Pod] = {}
         self.ready_revision: int | None = None
+        self.ready_pods: dict[str, Any] = {}  # the topology ConfigMap's record of the pods AReaL holds
         self.waits: list[str] = []  # selectors waited on
         self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
         self.chart = naming.CHART_NAME  # the chart helm records for the release
@@ -74,7 +75,7 @@ class MemoryCluster:
         return revision
 
     def uninstall(self) -> None:
-        self.installed, self.revisions, self.ready_revision = False, [], None
+        self.installed, self.revisions, self.ready_revision, self.ready_pods = False, [], None, {}
         self.pods.clear()
 
     def topology(self) -> dict[str, Any]:
@@ -322,6 +323,12 @@ class MemoryInspector:
 
     def revision_images(self) -> dict[int, dict[str, list[str]]]:
         return {}
+
+    def ready_pods(self) -> dict[str, Any]:
+        return self.cluster.ready_pods
+
+    def record_ready_pods(self, record: dict[str, Any]) -> None:
+        self.cluster.ready_pods = record
 
     def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
         return []

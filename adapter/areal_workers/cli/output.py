@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import yaml
 from rich.console import Console, Group
@@ -17,9 +18,38 @@ from .status_view import TrialStatus, age_text
 Format = Literal["table", "json", "yaml"]
 
 
+# Off a terminal no line is cut or padded to a screen's width: a line is as long as its content, as kubectl's.
+UNLIMITED_WIDTH = 100_000
+_TRAILING_SPACES = re.compile(r" +\n")
+
+
+class _TrimmedLines:
+    """A stream whose lines lose their trailing spaces: rich pads a table's last column to its widest cell."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        self.stream.write(_TRAILING_SPACES.sub("\n", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def console(stderr: bool = False) -> Console:
-    # No colour codes when the output goes to a file or a pipe; tables keep their width.
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    """A terminal's width and colours on a terminal; off one (a file, a pipe) no colour codes, no fixed width."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(file=_TrimmedLines(stream), stderr=stderr, highlight=False, soft_wrap=False, width=UNLIMITED_WIDTH)
 
 
 def emit(data: Any, fmt: Format) -> None:
@@ -59,6 +89,7 @@ def trial_renderable(status: TrialStatus) -> Group:
         (status.release, "bold"),
         f"  experiment {status.experiment}, trial {status.trial} · ",
         f"{revision}{good} · {ready}/{len(status.workers)} workers ready",
+        (f"\nhelm's last operation failed: {status.helm_error}", "red") if status.helm_error else "",
         f"\n{status.trainer}" if status.trainer else "",
     )
     roles = table(

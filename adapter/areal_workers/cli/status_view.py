@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from .. import diagnosis, naming
+from ..pods import ready_pods
 from ..pods.watch import is_ready, pod_index
 from ..release.model import ReleaseModel
 
@@ -50,6 +51,7 @@ class TrialStatus:
     helm_status: str
     ready_revision: int | None
     trainer: str = ""  # its Lease: alive, or expired (the release is reaped by `areal-workers reap`)
+    helm_error: str = ""  # helm's description of the current revision when its operation failed
     roles: list[RoleRow] = field(default_factory=list)
     workers: list[WorkerRow] = field(default_factory=list)
 
@@ -96,9 +98,16 @@ def _row(
     nodes: list[client.V1Node],
     now: datetime,
     host_pod_of: str | None = None,
+    held: client.V1Pod | None = None,
+    helm_error: str = "",
 ) -> WorkerRow:
     worker = naming.worker_id(role, index)
     if pod is None:
+        missing = (
+            f"no pod: helm's last operation failed: {helm_error}"
+            if helm_error
+            else "no pod yet: the StatefulSet has not created it (kubectl describe statefulset)"
+        )
         return WorkerRow(
             worker,
             role,
@@ -111,11 +120,13 @@ def _row(
             None,
             ports,
             None,
-            reason="no pod yet: the StatefulSet has not created it (kubectl describe statefulset)",
+            reason=missing,
+            fatal=bool(helm_error),
             host_pod_of=host_pod_of,
         )
-    ready = is_ready(pod)
-    problem = None if ready else diagnosis.diagnose_pod(pod, nodes=nodes)
+    # A pod AReaL holds (`held`: as it got it) is judged against it: restarted or replaced since is fatal.
+    problem = diagnosis.diagnose_pod(pod, nodes=nodes, ready_pod=held) if held or not is_ready(pod) else None
+    ready = is_ready(pod) and not (problem and problem.fatal)
     reason = ""
     if problem is not None:
         reason = problem.reason + (f": {problem.message.splitlines()[0]}" if problem.message else "")
@@ -154,7 +165,12 @@ def trial_status(
     helm_status: str,
     ready_revision: int | None,
     now: datetime | None = None,
+    *,
+    held: ready_pods.Record | None = None,
+    helm_error: str = "",
 ) -> TrialStatus:
+    """`held`: the pods AReaL holds as recorded (pods/ready_pods.py); `helm_error`: helm's description of a
+    current revision whose operation failed (its pods missing for that reason, not the StatefulSet's)."""
     now = now or datetime.now(timezone.utc)
     status = TrialStatus(
         release,
@@ -163,13 +179,19 @@ def trial_status(
         model.revision,
         helm_status,
         ready_revision,
+        helm_error=helm_error,
     )
+
+    def row(
+        workload: str, index: int, pod: client.V1Pod | None, ports: list[str], host: str | None = None
+    ) -> WorkerRow:
+        pod_workload = host or workload
+        baseline = ready_pods.baseline(held, pod, model.fingerprint(pod_workload)) if held and pod else None
+        return _row(workload, index, pod, ports, nodes, now, host, baseline, helm_error)
+
     for workload in sorted(model.roles) + sorted(n for n in model.forks if not model.is_process_fork(n)):
         by_index = _workload_pods(pods, workload)
-        rows = [
-            _row(workload, i, by_index.get(i), model.ports(workload), nodes, now)
-            for i in range(model.replicas(workload))
-        ]
+        rows = [row(workload, i, by_index.get(i), model.ports(workload)) for i in range(model.replicas(workload))]
         status.workers += rows
         kind = "role" if workload in model.roles else "fork (pod)"
         status.roles.append(
@@ -180,7 +202,7 @@ def trial_status(
         by_index = _workload_pods(pods, target)
         recorded = model.fork_ports(fork)
         rows = [
-            _row(fork, i, by_index.get(i), recorded[i] if i < len(recorded) else [], nodes, now, target)
+            row(fork, i, by_index.get(i), recorded[i] if i < len(recorded) else [], target)
             for i in range(model.replicas(fork))
         ]
         status.workers += rows

@@ -175,7 +175,8 @@ def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, rea
             reason="RestartedAfterReady",
             fatal=True,
             node=pod.spec.node_name,
-            message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready",
+            message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready: its engines are "
+            "lost",
             advice=_LOST_ENGINES + "; check the events for why it restarted",
         )
     return None
@@ -251,6 +252,11 @@ def _terminated_problem(
     restarted_after_ready = after_ready and not current and k8s_reason != "OOMKilled"
     reason = "RestartedAfterReady" if restarted_after_ready else k8s_reason
     verb = "terminated" if current else f"restarted ({status.restart_count or 0} restarts); it last terminated"
+    if restarted_after_ready:
+        restarts = status.restart_count or 0
+        verb = (
+            f"restarted after the worker was ready, so its engines are lost ({restarts} restarts); it last terminated"
+        )
     message = f"{_what(status, init)} {verb}: {k8s_reason}, exit code {code}" + (f" ({signal})" if signal else "")
     message += f": {terminated.message.strip()}" if terminated.message and terminated.message.strip() else ""
     advice = _exit_advice(pod, status.name, code, signal, k8s_reason, previous=not current)

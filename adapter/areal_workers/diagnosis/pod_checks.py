@@ -36,7 +36,10 @@ def _replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
         reason="RestartedAfterReady",
         fatal=True,
         node=pod.spec.node_name,
-        message=f"the pod was deleted and recreated after the worker was ready (uid {old} -> {new})",
+        message=(
+            "the pod was deleted and recreated after the worker was ready, so its engines are lost "
+            f"(uid {old} -> {new})"
+        ),
         advice=_LOST_ENGINES + "; check the events and the old pod's node for why it was deleted",
     )
 

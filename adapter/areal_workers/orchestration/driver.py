@@ -20,6 +20,7 @@ from kubernetes import client
 from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
+from ..pods import ready_pods
 from ..pods.inspector import ReleaseInspector
 from ..pods.watch import PodWatch, all_ready
 from ..release import ownership
@@ -52,6 +53,7 @@ class ReleaseDriver:
         self.cleanup = PodCleanup(config, pods, statefulsets, inspector)
         self.model = ReleaseModel()
         self.good_revision: int | None = None
+        self.held_record: ready_pods.Record = {}  # the worker pods AReaL holds, as recorded on the ConfigMap
         self.authorship = Authorship()  # which revisions this driver may undo
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
         self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
@@ -86,6 +88,7 @@ class ReleaseDriver:
                 return self._adopt_rendered()
             return self.model
         self.reload()
+        self.held_record = self.inspector.ready_pods()
         logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
         recorded = self.inspector.ready_revision()
         deployed = revision.status.value == "deployed"
@@ -206,7 +209,7 @@ class ReleaseDriver:
             self._restore(before, failure)
             raise failure from error
         self.authorship.wrote(written[0])
-        return self.reload(written)
+        return self._forget_changed(self.model, self.reload(written))
 
     def requeue(self, values: dict[str, Any]) -> list[str]:
         """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
@@ -257,7 +260,7 @@ class ReleaseDriver:
         self.cleanup.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
         self.authorship.forget()
         self.reload()
-        self.good_revision = None
+        self.good_revision, self.held_record = None, {}
 
     def scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
@@ -268,13 +271,15 @@ class ReleaseDriver:
 
     # --- the last all-ready revision and the rollback to it ------------------------------------
 
-    def confirm_ready(self, workload: str, ready_pods: list[client.V1Pod]) -> None:
-        """`workload`'s workers all answered (`ready_pods`: its pods as they answered): the revision is good once
-        every other pending workload's pods are Ready too (one pod listing, only when there are others)."""
+    def confirm_ready(self, workload: str, held: list[client.V1Pod]) -> None:
+        """`workload`'s workers all answered (`held`: its pods as they answered, recorded as AReaL holds them): the
+        revision is good once every other pending workload's pods are Ready too (one pod listing, only when there
+        are others)."""
         if self.config.ownership != "managed":
             return
+        self.record_held(workload, held)
         others = self.pending() - {workload}
-        pods = ready_pods
+        pods = held
         if others:
             pods, _ = self.pods.list(naming.release_selector(self.name))
             for other in others:
@@ -282,6 +287,27 @@ class ReleaseDriver:
                 if not all_ready(self.model.replicas(other))(mine):
                     return
         self.mark_good(pods)
+
+    def record_held(self, workload: str, pods: list[client.V1Pod]) -> None:
+        """`pods` are the pods of `workload` whose workers AReaL holds now: recorded on the topology ConfigMap (only
+        when that changes it), so any reader sees a later restart or replacement of one of them."""
+        record = ready_pods.with_workload(self.held_record, workload, pods, self.model.fingerprint(workload))
+        if record != self.held_record:
+            self.inspector.record_ready_pods(record)
+            self.held_record = record
+
+    def held_baseline(self, pod: client.V1Pod) -> client.V1Pod | None:
+        """`pod` as the record says AReaL got it (None: nothing recorded for it at its workload's entry)."""
+        workload = (pod.metadata.labels or {}).get(naming.LABEL_ROLE) or ""
+        return ready_pods.baseline(self.held_record, pod, self.model.fingerprint(workload))
+
+    def _forget_changed(self, before: ReleaseModel, after: ReleaseModel) -> ReleaseModel:
+        """After a revision: the recorded pods of workloads whose entry it changed are no longer held."""
+        changed = {w for w in self.held_record if before.fingerprint(w) != after.fingerprint(w)}
+        if changed:
+            self.held_record = ready_pods.without(self.held_record, changed)
+            self.inspector.record_ready_pods(self.held_record)
+        return after
 
     def settle(self) -> None:
         """After a change that only removed or mapped workloads: as good as its predecessor, if nothing waits."""
@@ -329,10 +355,11 @@ class ReleaseDriver:
     def restore(self, target: int) -> list[str]:
         """`helm rollback` to `target`, then what a StatefulSet rollback leaves undone: the pods of workloads the
         target lacks are waited gone, and pods stuck on the abandoned revision are replaced (their names returned)."""
-        before = self.model.workloads()
+        before_model = self.model
+        before = before_model.workloads()
         self._requeue_for(target)
         self.helm(self.releases.rollback(self.name, target))
-        self.reload()
+        self._forget_changed(before_model, self.reload())
         self.authorship.wrote(self.model.revision)
         for workload in before - self.model.workloads():
             self.cleanup.wait_gone(naming.role_selector(self.name, workload))

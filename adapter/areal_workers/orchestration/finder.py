@@ -87,9 +87,11 @@ class WorkerFinder:
     def raise_if_failed(self, role: str, pod: client.V1Pod, epoch: int | None, nodes: list[client.V1Node]) -> None:
         """Fails the role at once when one of its pods has a fatal problem."""
         name = pod.metadata.name
-        error = self.inspector.failure(
-            role, pod, self.held.ready_pod(name, epoch), nodes, restarted_pod=self.held.restarted_pod(name)
-        )
+        ready_pod, restarted_pod = self.held.ready_pod(name, epoch), self.held.restarted_pod(name)
+        if ready_pod is None and (restarted_pod is None or restarted_pod.metadata.uid != pod.metadata.uid):
+            # Not held by this scheduler (it adopted the release): as the record says AReaL holds it.
+            ready_pod = self.driver.held_baseline(pod)
+        error = self.inspector.failure(role, pod, ready_pod, nodes, restarted_pod=restarted_pod)
         if error is not None:
             raise error
 

@@ -132,6 +132,11 @@ class Reclaim:
         for name, why in sorted(failed.items()):
             logger.warning("pod %s of %s: %s; deleting it, its StatefulSet starts it again", name, workload, why)
             self.driver.cleanup.delete_pod(name)
+        # Restarts the scheduler asked for are not restarts after ready: the record holds the pods as running again.
+        same = [
+            seen[name] for name, pod in asked.items() if name in seen and seen[name].metadata.uid == pod.metadata.uid
+        ]
+        self.driver.record_held(workload, [pod for pod in same if pod.metadata.name not in failed])
         in_place = sum(1 for name in asked if name not in failed)
         logger.info("%s: restarted %d worker(s) in place, replaced %d pod(s)", workload, in_place, len(failed))
 

@@ -17,6 +17,7 @@ from .. import diagnosis, naming
 from ..errors import WorkerFailedError, attach_diagnosis
 from .admission import Admission, AdmissionReader, is_gated, workload_name
 from .images import IMAGES_ANNOTATION, RevisionImages, parse_recorded, ran_images, with_revision
+from .ready_pods import READY_PODS_ANNOTATION, Record, parse as parse_ready_pods, render as render_ready_pods
 from .watch import is_ready, pod_index
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,19 @@ class ReleaseInspector:
         configmap = self._topology_configmap()
         recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
         return int(recorded) if recorded and recorded.isdigit() else None
+
+    def ready_pods(self) -> Record:
+        """The worker pods AReaL holds, as recorded (pods/ready_pods.py)."""
+        configmap = self._topology_configmap()
+        return parse_ready_pods(configmap.metadata.annotations if configmap is not None else None)
+
+    def record_ready_pods(self, record: Record) -> None:
+        configmap = self._topology_configmap()
+        if configmap is not None:
+            annotations = {READY_PODS_ANNOTATION: render_ready_pods(record)}
+            self.core.patch_namespaced_config_map(
+                configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
+            )
 
     def revision_images(self) -> RevisionImages:
         """The images (by digest) each workload ran in the all-ready revisions recorded so far."""

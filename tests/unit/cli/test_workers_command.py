@@ -20,6 +20,7 @@ from areal_workers import naming
 from areal_workers.cli import session as session_module
 from areal_workers.cli.commands import workers
 from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError
+from areal_workers.pods import ready_pods
 from areal_workers.release.model import ReleaseModel
 from areal_workers.runtime.lease import lease_body
 from areal_workers.runtime.lease_record import (
@@ -125,6 +126,8 @@ class FakeSession(SessionCalls):
         self.topology = copy.deepcopy(topology or TOPOLOGY)
         self.listed = pods
         self.helm_record = helm
+        self.revision, self.helm_status, self.description, self.ready = 3, "deployed", "Upgrade complete", 2
+        self.held_record: ready_pods.Record = {}  # the topology ConfigMap's record of the pods AReaL holds
         self.reads = 0
         self.selectors: list[str] = []
         self.releases = SimpleNamespace(current=self._current)
@@ -144,7 +147,12 @@ class FakeSession(SessionCalls):
         async def values() -> dict[str, Any]:
             return {}
 
-        return SimpleNamespace(revision=3, status=SimpleNamespace(value="deployed"), values=values)
+        return SimpleNamespace(
+            revision=self.revision,
+            status=SimpleNamespace(value=self.helm_status),
+            description=self.description,
+            values=values,
+        )
 
     def _log(self, pod_name: str, namespace: str, **kwargs: Any) -> Any:
         if isinstance(self.log, BaseException):
@@ -159,7 +167,8 @@ class FakeSession(SessionCalls):
     def inspector(self, release: str) -> SimpleNamespace:
         return SimpleNamespace(
             topology=lambda: self.topology,
-            ready_revision=lambda: 2,
+            ready_revision=lambda: self.ready,
+            ready_pods=lambda: self.held_record,
             nodes=lambda: [],
             events=lambda pod: [],
             log_tail=lambda pod: [],

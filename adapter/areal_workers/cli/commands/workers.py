@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from rich.live import Live
 
 from ... import diagnosis, naming
+from ...pods import ready_pods
 from ...pods.watch import WaitTimedOut, is_ready, pod_index
 from ...release.model import ReleaseModel
 from ...runtime import reaper
@@ -52,12 +53,22 @@ def trainer_text(lease: client.V1Lease, now: datetime) -> str:
     )
 
 
+def helm_failure(revision: Any) -> str:
+    """Helm's own error when the revision's operation failed (helm status `failed`: its description), else ""."""
+    if revision is None or revision.status.value != "failed":
+        return ""
+    return getattr(revision, "description", None) or f"revision {revision.revision} failed (helm gives no reason)"
+
+
 class TrialReader:
-    """Release models read once per trial (re-read when a pod of an unknown workload shows up)."""
+    """Release models read once per trial (re-read when a pod of an unknown workload shows up, and on every frame
+    of a watch), with the pods AReaL holds as recorded and helm's error when the last operation failed."""
 
     def __init__(self, session: Session, releases: list[str]) -> None:
         self.session, self.releases = session, releases
         self.models: dict[str, tuple[ReleaseModel, str, int | None]] = {}
+        self.held: dict[str, ready_pods.Record] = {}
+        self.helm_errors: dict[str, str] = {}
         self.nodes = session.inspector(releases[0]).nodes() if releases else []
 
     def read(self, release: str) -> tuple[ReleaseModel, str, int | None]:
@@ -69,18 +80,30 @@ class TrialReader:
             return self.models[release]
         values = self.session.helm(current.values(), f"reading the values of {release}")
         ready = self.session.kube(inspector.ready_revision, f"reading the topology of {release}")
+        self.held[release] = self.session.kube(inspector.ready_pods, f"reading the topology of {release}")
+        self.helm_errors[release] = helm_failure(current)
         self.models[release] = (ReleaseModel(values, topology, current.revision), current.status.value, ready)
         return self.models[release]
 
-    def statuses(self, pods: list[client.V1Pod]) -> list[TrialStatus]:
+    def statuses(self, pods: list[client.V1Pod], fresh: bool = False) -> list[TrialStatus]:
+        """Each trial's status (`fresh`: its release read again, as a watch does on every frame)."""
         made = []
         for release in self.releases:
             mine = [p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_INSTANCE) == release]
-            model, helm_status, ready = self.models.get(release) or self.read(release)
+            model, helm_status, ready = (None if fresh else self.models.get(release)) or self.read(release)
             known = model.workloads()
             if any((p.metadata.labels or {}).get(naming.LABEL_ROLE) not in known for p in mine):
                 model, helm_status, ready = self.read(release)  # a revision added a workload
-            status = trial_status(release, model, mine, self.nodes, helm_status, ready)
+            status = trial_status(
+                release,
+                model,
+                mine,
+                self.nodes,
+                helm_status,
+                ready,
+                held=self.held.get(release),
+                helm_error=self.helm_errors.get(release, ""),
+            )
             status.trainer = "\n".join(text for text in (self.trainer(release), self.attempts(model)) if text)
             made.append(status)
         return made
@@ -131,7 +154,7 @@ def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, se
     last: list[TrialStatus] = []
 
     def redraw(pods: dict[str, client.V1Pod], live: Live | None) -> bool:
-        last[:] = reader.statuses(list(pods.values()))
+        last[:] = reader.statuses(list(pods.values()), fresh=True)  # a rollback changes the header too
         if live is not None:
             live.update(status_renderable(session.namespace, last), refresh=True)
         else:  # one JSON object per line, or one YAML document per change
@@ -189,7 +212,9 @@ def _statefulset_events(session: Session, model: ReleaseModel, workload: str) ->
 
 def diagnose(session: Session, target: str, fmt: Format) -> int:
     release = session.release()
-    model = TrialReader(session, [release]).read(release)[0]
+    reader = TrialReader(session, [release])
+    model = reader.read(release)[0]
+    held, helm_error = reader.held.get(release, {}), reader.helm_errors.get(release, "")
     role, indices = _resolve(model, target)
     pod_role = model.pod_role(role)
     inspector = session.inspector(release)
@@ -208,16 +233,22 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
                     "pod": None,
                     "ready": False,
                     "problem": {
-                        "reason": "NoPod",
-                        "fatal": False,
-                        "message": "the StatefulSet has not created this pod",
-                        "events": _statefulset_events(session, model, pod_role),
+                        "reason": "HelmFailed" if helm_error else "NoPod",
+                        "fatal": bool(helm_error),
+                        "message": f"helm's last operation failed: {helm_error}"
+                        if helm_error
+                        else "the StatefulSet has not created this pod",
+                        "events": [] if helm_error else _statefulset_events(session, model, pod_role),
                     },
                 }
             )
             continue
         problem = diagnosis.diagnose_pod(
-            pod, nodes=nodes, events=inspector.events(pod), log_tail=inspector.log_tail(pod)
+            pod,
+            nodes=nodes,
+            events=inspector.events(pod),
+            log_tail=inspector.log_tail(pod),
+            ready_pod=ready_pods.baseline(held, pod, model.fingerprint(pod_role)),  # as AReaL holds it
         )
         findings.append(
             {
@@ -229,11 +260,20 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
                 "drain": diagnosis.drain_note(pod, nodes, budgets, release),
             }
         )
-    healthy = all(f["ready"] and f["problem"] is None for f in findings)
+    healthy = not helm_error and all(f["ready"] and f["problem"] is None for f in findings)
     if fmt != "table":
-        emit({"release": release, "target": target, "healthy": healthy, "workers": findings}, fmt)
+        emit(
+            {"release": release, "target": target, "healthy": healthy, "helm_error": helm_error, "workers": findings},
+            fmt,
+        )
     else:
         out = console()
+        if helm_error:
+            out.print(
+                f"release {release} revision {model.revision}: helm's last operation failed: {helm_error}",
+                markup=False,
+                soft_wrap=True,
+            )
         for finding in findings:
             if finding["problem"] is None:
                 out.print(
@@ -241,6 +281,8 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
                     if finding["ready"]
                     else f"{finding['worker']} ({finding['pod']}): starting, nothing wrong seen yet"
                 )
+            elif finding["pod"] is None and helm_error:
+                out.print(f"{finding['worker']}: no pod, because helm's last operation failed (above)", markup=False)
             elif finding["pod"] is None:
                 events = "\n".join(f"    {line}" for line in finding["problem"]["events"]) or "    (no events)"
                 out.print(f"{finding['worker']}: no pod; the StatefulSet has not created it. Its events:\n{events}")
