@@ -101,3 +101,20 @@ def test_notes(tmp_path):
     without = {**host, "networkPolicy": {"enabled": False}}
     notes = yaml.safe_load(template_text(without, chart=chart, extra=("--show-only", "templates/zz-notes.yaml")).stdout)
     assert "hostNetwork" not in notes["data"]["notes"]
+
+
+def test_skip_tests_leaves_exactly_the_test_pod_out_of_a_plain_render_as_the_gitops_page_says():
+    # `helm template | kubectl apply` would start the test Pod with the workers, before they are ready (issue 35,
+    # point 9): docs/en/gitops.md and docs/zh/gitops.md tell that path to render with --skip-tests.
+    values = {"roles": {"actor": role(2)}}
+    full = [d for d in yaml.safe_load_all(template_text(values).stdout) if d]
+    skipped = [d for d in yaml.safe_load_all(template_text(values, extra=("--skip-tests",)).stdout) if d]
+
+    def hook(doc: dict) -> str | None:
+        return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook")
+
+    assert [(d["kind"], hook(d)) for d in full if hook(d)] == [("Pod", "test")]
+    assert skipped == [d for d in full if hook(d) is None]
+    for lang in ("en", "zh"):
+        page = (CHART.parents[1] / "docs" / lang / "gitops.md").read_text()
+        assert "helm template --skip-tests" in page and "--skip-tests | kubectl apply" in page, lang

@@ -38,3 +38,26 @@ def test_every_valid_form_renders_back_as_a_role_image(render):
 def test_every_valid_form_renders_back_as_the_release_image(render, image):
     docs = render({"image": split_image(image), "roles": {"actor": role()}})
     assert container(sts(docs, "actor"))["image"] == _same_reference(image)
+
+
+# (repository, tag) the chart renders into a reference the CLI refuses (issue 35, point 9: the chart once rendered them)
+REFUSED = [
+    ("ghcr.io/InclusionAI/areal-runtime", "v1.0.4"),
+    ("AREAL", "v1"),
+    ("localhost:5000/Areal/runtime", "v1"),
+    ("areal runtime", "v1"),
+    ("areal//runtime", "v1"),
+    ("areal/", "v1"),
+    ("areal", "-v1"),
+    ("areal", "v1:2"),
+    ("areal", "sha256:" + "0123456789ABCDEF" * 4),
+    ("areal", "sha256:0123"),
+]
+
+
+@pytest.mark.parametrize("repository,tag", REFUSED, ids=[f"{r}:{t}" for r, t in REFUSED])
+def test_a_reference_the_cli_refuses_the_chart_refuses_too(render_error, repository, tag):
+    reference = f"{repository}@{tag}" if tag.startswith("sha256:") else f"{repository}:{tag}"
+    assert image_reference_problem(reference) is not None
+    err = render_error({"roles": {"actor": role(image={"repository": repository, "tag": tag})}})
+    assert f'the image of roles.actor, "{reference}"' in err and "is not a container image reference" in err, err

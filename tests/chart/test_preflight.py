@@ -2,10 +2,95 @@ import re
 
 import pytest
 
-from chartlib import CHART, role
+from chartlib import CHART, container, role, sts
+
+QUANTITY_UNITS = "(Ki, Mi, Gi, Ti: powers of 1024; k, M, G, T: of 1000; m: a thousandth)"
+IMAGE_GRAMMAR = (
+    "write [registry/]path[:tag][@sha256:<64 hex digits>], the path in lowercase letters and digits separated by '.', "
+    "'_', '__' or '-', the tag in letters, digits, '_', '.' and '-'"
+)
+SHA = "sha256:" + "0123456789abcdef" * 4
 
 # (values, the exact message `fail` prints: it names the value to change)
 FAILURES = {
+    # Quantities: the value's path and an example, not the schema's 100-character pattern (issue 35, point 9).
+    "bad memory quantity": (
+        {"roles": {"actor": role(resources={"memory": "1Gii"})}},
+        f'roles.actor.resources.memory: "1Gii" is not a Kubernetes quantity: write a number with an optional unit, e.g. '
+        f"16Gi or 512Mi {QUANTITY_UNITS}",
+    ),
+    "bad cpu quantity in workerDefaults": (
+        {"workerDefaults": {"resources": {"cpu": "two"}}, "roles": {"a": role()}},
+        f'workerDefaults.resources.cpu: "two" is not a Kubernetes quantity: write a number with an optional unit, e.g. '
+        f"4 or 500m {QUANTITY_UNITS}",
+    ),
+    "bad shm quantity": (
+        {"roles": {"a": role(shm={"sizeLimit": "lots"})}},
+        f'roles.a.shm.sizeLimit: "lots" is not a Kubernetes quantity: write a number with an optional unit, e.g. 16Gi '
+        f"{QUANTITY_UNITS}",
+    ),
+    "bad quantity in a fork's overrides": (
+        {
+            "roles": {"a": role()},
+            "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"resources": {"cpu": "1 "}}}},
+        },
+        f'forks.f.overrides.resources.cpu: "1 " is not a Kubernetes quantity: write a number with an optional unit, '
+        f"e.g. 4 or 500m {QUANTITY_UNITS}",
+    ),
+    # A memory without a unit counts bytes.
+    "memory of one byte": (
+        {"roles": {"actor": role(resources={"memory": "1"})}},
+        'roles.actor.resources.memory: "1" is less than 1Mi, too little memory to start a worker (a memory without a '
+        'unit counts bytes): write its unit, e.g. "1Gi"',
+    ),
+    "memory as a YAML number": (
+        {"workerDefaults": {"resources": {"memory": 16}}, "roles": {"a": role()}},
+        'workerDefaults.resources.memory: "16" is less than 1Mi, too little memory to start a worker (a memory without '
+        'a unit counts bytes): write its unit, e.g. "16Gi"',
+    ),
+    "memory in thousandths of a byte": (
+        {
+            "roles": {"a": role()},
+            "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"resources": {"memory": "512m"}}}},
+        },
+        'forks.f.overrides.resources.memory: "512m" is less than 1Mi, too little memory to start a worker (a memory '
+        'without a unit counts bytes): write its unit, e.g. "1Gi"',
+    ),
+    # Image references the kubelet cannot pull: the CLI refuses them (release/image_reference.py), so does the chart.
+    "uppercase image path": (
+        {"image": {"repository": "ghcr.io/InclusionAI/areal-runtime"}, "roles": {"actor": role()}},
+        'the image of roles.actor, "ghcr.io/InclusionAI/areal-runtime:v1.0.4" (from roles.actor.image, '
+        "workerDefaults.image or image), is not a container image reference: the repository path must be lowercase: "
+        'use "ghcr.io/inclusionai/areal-runtime:v1.0.4"',
+    ),
+    "uppercase image path with a digest, in a pod-mode fork": (
+        {
+            "roles": {"a": role()},
+            "forks": {"f": {"target": "a", "mode": "pod", "overrides": {"image": {"repository": "Areal", "tag": SHA}}}},
+        },
+        f'the image of forks.f, "Areal@{SHA}" (from forks.f.overrides.image, roles.a.image, workerDefaults.image or '
+        f'image), is not a container image reference: the repository path must be lowercase: use "areal@{SHA}"',
+    ),
+    "image with a space": (
+        {"roles": {"actor": role(image={"repository": "areal runtime"})}},
+        'the image of roles.actor, "areal runtime:v1.0.4" (from roles.actor.image, workerDefaults.image or image), is '
+        f"not a container image reference: {IMAGE_GRAMMAR}",
+    ),
+    "uppercase test image": (
+        {"tests": {"image": {"repository": "registry.example.com/Areal/python"}}, "roles": {"a": role()}},
+        'the test Pod\'s image, "registry.example.com/Areal/python:v1.0.4" (from tests.image or image), is not a '
+        'container image reference: the repository path must be lowercase: use "registry.example.com/areal/python:v1.0.4"',
+    ),
+    "uppercase reaper image": (
+        {
+            "reaper": {
+                "enabled": True,
+                "image": {"repository": "registry.example.com/areal-workers/Reaper", "tag": "v1"},
+            }
+        },
+        'the reaper\'s image, "registry.example.com/areal-workers/Reaper:v1" (from reaper.image), is not a container '
+        'image reference: the repository path must be lowercase: use "registry.example.com/areal-workers/reaper:v1"',
+    ),
     "empty experiment": (
         {"experiment": ""},
         "experiment is empty: set experiment to the AReaL experiment_name (e.g. --set experiment=gsm8k-grpo)",
@@ -186,6 +271,27 @@ FAILURES = {
 def test_preflight_fails_with_a_message_naming_the_value(values, message, render_error):
     err = render_error(values)
     assert "execution error at " in err and message in err, err
+    # Helm names the template that failed: one of the release's objects, never the helm test hook (issue 35, point 9).
+    assert "templates/tests/" not in err, err
+
+
+def test_a_preflight_error_names_a_template_of_the_release_not_the_test_hook(render_error):
+    err = render_error({"roles": {"actor": role()}, "forks": {"ref": {"target": "critic"}}})
+    assert "execution error at (areal-workers/templates/statefulset.yaml:" in err, err
+
+
+def test_what_the_quantity_checks_accept_renders_as_given(render):
+    accepted = {"1Mi": "1Mi", "1048576": "1048576", "4294967296": "4294967296", "1.5Gi": "1.5Gi", "2e6": "2e6"}
+    for memory, rendered in accepted.items():
+        docs = render({"roles": {"actor": role(resources={"memory": memory, "cpu": "500m"})}})
+        assert container(sts(docs, "actor"))["resources"]["limits"]["memory"] == rendered, memory
+    docs = render({"roles": {"actor": role(resources={"memory": 17179869184, "cpu": 0.5})}})  # YAML numbers: bytes
+    assert container(sts(docs, "actor"))["resources"]["requests"] == {"cpu": "0.5", "memory": "17179869184"}
+
+
+def test_a_bad_quantity_is_reported_without_the_grammar(render_error):
+    err = render_error({"roles": {"actor": role(resources={"memory": "1Gii"})}})
+    assert "pattern" not in err and "[KMGTPE]" not in err and len(err.splitlines()[0]) < 300, err
 
 
 # (release name, the exact message): helm accepts them, the Services named after them cannot have them
@@ -205,7 +311,7 @@ def test_every_fail_in_the_chart_is_exercised():
     """Each `fail` format string in the templates matches at least one message tested above."""
     source = "".join(p.read_text() for p in sorted((CHART / "templates").rglob("*")) if p.is_file())
     formats = re.findall(r'fail (?:\(printf )?"((?:[^"\\]|\\.)*)"', source)
-    assert len(formats) == 30
+    assert len(formats) == 33
     for fmt in formats:
         pattern = re.escape(fmt.replace('\\"', '"'))
         for verb in ("%s", "%q", "%d"):

@@ -1,6 +1,8 @@
 {{/*
 Checks of value combinations that the schema cannot express. Each message names the value to change.
-Run first by "areal-workers.workloads", which every workload-dependent template uses.
+Run first by "areal-workers.workloads", which every workload-dependent template uses, but the helm test Pod's: helm
+renders templates/tests/ before the others and names the template that failed, so its test-health.yaml takes
+"areal-workers.workloadItems" and the error names a template of the release's own objects (statefulset.yaml).
 */}}
 {{- define "areal-workers.preflight" -}}
 {{- $v := .Values -}}
@@ -59,6 +61,36 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 {{- $target := get $roles $fork.target -}}
 {{- if and (hasKey $fork "replicas") (ne (int $fork.replicas) (int $target.replicas)) -}}
 {{- fail (printf "forks.%s.replicas is %d but its target roles.%s.replicas is %d; a %s-mode fork runs one worker per target worker: set forks.%s.replicas to %d or remove it" $key (int $fork.replicas) $fork.target (int $target.replicas) $mode $key (int $target.replicas)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Resource quantities. The schema checks their type only: its pattern's error would print the grammar, not the
+value's path and a fix. The grammar is Kubernetes' (resource.Quantity). A memory without a unit counts bytes: below 1Mi
+no worker starts, so "1" (one byte, for 1Gi) is refused with the unit it lacks. */ -}}
+{{- $quantityPattern := "^(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$" -}}
+{{- $settingsOf := list (list "workerDefaults" ($v.workerDefaults | default dict)) -}}
+{{- range $key, $role := $roles -}}
+{{- $settingsOf = append $settingsOf (list (printf "roles.%s" $key) ($role | default dict)) -}}
+{{- end -}}
+{{- range $key, $fork := $forks -}}
+{{- $settingsOf = append $settingsOf (list (printf "forks.%s.overrides" $key) ($fork.overrides | default dict)) -}}
+{{- end -}}
+{{- range $entry := $settingsOf -}}
+{{- $resources := (index $entry 1).resources | default dict -}}
+{{- $shm := (index $entry 1).shm | default dict -}}
+{{- range $field := list (list "resources.cpu" $resources "cpu" "4 or 500m") (list "resources.memory" $resources "memory" "16Gi or 512Mi") (list "shm.sizeLimit" $shm "sizeLimit" "16Gi") -}}
+{{- $in := index $field 1 -}}
+{{- if hasKey $in (index $field 2) -}}
+{{- $quantity := include "areal-workers.scalar" (get $in (index $field 2)) -}}
+{{- $path := printf "%s.%s" (index $entry 0) (index $field 0) -}}
+{{- if not (regexMatch $quantityPattern $quantity) -}}
+{{- fail (printf "%s: %q is not a Kubernetes quantity: write a number with an optional unit, e.g. %s (Ki, Mi, Gi, Ti: powers of 1024; k, M, G, T: of 1000; m: a thousandth)" $path $quantity (index $field 3)) -}}
+{{- end -}}
+{{- if and (eq (index $field 0) "resources.memory") (lt (include "areal-workers.quantityValue" $quantity | float64) 1048576.0) -}}
+{{- $suggestion := ternary (printf "%sGi" $quantity) "1Gi" (regexMatch "^[0-9]+(\\.[0-9]+)?$" $quantity) -}}
+{{- fail (printf "%s: %q is less than 1Mi, too little memory to start a worker (a memory without a unit counts bytes): write its unit, e.g. %q" $path $quantity $suggestion) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -121,6 +153,27 @@ anything is applied. A DNS-1035 label, as naming.release_name_problem checks it.
 {{- if $cfg.hostNetwork -}}
 {{- $portPath := ternary (printf "roles.%s.guardPort" $w.name) (printf "forks.%s.overrides.guardPort" $w.name) (eq $w.kind "role") -}}
 {{- $hostNet = append $hostNet (list $w.name (int $w.guardPort) (int $last) $portPath) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Image references the kubelet cannot pull fail only on the node, as ErrImagePull; the CLI refuses them before
+anything is applied (release/image_reference.py), and so does the chart, with the same grammar (distribution/reference)
+and the same advice for an uppercase path. */ -}}
+{{- $images := list -}}
+{{- range $w := $items -}}
+{{- $from := ternary (printf "roles.%s.image, workerDefaults.image or image" $w.name) (printf "forks.%s.overrides.image, roles.%s.image, workerDefaults.image or image" $w.name $w.target) (eq $w.kind "role") -}}
+{{- $images = append $images (list (printf "the image of %s.%s" (ternary "roles" "forks" (eq $w.kind "role")) $w.name) (include "areal-workers.image" (dict "root" $ "image" ($w.config.image | default dict))) $from) -}}
+{{- end -}}
+{{- if and $v.tests.enabled $items -}}
+{{- $images = append $images (list "the test Pod's image" (include "areal-workers.image" (dict "root" $ "image" $v.tests.image)) "tests.image or image") -}}
+{{- end -}}
+{{- if and $v.reaper.enabled (trim $v.reaper.image.repository) -}}
+{{- $images = append $images (list "the reaper's image" (include "areal-workers.reaperImage" $) "reaper.image") -}}
+{{- end -}}
+{{- range $image := $images -}}
+{{- $problem := include "areal-workers.imageProblem" (index $image 1) -}}
+{{- if $problem -}}
+{{- fail (printf "%s, %q (from %s), is not a container image reference: %s" (index $image 0) (index $image 1) (index $image 2) $problem) -}}
 {{- end -}}
 {{- end -}}
 
@@ -199,6 +252,48 @@ value that names it, the name, the component, whether the value gave it. */ -}}
 {{- end -}}
 {{- if and .enabled (not .controller.podSelector) (not .controller.namespaceSelector) (not .controller.cidrs) -}}
 {{- fail "networkPolicy.controller admits nobody, so the trainer could not reach the workers: set networkPolicy.controller.podSelector, .namespaceSelector or .cidrs, or set networkPolicy.enabled=false" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A quantity's value as a number (bytes for a memory). Param: a quantity string the preflight's pattern accepts. */}}
+{{- define "areal-workers.quantityValue" -}}
+{{- $number := regexFind "^[0-9]*\\.?[0-9]*" . -}}
+{{- $unit := trimPrefix $number . -}}
+{{- $scale := dict "" 1.0 "n" 0.000000001 "u" 0.000001 "m" 0.001 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "P" 1000000000000000.0 "E" 1000000000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- if hasKey $scale $unit -}}
+{{- mulf (float64 $number) (get $scale $unit) -}}
+{{- else -}}
+{{- float64 . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+What is wrong with an image reference, as the kubelet parses it (distribution/reference: [registry/]path[:tag][@digest],
+the path lowercase); empty when nothing is. Only sha256 digests render ("areal-workers.imageRef"). The CLI's
+release/image_reference.py says the same in more cases; tests/chart/test_image_refs.py holds the two together.
+*/}}
+{{- define "areal-workers.imageProblem" -}}
+{{- $path := "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*" -}}
+{{- $domainPart := "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])" -}}
+{{- $domain := printf "(?:%s(?:\\.%s)*|\\[[a-fA-F0-9:]+\\])(?::[0-9]+)?" $domainPart $domainPart -}}
+{{- $reference := printf "^(?:%s/)?%s(?:/%s)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$" $domain $path $path -}}
+{{- if not (regexMatch $reference .) -}}
+{{- $digest := regexFind "@.*$" . -}}
+{{- $rest := trimSuffix $digest . -}}
+{{- $tag := regexFind ":[^/:]*$" $rest -}}
+{{- $components := splitList "/" (trimSuffix $tag $rest) -}}
+{{- $first := first $components -}}
+{{- $keepFirst := and (gt (len $components) 1) (or (eq $first "localhost") (contains "." $first) (contains ":" $first) (contains "[" $first)) -}}
+{{- $lowered := list -}}
+{{- range $i, $c := $components -}}
+{{- $lowered = append $lowered (ternary $c (lower $c) (and $keepFirst (eq $i 0))) -}}
+{{- end -}}
+{{- $candidate := printf "%s%s%s" (join "/" $lowered) $tag $digest -}}
+{{- if and (ne $candidate .) (regexMatch $reference $candidate) -}}
+{{- printf "the repository path must be lowercase: use %q" $candidate -}}
+{{- else -}}
+{{- print "write [registry/]path[:tag][@sha256:<64 hex digits>], the path in lowercase letters and digits separated by '.', '_', '__' or '-', the tag in letters, digits, '_', '.' and '-'" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
