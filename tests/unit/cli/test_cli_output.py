@@ -82,11 +82,22 @@ def test_yaml_keeps_the_key_order_and_holds_only_plain_values(capsys):
 # --- console and table ------------------------------------------------------------------------------------
 
 
-def test_the_console_writes_to_the_stream_asked_for_without_highlighting_and_200_wide_off_a_terminal():
+def test_the_console_writes_to_the_stream_asked_for_without_highlighting_or_a_fixed_width_off_a_terminal():
     out, err = output.console(), output.console(stderr=True)
     assert not out.stderr and err.stderr
-    assert out.width == 200  # pytest's captured stdout is no terminal
-    assert not out.soft_wrap
+    assert out.width == output.UNLIMITED_WIDTH  # pytest's captured stdout is no terminal
+    assert not out.soft_wrap and not out.is_terminal
+
+
+def test_a_table_off_a_terminal_is_neither_padded_nor_folded_to_a_width(capsys):
+    """Piped to a file, a line is as long as its content (it was padded, and cut, at 200 columns)."""
+    long_detail = "the admission policy refuses this identity " * 6  # 258 characters
+    made = output.table(["", "CHECK", "DETAIL"], [["pass", "permissions", long_detail], ["warn", "gpu", "short"]])
+    output.console().print(made)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in printed] == [["CHECK", "DETAIL"], ["pass", "permissions"], ["warn", "gpu"]]
+    assert printed[1].endswith(long_detail.rstrip()) and printed[2].endswith("gpu          short")
+    assert all(line == line.rstrip() for line in printed)
 
 
 def test_a_table_has_its_columns_title_and_rows_with_cells_as_plain_text():
