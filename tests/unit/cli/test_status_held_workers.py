@@ -126,15 +126,24 @@ def test_a_deployed_release_without_pods_is_still_the_statefulsets_doing(capsys)
 def test_a_watch_reads_the_release_again_on_every_frame(capsys):
     session = FakeSession([pod("actor", 0)])
 
-    def wait(selector: str, redraw: Any, deadline: float) -> None:
+    def wait(selector: str, redraw: Any, deadline: float, on_idle: Any = None) -> None:
         redraw({"a": pod("actor", 0)})
         session.revision, session.ready = 5, 2  # `rollback` between two pod changes: revision 5, to revision 2
         session.description = "Rollback to 2"
         redraw({"a": pod("actor", 0)})
+        if on_idle is None:
+            return
+        seconds, idle = on_idle
+        assert seconds == workers.HEADER_REFRESH_SECONDS
+        idle({"a": pod("actor", 0)})  # no pod changed, nor the release: nothing new to show
+        session.revision, session.helm_status = 6, "failed"  # an upgrade that changed no pod, and failed
+        session.description = f'Upgrade "{RELEASE}" failed: context deadline exceeded'
+        idle({"a": pod("actor", 0)})
 
     listing = session.pods().list
     session.pods = lambda: SimpleNamespace(list=listing, wait=wait)  # type: ignore[method-assign]
     session.ready = 4
     assert workers.status(session, "json", True, None) == EXIT_OK
     frames = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(f["trials"][0]["revision"], f["trials"][0]["ready_revision"]) for f in frames] == [(3, 4), (5, 2)]
+    assert [(f["trials"][0]["revision"], f["trials"][0]["ready_revision"]) for f in frames] == [(3, 4), (5, 2), (6, 2)]
+    assert frames[-1]["trials"][0]["helm_error"] == f'Upgrade "{RELEASE}" failed: context deadline exceeded'

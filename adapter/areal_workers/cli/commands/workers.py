@@ -28,6 +28,8 @@ from ..status_view import TrialStatus, trial_status
 from ..trainer_attempts import attempts_text, job_pods_selector, owner_job
 
 AREAL_PODS = "app.kubernetes.io/part-of=areal"
+# How often a watch without pod changes reads the releases again: a rollback or a failed upgrade may change no pod.
+HEADER_REFRESH_SECONDS = 5.0
 EXTERNAL_STATUS = "applied without helm"
 
 
@@ -150,11 +152,18 @@ def status(session: Session, fmt: Format, watch: bool, watch_seconds: float | No
 
 
 def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, seconds: float | None) -> int:
-    """One list and one watch of the pods; the view is redrawn on every pod change (JSON: one line per change)."""
+    """One list and one watch of the pods; the view is redrawn on every pod change (JSON: one line per change), with
+    the releases read again each time, and when a release alone changed (checked every HEADER_REFRESH_SECONDS)."""
     last: list[TrialStatus] = []
 
-    def redraw(pods: dict[str, client.V1Pod], live: Live | None) -> bool:
-        last[:] = reader.statuses(list(pods.values()), fresh=True)  # a rollback changes the header too
+    def headers(statuses: list[TrialStatus]) -> list[tuple[Any, ...]]:
+        return [(s.release, s.revision, s.helm_status, s.ready_revision, s.helm_error) for s in statuses]
+
+    def redraw(pods: dict[str, client.V1Pod], live: Live | None, idle: bool = False) -> bool:
+        statuses = reader.statuses(list(pods.values()), fresh=True)  # a rollback changes the header too
+        if idle and headers(statuses) == headers(last):
+            return False
+        last[:] = statuses
         if live is not None:
             live.update(status_renderable(session.namespace, last), refresh=True)
         else:  # one JSON object per line, or one YAML document per change
@@ -171,9 +180,11 @@ def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, se
     try:
         if fmt == "table":
             with Live(console=console(), auto_refresh=False, redirect_stdout=False) as live:
-                session.pods().wait(selector, lambda pods: redraw(pods, live), deadline)
+                idle = (HEADER_REFRESH_SECONDS, lambda pods: redraw(pods, live, idle=True))
+                session.pods().wait(selector, lambda pods: redraw(pods, live), deadline, on_idle=idle)
         else:
-            session.pods().wait(selector, lambda pods: redraw(pods, None), deadline)
+            idle = (HEADER_REFRESH_SECONDS, lambda pods: redraw(pods, None, idle=True))
+            session.pods().wait(selector, lambda pods: redraw(pods, None), deadline, on_idle=idle)
     except (WaitTimedOut, KeyboardInterrupt):  # --watch-seconds ran out, or Ctrl-C: the normal ends of a watch
         pass
     return EXIT_OK
