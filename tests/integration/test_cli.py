@@ -198,7 +198,19 @@ def test_history_then_rollback_to_the_last_all_ready_revision(cli, crashing_tria
     ]
     assert history["ready_revision"] == 1 and history["revisions"][0]["all_ready"]
 
-    code, out, _ = cli("rollback", "-o", "json", "--timeout", "120")
+    code, out, _ = cli("rollback", "--dry-run", "-o", "json")  # what it would do, and nothing done
+    assert code == EXIT_OK
+    assert json.loads(out) == {
+        "release": crashing_trial.release,
+        "from_revision": 2,
+        "to_revision": 1,
+        "why": "the last all-ready revision",
+        "changes": ["broken: removed (2 worker(s))"],
+    }
+    assert [r["revision"] for r in json.loads(cli("history", "-o", "json")[1])["revisions"]] == [1, 2]
+
+    code, out, err = cli("rollback", "-o", "json", "--timeout", "120")
+    assert "broken: removed (2 worker(s))" in err  # said before it is done, also without a terminal
     assert code == EXIT_OK
     outcome = json.loads(out)
     assert (outcome["from_revision"], outcome["to_revision"], outcome["new_revision"]) == (2, 1, 3)

@@ -54,6 +54,7 @@ EXAMPLES = {
     "  areal-workers logs actor --since 10m        rank 0 of role actor, the last 10 minutes",
     "history": "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
     "rollback": "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
+    "  areal-workers rollback --dry-run            the target and what it changes in each role\n"
     "  areal-workers rollback 3 --timeout 15m",
     "up": "  areal-workers up -f job.yaml               create the job file's roles and wait until they answer\n"
     "  areal-workers up -f job.yaml --values platform.yaml --timeout 15m",
@@ -172,11 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     rollback = command(
         "rollback",
         "back to a revision (default: the last all-ready one, else the previous), "
-        "pods stuck on the abandoned revision replaced, then wait until ready",
+        "pods stuck on the abandoned revision replaced, then wait until ready; shows what each role changes first "
+        "and asks on a terminal",
     )
     rollback.add_argument("revision", type=int, nargs="?", default=None)
     rollback.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
     rollback.add_argument("--force", action="store_true", help=FORCE_HELP)
+    rollback.add_argument(
+        "--dry-run", action="store_true", help="only show the target and what it changes in each role (replicas, image)"
+    )
+    rollback.add_argument("-y", "--yes", action="store_true", help="do not ask on a terminal")
     rollback.add_argument(
         "--timeout",
         type=duration.seconds,
@@ -394,7 +400,9 @@ def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.command == "history":
             return release.history(session, fmt)
         if args.command == "rollback":
-            return release.rollback(session, args.revision, not args.no_wait, args.timeout, args.force, fmt)
+            return release.rollback(
+                session, args.revision, not args.no_wait, args.timeout, args.force, fmt, args.dry_run, args.yes
+            )
         if args.command == "up":
             return up.up(
                 session,

@@ -113,6 +113,7 @@ class FakeSession(SessionCalls):
         foreign: set[int | None] = frozenset(),  # type: ignore[assignment]
         pods: list[client.V1Pod] | None = None,
         images: dict[int, dict[str, list[str]]] | None = None,
+        values: dict[int, dict[str, Any]] | None = None,
     ) -> None:
         self.entries = history
         self.images = images or {}
@@ -122,10 +123,14 @@ class FakeSession(SessionCalls):
         self.listed = pods or []
         self.refused: list[tuple[Any, ...]] = []
         self.drivers_built = 0
-        self.releases = SimpleNamespace(history=self._history)
+        self.revision_values = values or {}
+        self.releases = SimpleNamespace(history=self._history, values=self._values)
 
     async def _history(self, name: str) -> list[SimpleNamespace]:
         return self.entries
+
+    async def _values(self, name: str, revision: int) -> dict[str, Any] | None:
+        return self.revision_values.get(revision, self.made_driver.model.values)
 
     def inspector(self, name: str) -> SimpleNamespace:
         return SimpleNamespace(ready_revision=lambda: self.ready, revision_images=lambda: self.images)
@@ -218,14 +223,19 @@ def test_a_release_without_history_is_not_found_unless_it_was_applied_without_he
     ],
 )
 def test_the_default_target_is_the_last_all_ready_revision_or_the_one_before(current, good, revisions, target):
-    driver: Any = FakeDriver(model(current), good_revision=good)
-    assert release._default_target(driver, revisions) == target
+    assert release.default_target(RELEASE, current, good, revisions)[0] == target
+
+
+def test_the_default_target_says_why_it_is_not_the_last_all_ready_one():
+    assert release.default_target(RELEASE, 5, 3, [3, 4, 5]) == (3, "the last all-ready revision")
+    assert release.default_target(RELEASE, 5, None, [3, 4, 5])[1] == (
+        "the previous revision: no all-ready revision is recorded to go back to"
+    )
 
 
 def test_a_release_with_no_earlier_revision_has_no_default_target():
-    driver: Any = FakeDriver(model(1))
     with pytest.raises(CliError, match="has no revision before 1 to roll back to") as raised:
-        release._default_target(driver, [1])
+        release.default_target(RELEASE, 1, None, [1])
     assert raised.value.exit_code == EXIT_USAGE
 
 
@@ -234,7 +244,7 @@ def test_a_release_with_no_earlier_revision_has_no_default_target():
 
 def test_rollback_restores_the_default_target_after_checking_it_is_this_charts(capsys):
     driver = FakeDriver(model(3), good_revision=1)
-    session = FakeSession(HISTORY, driver=driver)
+    session = FakeSession(HISTORY, driver=driver, ready_revision=1)
     assert release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
     assert driver.steps == [("restore", 1)]  # no wait: not marked all-ready
     assert session.refused == [("foreign", "roll back", None), ("foreign", "roll back", 1)]
@@ -307,6 +317,51 @@ def test_a_restored_role_not_ready_in_time_is_a_timeout_with_its_diagnosis():
     assert raised.value.exit_code == EXIT_TIMEOUT
     assert str(raised.value) == "rolled back to revision 4, but critic was not ready within 60s:\ncritic: Pending"
     assert ("mark_good",) not in driver.steps
+
+
+# --- what a rollback changes: --dry-run, the plan shown first, the question on a terminal -------------------
+
+SCALED_UP = {
+    1: {"roles": {"actor": {"replicas": 1, "image": {"repository": "example.com/areal", "tag": "1"}}}},
+}
+
+
+def test_a_dry_run_shows_the_target_why_and_each_roles_change_and_changes_nothing(capsys):
+    session = FakeSession(HISTORY, values={2: {"roles": {"actor": {"replicas": 1}, "critic": {"replicas": 1}}}})
+    assert release.rollback(session, None, wait=True, timeout=60, force=False, fmt="json", dry_run=True) == EXIT_OK
+    assert json.loads(capsys.readouterr().out) == {
+        "release": RELEASE,
+        "from_revision": 3,
+        "to_revision": 2,
+        "why": "the previous revision: no all-ready revision is recorded to go back to",
+        "changes": ["actor: replicas 2->1", "critic: added, 1 worker(s), image (release default)"],
+    }
+    assert session.drivers_built == 0 and session.made_driver.steps == [] and session.trainer_leases is None
+
+
+def test_without_a_terminal_the_rollback_goes_on_and_says_first_what_it_changes(monkeypatch, capsys):
+    monkeypatch.setattr(release.sys, "stdin", SimpleNamespace(isatty=lambda: False))
+    session = FakeSession(HISTORY, values=SCALED_UP)
+    assert release.rollback(session, 1, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
+    assert session.made_driver.steps == [("restore", 1)]
+    err = capsys.readouterr().err
+    assert f"roll back {RELEASE} from revision 3 to revision 1 (as asked):" in err
+    assert "  actor: replicas 2->1, image (release default)->example.com/areal:1" in err
+
+
+@pytest.mark.parametrize(("answer", "restored"), [("", False), ("n", False), ("y", True)])
+def test_on_a_terminal_a_rollback_asks_after_showing_what_it_changes(answer, restored, monkeypatch, capsys):
+    monkeypatch.setattr(release.sys, "stdin", SimpleNamespace(isatty=lambda: True))
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
+    session = FakeSession(HISTORY, values=SCALED_UP)
+    code = release.rollback(session, 1, wait=False, timeout=60, force=False, fmt="json")
+    assert asked == ["Roll back? [y/N] "]
+    assert (code, session.made_driver.steps) == ((EXIT_OK, [("restore", 1)]) if restored else (EXIT_ABORTED, []))
+    if not restored:
+        assert "nothing rolled back" in capsys.readouterr().err
+    assert release.rollback(session, 1, wait=False, timeout=60, force=False, fmt="json", yes=True) == EXIT_OK
+    assert len(asked) == 1  # --yes: not asked
 
 
 # --- down -------------------------------------------------------------------------------------------------
@@ -417,7 +472,7 @@ def test_force_takes_a_live_trainers_lease_so_the_trainer_stops_writing():
 
 
 def test_a_dead_trainers_lease_is_taken_after_watching_it_and_deleted_after_the_rollback():
-    session = FakeSession(HISTORY, driver=FakeDriver(model(3), good_revision=1))
+    session = FakeSession(HISTORY, driver=FakeDriver(model(3), good_revision=1), ready_revision=1)
     leases = trainers_lease(session, live=False)
     assert release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
     assert session.made_driver.steps == [("restore", 1)]

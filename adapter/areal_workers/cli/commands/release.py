@@ -10,6 +10,7 @@ from ... import naming
 from ...orchestration.driver import ReleaseDriver
 from ...pods.images import short
 from ...pods.watch import WaitTimedOut, all_ready, is_ready
+from ...release.model import ReleaseModel, roles_diff
 from ..output import Format, console, emit, table
 from ..session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 from ..trainer_lease import give_up, take_trainers_lease
@@ -67,18 +68,50 @@ def _images_cell(images: dict[str, list[str]]) -> str:
     return " ".join(f"{workload}={short(image)}" for workload, ids in images.items() for image in ids)
 
 
-def _default_target(driver: ReleaseDriver, revisions: list[int]) -> int:
-    """The last all-ready revision while the current one is not it; otherwise the previous one (helm's default)."""
-    current = driver.model.revision
-    if driver.good_revision is not None and driver.good_revision != current and driver.good_revision in revisions:
-        return driver.good_revision
+def default_target(release: str, current: int | None, ready: int | None, revisions: list[int]) -> tuple[int, str]:
+    """The revision a rollback goes to when none is named, and why: the last all-ready one while the current one is
+    not it; otherwise the previous one helm keeps (helm's default)."""
+    if ready is not None and ready != current and ready in revisions:
+        return ready, "the last all-ready revision"
     earlier = [r for r in revisions if current is not None and r < current]
     if not earlier:
-        raise CliError(f"release {driver.name} has no revision before {current} to roll back to", EXIT_USAGE)
-    return earlier[-1]
+        raise CliError(f"release {release} has no revision before {current} to roll back to", EXIT_USAGE)
+    if ready == current:
+        return earlier[-1], "the previous revision: the current one is the last all-ready one"
+    return earlier[-1], "the previous revision: no all-ready revision is recorded to go back to"
 
 
-def rollback(session: Session, revision: int | None, wait: bool, timeout: float, force: bool, fmt: Format) -> int:
+def rollback_plan(session: Session, release: str, model: ReleaseModel, target: int, why: str) -> dict[str, Any]:
+    """What a rollback to `target` does to each role (replicas, images, ...): the current revision's values against
+    the target's, read without changing anything."""
+    values = session.helm(session.releases.values(release, target), f"reading the values of revision {target}")
+    return {
+        "release": release,
+        "from_revision": model.revision,
+        "to_revision": target,
+        "why": why,
+        "changes": roles_diff(model.values, values or {}),
+    }
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    lines = [
+        f"roll back {plan['release']} from revision {plan['from_revision']} to revision {plan['to_revision']} "
+        f"({plan['why']}):"
+    ]
+    return "\n".join(lines + [f"  {change}" for change in plan["changes"] or ["no role changes"]])
+
+
+def rollback(
+    session: Session,
+    revision: int | None,
+    wait: bool,
+    timeout: float,
+    force: bool,
+    fmt: Format,
+    dry_run: bool = False,
+    yes: bool = False,
+) -> int:
     release = session.release()
     revisions = [e.revision for e in _history(session, release, "roll back")]
     session.refuse_foreign(release, "roll back")
@@ -88,23 +121,35 @@ def rollback(session: Session, revision: int | None, wait: bool, timeout: float,
             f"{revision} (areal-workers history)",
             EXIT_NOT_FOUND,
         )
-    if revision is not None:  # before the driver adopts (and may recover) the release
-        session.refuse_foreign(release, "roll back", revision)
+    model = session.model(release)
+    if revision is None:
+        ready = session.kube(session.inspector(release).ready_revision, f"reading the topology of {release}")
+        target, why = default_target(release, model.revision, ready, revisions)
+    else:
+        target, why = revision, "as asked"
+    session.refuse_foreign(release, "roll back", target)  # before the driver adopts (and may recover) the release
+    plan = rollback_plan(session, release, model, target, why)
+    if dry_run:
+        if fmt != "table":
+            emit(plan, fmt)
+        else:
+            console().print(_plan_text(plan), highlight=False)
+        return EXIT_OK
+    print(_plan_text(plan), file=sys.stderr)
+    if not yes and sys.stdin.isatty():
+        if input("Roll back? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing rolled back", file=sys.stderr)
+            return EXIT_ABORTED
     lease = take_trainers_lease(session, release, "roll back", force)
     try:
-        return _roll_back(session, release, revisions, revision, wait, timeout, fmt)
+        return _roll_back(session, release, target, wait, timeout, fmt)
     finally:
         give_up(lease)
 
 
-def _roll_back(
-    session: Session, release: str, revisions: list[int], revision: int | None, wait: bool, timeout: float, fmt: Format
-) -> int:
+def _roll_back(session: Session, release: str, target: int, wait: bool, timeout: float, fmt: Format) -> int:
     driver = session.driver(release)
     before = driver.model.revision
-    target = revision if revision is not None else _default_target(driver, revisions)
-    if revision is None:
-        session.refuse_foreign(release, "roll back", target)
     err = console(stderr=True)
     with err.status(f"rolling back {release} from revision {before} to {target}"):
         replaced = driver.restore(target)
