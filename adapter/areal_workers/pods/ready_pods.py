@@ -57,9 +57,15 @@ def without(record: Record, workloads: Iterable[str]) -> Record:
 
 
 def render(record: Record) -> str:
+    """{workload: {"entry": digest, "pods": {name: [uid, {container: restarts}]}}}: compact (a role of a thousand
+    workers stays far below the 256 KiB an object's annotations may hold)."""
     data = {
-        w: {name: {"uid": p.uid, "restarts": dict(p.restarts), "entry": p.entry} for name, p in sorted(pods.items())}
-        for w, pods in sorted(record.items())
+        workload: {
+            "entry": next(iter(pods.values())).entry,
+            "pods": {name: [held.uid, dict(held.restarts)] for name, held in sorted(pods.items())},
+        }
+        for workload, pods in sorted(record.items())
+        if pods
     }
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -73,13 +79,14 @@ def parse(annotations: Mapping[str, str] | None) -> Record:
     if not isinstance(data, dict):
         return {}
     record: Record = {}
-    for workload, pods in data.items():
+    for workload, entry in data.items():
+        pods = entry.get("pods") if isinstance(entry, dict) else None
         if not isinstance(pods, dict):
             continue
         for name, held in pods.items():
-            if isinstance(held, dict) and isinstance(held.get("restarts"), dict):
-                restarts = tuple(sorted((str(c), int(n)) for c, n in held["restarts"].items() if isinstance(n, int)))
-                pod = HeldPod(str(held.get("uid", "")), restarts, str(held.get("entry", "")))
+            if isinstance(held, list) and len(held) == 2 and isinstance(held[1], dict):
+                restarts = tuple(sorted((str(c), n) for c, n in held[1].items() if isinstance(n, int)))
+                pod = HeldPod(str(held[0]), restarts, str(entry.get("entry", "")))
                 record.setdefault(str(workload), {})[str(name)] = pod
     return record
 

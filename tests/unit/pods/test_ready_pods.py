@@ -4,6 +4,8 @@ restart and a replacement against."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from kubernetes import client
 
@@ -50,7 +52,9 @@ def test_a_roles_pods_are_replaced_as_a_whole_and_a_role_without_pods_leaves():
     assert ready_pods.without(record, ["actor"]) == {}
 
 
-@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"actor": 3}', '{"actor": {"p": {"uid": "u"}}}'])
+@pytest.mark.parametrize(
+    "text", ["not json", "[1, 2]", '{"actor": 3}', '{"actor": {"pods": {"p": {"uid": "u"}}}}', '{"actor": {"pods": 1}}']
+)
 def test_an_annotation_edited_into_something_else_holds_nothing(text):
     assert ready_pods.parse({ready_pods.READY_PODS_ANNOTATION: text}) == {}
 
@@ -78,3 +82,12 @@ def test_diagnosis_against_the_baseline_finds_a_restart_and_a_replacement_and_no
     assert (
         problem is not None and problem.reason == "RestartedAfterReady" and "uid-actor-0 -> uid-new" in problem.message
     )
+
+
+def test_a_role_of_a_thousand_workers_stays_well_within_an_objects_annotations():
+    name = "aw-gsm8k-grpo-run-7-c90f4c87-areal-workers-rollout"
+    pods = [pod(i, uid=str(uuid.UUID(int=i))) for i in range(1024)]
+    for i, each in enumerate(pods):
+        each.metadata.name = f"{name}-{i}"
+    text = ready_pods.render(ready_pods.with_workload({}, "rollout", pods, "entry"))
+    assert len(text.encode()) < 128 * 1024  # of the 256 KiB every annotation of the ConfigMap shares
