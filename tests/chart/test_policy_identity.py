@@ -1,4 +1,4 @@
-"""The controller and reaper identities the chart renders are the ones rbac/admission-policy.yaml acts on.
+"""The controller and reaper identities the chart renders are the ones rbac/cluster/admission-policy.yaml acts on.
 
 The policies pick the controller's and the reaper's requests by user name (a ValidatingAdmissionPolicy sees no labels
 of the requesting ServiceAccount), so a ServiceAccount of `controllerRbac.create` named otherwise escapes them and can
@@ -16,7 +16,7 @@ import yaml
 
 from chartlib import CHART, NAMESPACE, REPO, find, render, render_error
 
-POLICY_FILE = REPO / "rbac" / "admission-policy.yaml"
+POLICY_FILE = REPO / "rbac" / "cluster" / "admission-policy.yaml"
 HELPERS = CHART / "templates" / "_helpers.tpl"
 REAPER = {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}}
 IDENTITY_COMPONENTS = ("controller", "reaper")
@@ -196,7 +196,7 @@ def test_an_explicit_name_the_policy_would_not_match_is_refused(values, key, sug
     name = (values.get("controllerRbac") if key.startswith("controllerRbac") else values["reaper"])[
         "serviceAccountName"
     ]
-    assert f'{key} "{name}" is not matched by rbac/admission-policy.yaml' in error, error
+    assert f'{key} "{name}" is not matched by rbac/cluster/admission-policy.yaml' in error, error
     assert f"Set {key} to a name ending in areal-workers-" in error and f'"{suggestion}"' in error, error
     assert matched(NAMESPACE, suggestion)
 

@@ -255,14 +255,14 @@ FAILURES = {
         {"sharedStorage": {"uncoveredPaths": "fail"}},
         "cluster.fileroot /tmp/areal, cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve: on no volume every worker mounts, so AReaL's workers and trainer would not see each other's files (name_resolve type nfs); set sharedStorage.enabled with a claimName and put cluster.fileroot and cluster.nameResolve.nfsRecordRoot under sharedStorage.mountPath (/areal-shared), use cluster.nameResolve.type etcd3, or set sharedStorage.uncoveredPaths=warn",
     ),
-    # The matrix of names against rbac/admission-policy.yaml: test_policy_identity.py.
+    # The matrix of names against rbac/cluster/admission-policy.yaml: test_policy_identity.py.
     "controller identity the admission policy does not match": (
         {"controllerRbac": {"create": True, "serviceAccountName": "trainer"}},
-        'controllerRbac.serviceAccountName "trainer" is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Set controllerRbac.serviceAccountName to a name ending in areal-workers-controller (e.g. "trainer-areal-workers-controller"), or leave it empty for the chart\'s own',
+        'controllerRbac.serviceAccountName "trainer" is not matched by rbac/cluster/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Set controllerRbac.serviceAccountName to a name ending in areal-workers-controller (e.g. "trainer-areal-workers-controller"), or leave it empty for the chart\'s own',
     ),
     "built identity the admission policy does not match": (
         {"controllerRbac": {"create": True}, "nameOverride": "Workers"},
-        "the controller ServiceAccount \"rel-Workers-areal-workers-controller\", built from the release name, fullnameOverride and nameOverride, is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Use only lowercase letters, digits and '-' in nameOverride and fullnameOverride",
+        "the controller ServiceAccount \"rel-Workers-areal-workers-controller\", built from the release name, fullnameOverride and nameOverride, is not matched by rbac/cluster/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a controller identity they do not match could create a token Secret of any ServiceAccount of the namespace and act as it. Use only lowercase letters, digits and '-' in nameOverride and fullnameOverride",
     ),
 }
 

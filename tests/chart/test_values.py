@@ -458,7 +458,7 @@ def test_controller_rbac(render):
     binding = one(docs, "RoleBinding", name)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
-    name = "trainer-areal-workers-controller"  # a name rbac/admission-policy.yaml matches (test_policy_identity.py)
+    name = "trainer-areal-workers-controller"  # rbac/cluster/admission-policy.yaml matches it (test_policy_identity.py)
     docs = render({"controllerRbac": {"create": True, "serviceAccountName": name}})
     assert one(docs, "RoleBinding", name)["subjects"][0]["name"] == name
 

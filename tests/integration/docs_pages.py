@@ -2,7 +2,7 @@
 that holds the checkout (links) and the files the page shows (a ```yaml block whose first line is
 `# values: FILE, ...` or `# file: FILE, ...` is written to FILE), with .tools/bin and .venv/bin on PATH and a copy
 of the local cluster's admin kubeconfig as KUBECONFIG. A line `.venv/bin/python` reads the page's next ```python
-block. The sandbox's rbac/admission-policy.yaml is bound to the docs' namespace alone (sandbox()). Used by
+block. The sandbox's rbac/cluster/admission-policy.yaml is bound to the docs' namespace alone (sandbox()). Used by
 test_docs_commands.py and test_deployment_guide.py."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 FILE_HEADER = re.compile(r"^# (?:values|file): (\S+?),")
 BLOCK_TIMEOUT = 900
 DOCS_NAMESPACE = "rl"  # where the pages apply rbac/
-POLICY_CLEANUP = f"kubectl delete --ignore-not-found -f rbac/{POLICY_FILE.name}"
+POLICY_CLEANUP = f"kubectl delete --ignore-not-found -f rbac/cluster/{POLICY_FILE.name}"
 
 
 @dataclass
@@ -53,18 +53,21 @@ def page_commands(page: str) -> list[str]:
     return [command for block in blocks(page) if block.language == "bash" for command in commands(block.text)]
 
 
-def sandbox(directory: Path, page: str, kubeconfig: Path) -> dict[str, str]:
+def sandbox(directory: Path, page: str, kubeconfig: Path, policy_namespaces: tuple[str, ...] = ()) -> dict[str, str]:
     """The checkout (links to each top-level entry), the page's files, a kubeconfig of the reader's own. Its rbac/
-    holds the checkout's files, but the admission policy's bindings select the docs' namespace alone: applied as
-    written they would act on the controller of every namespace of the cluster, which other tests share."""
+    holds the checkout's files, but the admission policy's bindings (rbac/cluster/) select the docs' namespace alone,
+    and `policy_namespaces`: applied as written they would act on the controller of every namespace of the cluster,
+    which other tests share."""
     for entry in REPO.iterdir():
         if entry.name not in (".git", "rbac"):
             (directory / entry.name).symlink_to(entry)
     (directory / "rbac").mkdir()
     for entry in (REPO / "rbac").iterdir():
-        if entry != POLICY_FILE:
+        if entry != POLICY_FILE.parent:
             (directory / "rbac" / entry.name).symlink_to(entry)
-    (directory / "rbac" / POLICY_FILE.name).write_text(yaml.safe_dump_all(scoped_policy(DOCS_NAMESPACE, None)))
+    (directory / "rbac" / "cluster").mkdir()
+    copy = scoped_policy(DOCS_NAMESPACE, None, namespaces=policy_namespaces)
+    (directory / "rbac" / "cluster" / POLICY_FILE.name).write_text(yaml.safe_dump_all(copy))
     for block in blocks(page):
         header = FILE_HEADER.match(block.text)
         if block.language == "yaml" and header:

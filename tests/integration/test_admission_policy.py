@@ -1,5 +1,6 @@
-"""rbac/admission-policy.yaml on the real API server: what RBAC cannot refuse the controller's identity, the policy
-does, with a message that says what to change, and it leaves everyone else alone.
+"""rbac/cluster/admission-policy.yaml on the real API server: what RBAC cannot refuse the controller's identity, the
+policy does, with a message that says what to change, and it leaves everyone else alone; removing one namespace as the
+deployment guide does leaves it in force for the others.
 
 Each test's namespace gets rbac/ and its own copy of the policy, bound to that namespace alone (localkube/rbac.py):
 the policy's bindings are cluster-scoped, and other tests on the shared cluster must not run under a copy they did
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -21,12 +23,20 @@ from kubernetes.config import kube_config
 
 from areal_workers import SchedulerError
 from clusterlib import controller_kubeconfig, job, wait_for
+from docs_pages import page_commands
 from localkube.pki import service_account_kubeconfig
-from localkube.rbac import policy_supported
+from localkube.rbac import (
+    POLICY_FILE as POLICY_PATH,
+    RBAC,
+    policy_supported,
+    refused_as_controller,
+    scoped_policy,
+    wait_in_force,
+)
 from repo_paths import REPO, TOOLS_BIN
 
 CHART = REPO / "charts" / "areal-workers"
-POLICY_FILE = "rbac/admission-policy.yaml"
+POLICY_FILE = "rbac/cluster/admission-policy.yaml"
 
 
 @pytest.fixture(autouse=True)
@@ -419,7 +429,7 @@ def baseline_refusal(apps: client.AppsV1Api, namespace: str, statefulset: dict) 
     text = message(error)
     assert "ValidatingAdmissionPolicy 'areal-controller-statefulsets-" in text, text
     assert "is refused for the areal-workers controller" in text or "are refused for the areal-workers" in text, text
-    assert text.endswith("(rbac/admission-policy.yaml)"), text
+    assert text.endswith("(rbac/cluster/admission-policy.yaml)"), text
     return text
 
 
@@ -657,3 +667,76 @@ ADMITTED = {
 def test_the_charts_statefulsets_are_admitted_by_default_and_with_what_baseline_allows(apps_controller, namespace):
     dry_run(apps_controller, namespace, chart_statefulset(namespace))
     dry_run(apps_controller, namespace, chart_statefulset(namespace, ADMITTED))
+
+
+DEPLOYMENT_GUIDE = "docs/en/deployment.md"
+
+
+def guide_rbac_commands(verb: str) -> list[str]:
+    """The deployment guide's `kubectl VERB ... -f rbac/...` commands, in its order (its namespace is rl)."""
+    return [c for c in page_commands(DEPLOYMENT_GUIDE) if c.startswith(f"kubectl {verb} ") and " -f rbac/" in c]
+
+
+def test_the_deployment_guides_removal_of_one_namespace_leaves_the_policy_in_force_in_another(
+    kubeconfig, core, make_namespace, tmp_path
+):
+    # Issue 35, point 3: the guide's removal step `kubectl delete -n rl -f rbac/` once deleted the cluster-scoped policy
+    # too, leaving the controllers of every other namespace free to mint tokens. The guide's own commands, in a copy
+    # of the checkout's rbac/ whose policy (rbac/cluster/) is bound to the two namespaces of this test alone and owned
+    # by the one that stays (the garbage collector removes it with that namespace).
+    removed, kept = make_namespace(), make_namespace()
+    directory = tmp_path / "reader"
+    (directory / "rbac" / "cluster").mkdir(parents=True)
+    for entry in RBAC.glob("*.yaml"):
+        (directory / "rbac" / entry.name).symlink_to(entry)
+    kept_uid = core.read_namespace(kept).metadata.uid
+    copy = scoped_policy(kept, kept_uid, namespaces=(removed,))
+    (directory / "rbac" / "cluster" / POLICY_PATH.name).write_text(yaml.safe_dump_all(copy))
+    prepare, removal = guide_rbac_commands("apply"), guide_rbac_commands("delete")
+    assert removal == ["kubectl delete -n rl -f rbac/"], removal
+    environment = {**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(kubeconfig)}
+
+    def run(command: str, namespace: str) -> None:
+        done = subprocess.run(
+            ["bash", "-ec", command.replace(" -n rl ", f" -n {namespace} ")],
+            cwd=directory,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{command} in {namespace}: {done.stderr}"
+
+    for namespace in (removed, kept):  # step 3 (and step 10) in each namespace: the policy is applied twice, unchanged
+        for command in prepare:
+            run(command, namespace)
+    wait_in_force(kubeconfig, kept)
+    wait_in_force(kubeconfig, removed)
+    for command in removal:  # step 11 in one namespace
+        run(command, removed)
+    assert (
+        "not found"
+        in subprocess.run(
+            [
+                str(TOOLS_BIN / "kubectl"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "role",
+                "areal-controller",
+                "-n",
+                removed,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stderr.lower()
+    ), "the removal step deletes the namespace's Role"
+    deadline = time.monotonic() + 5  # a deleted policy stops refusing once the API server's informer drops it
+    while time.monotonic() < deadline:
+        refused = refused_as_controller(kubeconfig, kept)
+        assert "helm.sh/release.v1" in refused, (
+            f"after the guide's removal step in {removed}, the controller of {kept} is no longer refused a token "
+            f"Secret by the admission policy: {refused or 'admitted'}"
+        )
+        time.sleep(0.5)

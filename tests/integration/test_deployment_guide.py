@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from docs_pages import (
 )
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
+from localkube.rbac import apply_rbac, refused_as_controller
 from real_node_trials import host_volume
 from realnode.images import worker_image
 from realnode.values import worker_values
@@ -104,6 +106,21 @@ def claim_volume(core, tmp_path):
     core.delete_persistent_volume(name)
 
 
+def assert_still_protected(kubeconfig: Path, namespace: str, seconds: float = 5.0) -> None:
+    """The controller of `namespace` is refused a Secret that is not Helm's (the token Secret the policy exists for)
+    by the admission policy, for `seconds`: a deleted policy stops refusing once the API server's informer drops it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        refused = refused_as_controller(kubeconfig, namespace)
+        assert "helm.sh/release.v1" in refused, (
+            f"the controller of namespace {namespace} is no longer refused by the admission policy after another "
+            f"namespace's removal: {refused or 'admitted'}"
+        )
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+
+
 def on_the_real_node(values_file: Path) -> None:
     """The guide's platform values, and under them what the real node's pods need (placement, AReaL's environment)."""
     values = yaml.safe_load(values_file.read_text())
@@ -115,13 +132,17 @@ def on_the_real_node(values_file: Path) -> None:
 
 @pytest.mark.timeout(4 * BLOCK_TIMEOUT)
 def test_the_deployment_guide_runs_from_the_registry_on_the_real_node(
-    registry, claim_volume, kubeconfig, core, tmp_path
+    registry, claim_volume, kubeconfig, core, tmp_path, make_namespace
 ):
     found, publisher = registry
+    # Another namespace of trainers, prepared before the guide starts: the guide's removal of namespace rl must leave
+    # the cluster-wide admission policy in force there (the sandbox's copy of rbac/cluster/ is bound to both).
+    neighbour = make_namespace()
+    apply_rbac(kubeconfig, neighbour, policy=False)
     before = namespaces(core)
     directory = tmp_path / "reader"
     directory.mkdir()
-    environment = sandbox(directory, GUIDE, kubeconfig)
+    environment = sandbox(directory, GUIDE, kubeconfig, policy_namespaces=(neighbour,))
     for name in ("platform-values.yaml", "smoke-roles.yaml", "shared-claim.yaml", "rl-trainer.yaml"):
         written = directory / name
         written.write_text(written.read_text().replace(READER_REGISTRY, found.address))
@@ -139,6 +160,7 @@ def test_the_deployment_guide_runs_from_the_registry_on_the_real_node(
         for script, stdin in ran:
             run_script(script, stdin, directory, environment, GUIDE)
         assert NAMESPACE not in namespaces(core), "the guide's last command deletes its namespace"
+        assert_still_protected(kubeconfig, neighbour)
     finally:
         subprocess.run(["bash", "-c", POLICY_CLEANUP], cwd=directory, env=environment, capture_output=True, timeout=300)
         remove_made_namespaces(core, before, GUIDE, [script for script, _ in ran])

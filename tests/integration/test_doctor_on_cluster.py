@@ -190,7 +190,7 @@ def test_the_admission_policy_check_fails_where_the_policy_does_not_match(
     assert [check.name for check in by_status(checks, "fail")] == ["admission policy"]
     policy = next(check for check in checks if check.name == "admission policy")
     assert policy.detail.startswith(f"system:serviceaccount:{namespace}:{ROLE} may create a token Secret of any")
-    assert "as a cluster administrator, apply rbac/admission-policy.yaml" in policy.fix
+    assert "as a cluster administrator, apply rbac/cluster/admission-policy.yaml" in policy.fix
 
 
 def _largest_gpus(core: client.CoreV1Api) -> tuple[int, int]:

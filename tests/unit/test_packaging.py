@@ -97,16 +97,18 @@ def test_wheel_contains_every_chart_file_with_the_same_content(wheel):
 
 
 def test_wheel_contains_the_controller_rbac_manifests(wheel):
-    """rbac/*.yaml as areal_workers/rbac/ (the doctor's permission check reads the Role there), nothing else of
-    rbac/."""
+    """rbac/*.yaml and rbac/cluster/*.yaml as areal_workers/rbac/ (the doctor's permission check reads the Role
+    there), nothing else of rbac/."""
     with zipfile.ZipFile(wheel) as archive:
         packaged = {
             name.removeprefix("areal_workers/rbac/"): archive.read(name)
             for name in archive.namelist()
             if name.startswith("areal_workers/rbac/")
         }
-    expected = {path.name: path.read_bytes() for path in (REPO / "rbac").glob("*.yaml")}
-    assert "role.yaml" in expected
+    rbac = REPO / "rbac"
+    expected = {path.relative_to(rbac).as_posix(): path.read_bytes() for path in sorted(rbac.glob("*.yaml"))}
+    expected |= {path.relative_to(rbac).as_posix(): path.read_bytes() for path in sorted(rbac.glob("cluster/*.yaml"))}
+    assert "role.yaml" in expected and "cluster/admission-policy.yaml" in expected
     assert packaged == expected
 
 

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         help="apply rbac/ in a namespace, its admission policy bound to that namespace alone (localkube/rbac.py)",
     )
     rbac.add_argument("namespace")
-    rbac.add_argument("--no-policy", action="store_true", help="leave rbac/admission-policy.yaml out")
+    rbac.add_argument("--no-policy", action="store_true", help="leave rbac/cluster/admission-policy.yaml out")
     args = parser.parse_args(argv)
 
     cluster = LocalCluster()

@@ -1,9 +1,10 @@
 """rbac/ applied to one namespace of a shared cluster, for the tests and the demo.
 
 `kubectl apply -n NS -f rbac/` applies the namespaced objects (the controller's and the reaper's ServiceAccount, Role
-and RoleBinding) and rbac/admission-policy.yaml, whose ValidatingAdmissionPolicy and binding are cluster-scoped and
-act on the controller's identity in every namespace. On a cluster many test runs share, that would change what other
-runs' controllers may do (and a run of an older checkout would apply its own version over it). So here the policy is
+and RoleBinding). rbac/cluster/admission-policy.yaml's ValidatingAdmissionPolicies and bindings are cluster-scoped and
+act on the controller's identity in every namespace. On a cluster many test runs share, applying them as written would
+change what other runs' controllers may do (and a run of an older checkout would apply its own version over it). So
+here the policy is
 applied as a copy of its own, `areal-controller-<namespace>`, bound by a namespace selector to that namespace only and
 owned by the Namespace object, so that the garbage collector deletes it with the namespace. Its rules are the file's,
 unchanged. `apply_rbac` returns once the copy is in force (the policy informer of the API server has loaded it): a
@@ -23,9 +24,8 @@ import yaml
 from repo_paths import REPO, TOOLS_BIN
 
 RBAC = REPO / "rbac"
-POLICY_FILE = RBAC / "admission-policy.yaml"
-POLICY_COMPONENT = "admission-policy"  # app.kubernetes.io/component of the policy's objects
-WITHOUT_POLICY = f"app.kubernetes.io/component!={POLICY_COMPONENT}"
+CLUSTER_RBAC = RBAC / "cluster"  # the cluster-scoped objects: kubectl apply -n NS -f rbac/ does not reach them
+POLICY_FILE = CLUSTER_RBAC / "admission-policy.yaml"
 CONTROLLER = "areal-controller"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
 IN_FORCE_TIMEOUT = 30.0
@@ -53,9 +53,12 @@ def _kubectl(kubeconfig: Path | str, *args: str, stdin: str | None = None) -> su
     )
 
 
-def scoped_policy(namespace: str, namespace_uid: str | None, text: str | None = None) -> list[dict]:
-    """rbac/admission-policy.yaml's policies and bindings, each named `<name>-<namespace>`, bound to that namespace
-    alone and owned by it (`namespace_uid`; None: owned by nothing, for a namespace that does not exist yet)."""
+def scoped_policy(
+    namespace: str, namespace_uid: str | None, text: str | None = None, namespaces: tuple[str, ...] = ()
+) -> list[dict]:
+    """rbac/cluster/admission-policy.yaml's policies and bindings, each named `<name>-<namespace>`, bound to that
+    namespace alone (and to `namespaces`) and owned by it (`namespace_uid`; None: owned by nothing, for a namespace
+    that does not exist yet)."""
     documents = [copy.deepcopy(d) for d in yaml.safe_load_all(text or POLICY_FILE.read_text()) if d]
     owner = [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": namespace_uid}]
     for document in documents:
@@ -65,16 +68,23 @@ def scoped_policy(namespace: str, namespace_uid: str | None, text: str | None = 
             document["metadata"]["ownerReferences"] = owner
         if document["kind"] == "ValidatingAdmissionPolicyBinding":
             document["spec"]["policyName"] = f"{document['spec']['policyName']}-{namespace}"
-            document["spec"]["matchResources"] = {
-                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}
-            }
+            selector = (
+                {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}
+                if not namespaces
+                else {
+                    "matchExpressions": [
+                        {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [namespace, *namespaces]}
+                    ]
+                }
+            )
+            document["spec"]["matchResources"] = {"namespaceSelector": selector}
     return documents
 
 
 def apply_rbac(kubeconfig: Path | str, namespace: str, policy: bool = True) -> bool:
     """rbac/'s namespaced objects in `namespace`, and (`policy`, where the API server has ValidatingAdmissionPolicies)
     the admission policy bound to that namespace alone, in force. True when the policy acts in the namespace."""
-    done = _kubectl(kubeconfig, "apply", "-n", namespace, "-f", str(RBAC), "-l", WITHOUT_POLICY)
+    done = _kubectl(kubeconfig, "apply", "-n", namespace, "-f", str(RBAC))  # not rbac/cluster/: no --recursive
     if done.returncode != 0:
         raise RbacError(f"kubectl apply -n {namespace} -f rbac/: {done.stderr.strip()}")
     if not (policy and policy_supported(kubeconfig)):

@@ -157,7 +157,7 @@ Params: root.
 {{- end -}}
 
 {{/*
-The user-name part of the identity pattern of rbac/admission-policy.yaml's policies (their matchConditions):
+The user-name part of the identity pattern of rbac/cluster/admission-policy.yaml's policies (their matchConditions):
 ServiceAccounts named areal-controller, areal-reaper, or ending in areal-workers-controller or areal-workers-reaper.
 The policies bind by name because a ValidatingAdmissionPolicy sees of the requester only its user name, groups and
 extra (no labels of its ServiceAccount), and they live outside the chart: cluster-scoped, applied once by an

@@ -202,7 +202,7 @@ and the same advice for an uppercase path. */ -}}
 {{- fail "reaper.enabled is true but reaper.image.repository is empty: set it to an image with areal-workers and helm on its PATH (AReaL's runtime image has neither): images/reaper/Dockerfile builds one and make release REGISTRY=R pushes it, then --set reaper.image.repository=R/areal-workers/reaper (its tag defaults to the chart's version)" -}}
 {{- end -}}
 
-{{- /* A controller or reaper ServiceAccount that rbac/admission-policy.yaml does not match could mint a token of any
+{{- /* A controller or reaper ServiceAccount that rbac/cluster/admission-policy.yaml does not match could mint a token of any
 ServiceAccount of the namespace: refuse to render one or run the reaper as one ("areal-workers.policyIdentityPattern").
 The names the chart builds end in areal-workers-<component>; an explicit name is checked as given. Each entry: the
 value that names it, the name, the component, whether the value gave it. */ -}}
@@ -223,7 +223,7 @@ value that names it, the name, the component, whether the value gave it. */ -}}
 {{- $component := index $identity 2 -}}
 {{- if not (regexMatch $pattern $name) -}}
 {{- $risk := ternary "create a token Secret of any ServiceAccount of the namespace and act as it" "overwrite or delete any Secret of the namespace" (eq $component "controller") -}}
-{{- $policy := printf "is not matched by rbac/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a %s identity they do not match could %s" $component $risk -}}
+{{- $policy := printf "is not matched by rbac/cluster/admission-policy.yaml, whose policies act on the ServiceAccounts named areal-controller or areal-reaper or ending in areal-workers-controller or areal-workers-reaper: a %s identity they do not match could %s" $component $risk -}}
 {{- if index $identity 3 -}}
 {{- $stem := regexReplaceAll "-?(controller|reaper)$" (regexReplaceAll "[^a-z0-9]+" (lower $name) "-") "" | trunc 30 | trimAll "-" | default "my" -}}
 {{- fail (printf "%s %q %s. Set %s to a name ending in areal-workers-%s (e.g. %q), or leave it empty for the chart's own" $key $name $policy $key $component (printf "%s-areal-workers-%s" $stem $component)) -}}

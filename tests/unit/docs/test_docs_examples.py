@@ -18,9 +18,9 @@ The convention (docs/en/testing.md, "Documentation tests"): a fenced block with 
   that submit makes of it passes `kubeconform -strict`;
 - anything else fails the test: mark it, or use another info string.
 
-The repository's own manifests (examples/argocd-application.yaml, rbac/*.yaml) are checked the same way; the chart's
-examples/values-*.yaml are rendered and validated by tests/chart/test_chart_tools.py. Needs helm and kubeconform
-(`make tools`), no cluster."""
+The repository's own manifests (examples/argocd-application.yaml, rbac/*.yaml, rbac/cluster/*.yaml) are checked
+the same way; the chart's examples/values-*.yaml are rendered and validated by tests/chart/test_chart_tools.py.
+Needs helm and kubeconform (`make tools`), no cluster."""
 
 from __future__ import annotations
 
@@ -48,7 +48,11 @@ VALUES_MARK, AREAL_MARK = "# values", "# AReaL config"
 JOB_FILE_MARK = re.compile(r"^#.*\bjob file\b", re.IGNORECASE)
 SUBMIT_FILE_MARK = re.compile(r"^#.*\bsubmit file\b", re.IGNORECASE)
 ARGO_APPLICATION = ("argoproj.io/v1alpha1", "Application")
-REPOSITORY_MANIFESTS = [REPO / "examples" / "argocd-application.yaml", *sorted((REPO / "rbac").glob("*.yaml"))]
+REPOSITORY_MANIFESTS = [
+    REPO / "examples" / "argocd-application.yaml",
+    *sorted((REPO / "rbac").glob("*.yaml")),
+    *sorted((REPO / "rbac" / "cluster").glob("*.yaml")),
+]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 Each check passes, fails, warns or is skipped, with what was found and, unless it passed, what to change:
 the API server answers; the namespace exists (when it does not, that is the one failure, with how to create it, and
 nothing namespaced is checked); one SelfSubjectAccessReview per verb and resource of rbac/role.yaml (shipped in the
-wheel) in the namespace, plus listing nodes (optional: a warning); whether rbac/admission-policy.yaml refuses this
-identity a token Secret there (a server-side dry run); `helm template` of the chart and values files for a
+wheel) in the namespace, plus listing nodes (optional: a warning); whether rbac/cluster/admission-policy.yaml
+refuses this identity a token Secret there (a server-side dry run); `helm template` of the chart and values files for a
 one-role probe (the schema too); the namespace's PodSecurity enforce level against the level the rendered workers
 need; how many workers of `gpus_per_worker` GPUs the nodes hold now, judged with the
 adapter's own `diagnosis.node_fit` on the pod template the chart rendered; and a one-worker release created by

@@ -1,4 +1,4 @@
-"""`areal-workers doctor`'s check that rbac/admission-policy.yaml is in force for the checked identity (the
+"""`areal-workers doctor`'s check that rbac/cluster/admission-policy.yaml is in force for the checked identity (the
 kubeconfig's) in the namespace: a server-side dry run (dryRun=All: authorization and admission run, nothing is
 stored) of what the policy exists to refuse, a token Secret of the namespace's `default` ServiceAccount. Admitted:
 this identity could mint and read the token of any ServiceAccount there, so the check fails. Refused by the policy:
@@ -17,7 +17,7 @@ from ..session import api_message
 from .check import Check
 
 NAME = "admission policy"
-POLICY_FILE = "rbac/admission-policy.yaml"
+POLICY_FILE = "rbac/cluster/admission-policy.yaml"
 # The policy's name as the API server quotes it in a refusal; a copy bound to one namespace keeps it as a prefix
 # (tools/localkube/rbac.py names the copies of the tests areal-controller-secrets-<namespace>).
 POLICY = "areal-controller-secrets"

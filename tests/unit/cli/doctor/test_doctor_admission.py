@@ -1,6 +1,6 @@
 """`areal-workers doctor`'s admission policy check: a server-side dry run of a token Secret as the checked identity,
-which passes when rbac/admission-policy.yaml refuses it, fails when the API server admits it, and says so when RBAC
-refuses any Secret first. The refusals are worded as kube-apiserver 1.34 words them (tests/integration/
+which passes when rbac/cluster/admission-policy.yaml refuses it, fails when the API server admits it, and says so
+when RBAC refuses any Secret first. The refusals are worded as kube-apiserver 1.34 words them (tests/integration/
 test_doctor_on_cluster.py checks them against the real one)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ POLICY_REFUSAL = (
     "secrets \"areal-workers-doctor-x7k2p\" is forbidden: ValidatingAdmissionPolicy 'areal-controller-secrets' with "
     "binding 'areal-controller-secrets' denied request: the areal-workers controller may write and delete only Helm "
     "release Secrets (type helm.sh/release.v1), not Secret areal-workers-doctor-x7k2p of type "
-    "kubernetes.io/service-account-token: have an administrator create it (rbac/admission-policy.yaml)"
+    "kubernetes.io/service-account-token: have an administrator create it (rbac/cluster/admission-policy.yaml)"
 )
 RBAC_REFUSAL = (
     'secrets is forbidden: User "system:serviceaccount:rl:areal-controller" cannot create resource "secrets" in API '
@@ -75,7 +75,7 @@ def test_an_admitted_token_secret_fails_with_how_to_apply_the_policy(user):
     assert result.status == "fail"
     assert result.detail.startswith(f"{user or 'this identity'} may create a token Secret of any ServiceAccount")
     assert "the admission policy is not in force for it" in result.detail
-    assert "as a cluster administrator, apply rbac/admission-policy.yaml" in result.fix
+    assert "as a cluster administrator, apply rbac/cluster/admission-policy.yaml" in result.fix
 
 
 def test_a_refusal_by_rbac_is_a_warning_that_the_policy_cannot_be_seen():
@@ -89,7 +89,7 @@ def test_a_refusal_by_another_policy_is_a_warning_naming_it():
     other = POLICY_REFUSAL.replace("'areal-controller-secrets'", "'no-tokens'")
     result = check(Core(api_error(403, other)))
     assert result.status == "warn" and "HTTP 403" in result.detail and "'no-tokens'" in result.detail
-    assert "not the refusal of rbac/admission-policy.yaml" in result.fix
+    assert "not the refusal of rbac/cluster/admission-policy.yaml" in result.fix
 
 
 def test_a_person_is_skipped_without_a_request():

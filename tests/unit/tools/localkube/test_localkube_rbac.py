@@ -1,5 +1,6 @@
-"""rbac/admission-policy.yaml as a file, and the copy of it that tools/localkube/rbac.py binds to one namespace of a
-shared cluster (its CEL runs in tests/integration/test_admission_policy.py)."""
+"""rbac/cluster/admission-policy.yaml as a file (apart from rbac/'s namespaced objects), and the copy of it that
+tools/localkube/rbac.py binds to one namespace of a shared cluster (its CEL runs in
+tests/integration/test_admission_policy.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import yaml
 
-from localkube.rbac import POLICY_FILE, WITHOUT_POLICY, scoped_policy
+from localkube.rbac import CLUSTER_RBAC, POLICY_FILE, RBAC, scoped_policy
 
 POLICY = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"
@@ -38,13 +39,25 @@ def test_every_policy_has_a_binding_that_denies_in_every_namespace():
         )  # the exceptions are namespace labels: the controller cannot write them
 
 
-def test_the_policy_objects_carry_the_label_that_skips_them():
-    key, value = WITHOUT_POLICY.split("!=")
-    assert {d["metadata"]["labels"][key] for d in documents()} == {value}
-    for path in sorted(POLICY_FILE.parent.glob("*.yaml")):
-        if path != POLICY_FILE:
-            for document in yaml.safe_load_all(path.read_text()):
-                assert document["metadata"]["labels"][key] != value, path.name
+NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
+CLUSTER_KINDS = {POLICY, BINDING}
+
+
+def kinds(directory) -> dict[str, set[str]]:
+    """The kinds of each YAML file directly in `directory`, as `kubectl apply -f DIRECTORY` reads it (no
+    subdirectories without --recursive)."""
+    return {
+        path.name: {d["kind"] for d in yaml.safe_load_all(path.read_text()) if d}
+        for path in sorted(directory.glob("*.yaml"))
+    }
+
+
+def test_rbac_holds_only_namespaced_objects_and_rbac_cluster_the_cluster_scoped_ones():
+    # The deployment guide prepares and removes a namespace with kubectl apply/delete -n NS -f rbac/: a cluster-scoped
+    # object in rbac/ would be deleted for every namespace by one namespace's removal (issue 35, point 3).
+    namespaced = kinds(RBAC)
+    assert namespaced and all(found <= NAMESPACED_KINDS for found in namespaced.values()), namespaced
+    assert kinds(CLUSTER_RBAC) == {POLICY_FILE.name: CLUSTER_KINDS}
 
 
 def test_the_policies_match_the_controller_and_the_reaper_and_nobody_else():
