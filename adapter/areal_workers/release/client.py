@@ -23,6 +23,7 @@ from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError
+from ..naming import role_problem
 from . import ownership
 
 __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
@@ -121,6 +122,7 @@ class Releases:
     def __init__(self, config: KubernetesSchedulerConfig) -> None:
         self.config = config
         self.namespace = config.namespace
+        self.file_values = merge_values(*(self._load(path) for path in config.values_files))  # before helm is looked up
         executable = find_helm(config.helm_executable)
         # The command layer is used directly for upgrades: its JSON output is the release record helm wrote,
         # values included, which pyhelm3's Client drops (so reading them back would cost a `helm get values`).
@@ -132,7 +134,6 @@ class Releases:
             default_timeout=f"{int(config.helm_timeout)}s",
         )
         self.client = Client(self.command, executable=executable)
-        self.file_values = merge_values(*(self._load(path) for path in config.values_files))
         self._chart: Chart | None = None
 
     @staticmethod
@@ -143,6 +144,13 @@ class Releases:
             raise ValueError(f"values file {path} is not valid YAML: {error}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"values file {path} must hold a mapping at the top level")
+        # The role keys checked here, by name and rule: helm's schema says only "at '': invalid propertyName".
+        for section in ("roles", "colocations", "forks"):
+            entries = loaded.get(section)
+            for role in entries if isinstance(entries, dict) else ():
+                problem = role_problem(role)
+                if problem:
+                    raise ValueError(f"values file {path}: {section}.{role}: {problem}")
         return loaded
 
     async def chart(self) -> Chart:

@@ -88,3 +88,22 @@ def test_a_release_name_no_release_of_the_chart_can_have_is_refused_before_the_c
     assert main(["down", "--release", release, "--yes"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert f"--release: release name {release!r} must be a DNS-1035 label" in err
+
+
+RULE = (
+    "must be lowercase letters, digits, '-' or '_', start with a letter and end with a letter or digit (e.g. 'actor')"
+)
+
+
+@pytest.mark.parametrize("command", ["render", "up"])
+def test_a_role_name_the_chart_refuses_is_named_with_the_rule_before_helm_runs(job_file, tmp_path, capsys, command):
+    """`Actor` reached helm, whose schema error said only "at '': invalid propertyName" and a raw pattern."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"roles": {"Actor": {"replicas": 1}}}))
+    assert main([command, "-f", str(job_file), "--values", str(values)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"values file {values}: roles.Actor: role 'Actor' {RULE}" in err and "propertyName" not in err
+
+    job_file.write_text(yaml.safe_dump({**JOB, "jobs": [{"role": "Actor", "replicas": 1}]}))
+    assert main([command, "-f", str(job_file)]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == f"error: {job_file}: jobs[0]: role 'Actor' {RULE}"

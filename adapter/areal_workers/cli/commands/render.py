@@ -44,6 +44,9 @@ def parse_job(data: Any, where: str) -> Job:
     raw = _strict(data, Job, where)
     if "role" not in raw:
         raise CliError(f"{where}: a job needs a role", EXIT_USAGE)
+    problem = naming.role_problem(raw["role"])  # before helm, whose schema error names neither role nor rule
+    if problem:
+        raise CliError(f"{where}: {problem}", EXIT_USAGE)
     tasks = [
         SchedulingSpec(**_strict(task, SchedulingSpec, f"{where}.tasks[{i}]"))
         for i, task in enumerate(raw.get("tasks") or [])
