@@ -76,6 +76,8 @@ def test_notes(tmp_path):
     notes = yaml.safe_load(out)["data"]["notes"]
     assert f"kubectl get pods -n {NAMESPACE} -l {SELECTOR} -L areal.io/role -w" in notes
     assert f"helm test {RELEASE} -n {NAMESPACE} --logs" in notes
+    assert f"areal-workers status -n {NAMESPACE} --release {RELEASE} " in notes  # the CLI's view and diagnosis
+    assert f"areal-workers diagnose -n {NAMESPACE} --release {RELEASE} <role> " in notes
     assert f"kubectl logs -n {NAMESPACE} -l {SELECTOR},areal.io/role=<role>" in notes
     assert f"actor: 2 x {RELEASE}-areal-workers-actor, port 8000" in notes
     assert "critic: colocated on actor" in notes and "ref: forked as processes inside actor" in notes
