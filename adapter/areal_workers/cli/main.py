@@ -20,7 +20,7 @@ from rich.text import Text
 from urllib3.exceptions import HTTPError
 
 from .._version import __version__
-from ..config import BUNDLED_CHART
+from ..config import BUNDLED_CHART, CAPACITY_CHECKS
 from ..errors import SchedulerError
 from ..release.ownership import UntrustedRevisionError
 from . import duration
@@ -198,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     up_cmd.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
     up_cmd.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
     up_cmd.add_argument(
+        "--capacity-check",
+        choices=CAPACITY_CHECKS,
+        default=None,
+        help="whether a worker must fit some node before a change is written: reject (default), warn (a cluster "
+        "autoscaler adds nodes), off (AREAL_K8S_CAPACITY_CHECK)",
+    )
+    up_cmd.add_argument(
         "--timeout",
         type=duration.seconds,
         metavar="DURATION",
@@ -332,6 +339,8 @@ def _session(args: argparse.Namespace) -> Session:
         overrides["values_files"] = tuple(args.values)
     if getattr(args, "chart", None):
         overrides["chart"] = args.chart
+    if getattr(args, "capacity_check", None):
+        overrides["capacity_check"] = args.capacity_check
     config = make_config(
         getattr(args, "namespace", None), getattr(args, "kubeconfig", None), getattr(args, "context", None), **overrides
     )

@@ -33,7 +33,8 @@ def check_capacity(
         raise WorkerCreationError(
             key,
             "No node can hold a worker",
-            "\n".join(problems) + "\n(capacity_check='warn' or 'off' lets a cluster autoscaler add nodes)",
+            "\n".join(problems) + "\n(on a cluster whose autoscaler adds such nodes: capacity_check 'warn' or 'off' "
+            "lets it; AREAL_K8S_CAPACITY_CHECK=warn, or areal-workers up --capacity-check warn)",
         )
     for problem in problems:
         logger.warning("capacity check: %s", problem)

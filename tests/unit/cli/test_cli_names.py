@@ -107,3 +107,18 @@ def test_a_role_name_the_chart_refuses_is_named_with_the_rule_before_helm_runs(j
     job_file.write_text(yaml.safe_dump({**JOB, "jobs": [{"role": "Actor", "replicas": 1}]}))
     assert main([command, "-f", str(job_file)]) == EXIT_USAGE
     assert capsys.readouterr().err.strip() == f"error: {job_file}: jobs[0]: role 'Actor' {RULE}"
+
+
+def test_up_capacity_check_is_a_flag_over_the_variable_the_advice_names(monkeypatch, capsys):
+    """The refusal "No node can hold a worker" names capacity_check; up had no way to set it but the variable."""
+    from areal_workers.cli import main as cli_main
+
+    monkeypatch.setenv("AREAL_K8S_CAPACITY_CHECK", "off")
+    parse = cli_main.build_parser().parse_args
+    assert cli_main._session(parse(["up", "-f", "job.yaml", "--capacity-check", "warn"])).config.capacity_check == (
+        "warn"
+    )
+    assert cli_main._session(parse(["up", "-f", "job.yaml"])).config.capacity_check == "off"
+    with pytest.raises(SystemExit) as refused:
+        parse(["up", "-f", "job.yaml", "--capacity-check", "strict"])
+    assert refused.value.code == EXIT_USAGE and "choose from 'reject', 'warn', 'off'" in capsys.readouterr().err

@@ -44,7 +44,10 @@ def test_reject_refuses_with_every_problem_and_the_way_out(problems):
         preflight.check_capacity([], ("actor",), [], "reject", "actor")
     error = info.value
     assert error.worker_key == "actor" and error.reason == "No node can hold a worker"
-    assert error.details.splitlines()[:2] == problems and "capacity_check='warn'" in error.details
+    assert error.details.splitlines()[:2] == problems
+    # Each way to set it: the config field, its variable, the command's flag (main.py's up --capacity-check).
+    assert "capacity_check 'warn' or 'off'" in error.details and "AREAL_K8S_CAPACITY_CHECK=warn" in error.details
+    assert "areal-workers up --capacity-check warn" in error.details
 
 
 def test_warn_logs_each_problem_and_goes_on(problems, caplog):
