@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -567,4 +568,12 @@ def test_a_failed_up_prints_its_diagnosis_once_and_no_exit_code_when_no_containe
     assert "error: worker actor/0 cannot become ready" in err, err
     rollback = [line for line in err.splitlines() if "rolled back release" in line]
     assert len(rollback) == 1 and err.rstrip().endswith(rollback[0]), err
+    # The history says what the update changed, that its workers failed, and why the next revision rolled back
+    revisions = json.loads(cli("history", "-o", "json")[1])["revisions"]
+    update, back = revisions[-2], revisions[-1]
+    assert update["description"].startswith("update actor: image ") and update["description"].endswith(
+        "->registry.invalid/areal-runtime:v1.0.4"
+    ), update
+    assert re.match(r"workers failed: (ErrImagePull|ImagePullBackOff) \(actor/0\)$", update["note"]), update
+    assert back["description"] == "Rollback to 1" and back["note"].startswith(f"after revision {update['revision']}")
     assert cli("down", "--yes")[0] == EXIT_OK

@@ -48,6 +48,7 @@ class MemoryCluster:
         self.pods: dict[str, client.V1Pod] = {}
         self.ready_revision: int | None = None
         self.ready_pods: dict[str, Any] = {}  # the topology ConfigMap's record of the pods AReaL holds
+        self.revision_notes: dict[int, str] = {}  # its record of what became of revisions (failed, rolled back)
         self.waits: list[str] = []  # selectors waited on
         self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
         self.chart = naming.CHART_NAME  # the chart helm records for the release
@@ -76,6 +77,7 @@ class MemoryCluster:
 
     def uninstall(self) -> None:
         self.installed, self.revisions, self.ready_revision, self.ready_pods = False, [], None, {}
+        self.revision_notes = {}
         self.pods.clear()
 
     def topology(self) -> dict[str, Any]:
@@ -323,6 +325,12 @@ class MemoryInspector:
 
     def revision_images(self) -> dict[int, dict[str, list[str]]]:
         return {}
+
+    def revision_notes(self) -> dict[int, str]:
+        return self.cluster.revision_notes
+
+    def record_revision_notes(self, notes: dict[int, str], keep: int) -> None:
+        self.cluster.revision_notes = {**self.cluster.revision_notes, **notes}
 
     def ready_pods(self) -> dict[str, Any]:
         return self.cluster.ready_pods

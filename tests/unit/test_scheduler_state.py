@@ -424,3 +424,15 @@ def test_an_update_says_in_its_revision_what_it_changed(make_scheduler, cluster)
     assert cluster.revisions[-1].description == "update actor: image example.com/areal:1->example.com/areal:2"
     scheduler.update_workers(job("actor", 1, image="example.com/areal:2"))
     assert cluster.revisions[-1].description == "update actor: no change"
+
+
+def test_a_failed_update_and_its_rollback_are_recorded_for_the_history(make_scheduler, cluster):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 2))
+    scheduler.get_workers("actor")
+    scheduler.update_workers(job("actor", 2, image="example.com/broken:2"))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("actor")
+    why = f"{str(failed.value).splitlines()[0]} ({failed.value.worker_id})"
+    assert cluster.revision_notes == {2: f"workers failed: {why}", 3: f"after revision 2 failed: {why}"}
+    assert len(cluster.revisions) == 3 and cluster.ready_revision == 3

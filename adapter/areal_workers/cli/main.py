@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         "history",
         "the trial's release revisions, with the last one whose workers were all ready and the image digests "
-        "its pods ran",
+        "its pods ran, which ones failed (and why) and what rolled them back",
     )
     rollback = command(
         "rollback",

@@ -21,7 +21,7 @@ from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
 from ..pods import ready_pods
-from ..pods.inspector import ReleaseInspector
+from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
 from ..pods.watch import PodWatch, all_ready
 from ..release import ownership
 from ..release.client import HelmError, Releases, Snapshot, helm_error_text
@@ -341,10 +341,15 @@ class ReleaseDriver:
             self.uninstall()
             note = f"uninstalled release {self.name}: no revision ever had all workers ready"
         else:
+            failed, why = self.model.revision, failure_reason(error)
             replaced = self.restore(target)
             self.mark_good()
             note = f"rolled back release {self.name} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else ""
+            )
+            notes = {self.model.revision: f"after revision {failed} failed: {why}"}
+            self.inspector.record_revision_notes(
+                {**notes, failed: FAILED_NOTE + why} if failed else notes, self.config.history_max
             )
         # The error's first line only: its diagnosis reaches the caller with the error (`in_raised_error`: a caller
         # that prints the error, as areal-workers up does, leaves this record out).

@@ -1,4 +1,5 @@
-"""What the cluster says about one release (reads only, besides recording the last all-ready revision): diagnosis
+"""What the cluster says about one release (reads only, besides recording the last all-ready revision and what
+became of failed ones): diagnosis
 inputs (events, logs, nodes), the failure of a pod as AReaL's error, the chart's rendered topology, and the
 revision last seen all ready with the images its pods ran. The rollback policy that uses them is
 orchestration/driver.py's."""
@@ -27,6 +28,38 @@ LOG_TAIL_LINES = 20
 TIMEOUT_LOGS = 3
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # AReaL's colorlog colours its log lines
 READY_REVISION_ANNOTATION = "areal.io/ready-revision"
+# revision -> what became of it, for people (history): "workers failed: OOMKilled (actor/0)", "rolled back ..."
+REVISION_NOTES_ANNOTATION = "areal.io/revision-notes"
+NOTE_CHARS = 160
+FAILED_NOTE = "workers failed: "  # a revision whose workers failed (and was rolled back)
+
+
+def failure_reason(error: BaseException) -> str:
+    """A failure in a few words, for a revision's note: the diagnosis' reason ("ErrImagePull", "OOMKilled") and the
+    worker, from the first line of the diagnosis ("<pod> (container worker) on node <n>: OOMKilled [fatal]")."""
+    text = str(getattr(error, "diagnosis", "") or error or type(error).__name__)
+    reason = text.splitlines()[0].rsplit(": ", 1)[-1].strip()
+    reason = reason[: -len(" [fatal]")] if reason.endswith(" [fatal]") else reason
+    worker = getattr(error, "worker_id", None)
+    return (f"{reason} ({worker})" if worker else reason)[:NOTE_CHARS]
+
+
+def parse_notes(annotations: dict[str, str] | None) -> dict[int, str]:
+    """The recorded notes of each revision; an annotation someone edited into something else reads as none."""
+    try:
+        recorded = json.loads((annotations or {}).get(REVISION_NOTES_ANNOTATION, "{}"))
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {int(revision): str(note) for revision, note in recorded.items() if str(revision).isdigit()}
+
+
+def with_notes(recorded: dict[int, str], notes: dict[int, str], keep: int) -> str:
+    """The annotation's new value: `notes` over `recorded`, the newest `keep` revisions (helm's history_max)."""
+    merged = {**recorded, **{revision: note[:NOTE_CHARS] for revision, note in notes.items()}}
+    newest = sorted(merged)[-max(keep, 1) :]
+    return json.dumps({str(r): merged[r] for r in newest}, sort_keys=True, separators=(",", ":"))
 
 
 class ReleaseInspector:
@@ -216,6 +249,21 @@ class ReleaseInspector:
             annotations = {READY_PODS_ANNOTATION: render_ready_pods(record)}
             self.core.patch_namespaced_config_map(
                 configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
+            )
+
+    def revision_notes(self) -> dict[int, str]:
+        """What became of revisions (a failure, a rollback), as recorded on the topology ConfigMap."""
+        configmap = self._topology_configmap()
+        return parse_notes(configmap.metadata.annotations if configmap is not None else None)
+
+    def record_revision_notes(self, notes: dict[int, str], keep: int) -> None:
+        configmap = self._topology_configmap()
+        if configmap is not None:
+            value = with_notes(parse_notes(configmap.metadata.annotations), notes, keep)
+            self.core.patch_namespaced_config_map(
+                configmap.metadata.name,
+                self.namespace,
+                {"metadata": {"annotations": {REVISION_NOTES_ANNOTATION: value}}},
             )
 
     def revision_images(self) -> RevisionImages:

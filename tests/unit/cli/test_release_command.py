@@ -114,6 +114,7 @@ class FakeSession(SessionCalls):
         pods: list[client.V1Pod] | None = None,
         images: dict[int, dict[str, list[str]]] | None = None,
         values: dict[int, dict[str, Any]] | None = None,
+        notes: dict[int, str] | None = None,
     ) -> None:
         self.entries = history
         self.images = images or {}
@@ -124,6 +125,7 @@ class FakeSession(SessionCalls):
         self.refused: list[tuple[Any, ...]] = []
         self.drivers_built = 0
         self.revision_values = values or {}
+        self.notes = notes or {}
         self.releases = SimpleNamespace(history=self._history, values=self._values)
 
     async def _history(self, name: str) -> list[SimpleNamespace]:
@@ -133,7 +135,9 @@ class FakeSession(SessionCalls):
         return self.revision_values.get(revision, self.made_driver.model.values)
 
     def inspector(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(ready_revision=lambda: self.ready, revision_images=lambda: self.images)
+        return SimpleNamespace(
+            ready_revision=lambda: self.ready, revision_images=lambda: self.images, revision_notes=lambda: self.notes
+        )
 
     def model(self, name: str) -> ReleaseModel:
         return self.made_driver.model
@@ -194,6 +198,20 @@ def test_the_history_shows_the_digests_each_recorded_revision_ran(capsys):
     assert release.history(FakeSession(HISTORY, ready_revision=2, images=ran), "table") == EXIT_OK
     table = capsys.readouterr().out
     assert "actor=areal-worker@sha256:aaaaaaaaaaaa" in table and "actor=areal-worker@sha256:bbbbbbbbbbbb" in table
+
+
+def test_the_history_says_which_revision_failed_and_what_rolled_it_back(capsys):
+    history = [*HISTORY, entry(4, status="deployed", description="Rollback to 2")]
+    history[2] = entry(3, description="update actor: image a:1->a:2")
+    notes = {3: "workers failed: OOMKilled (actor/0)", 4: "after revision 3 failed: OOMKilled (actor/0)"}
+    assert release.history(FakeSession(history, ready_revision=4, notes=notes), "json") == EXIT_OK
+    printed = json.loads(capsys.readouterr().out)["revisions"]
+    assert [r["note"] for r in printed] == ["", "", notes[3], notes[4]]
+    assert release.history(FakeSession(history, ready_revision=4, notes=notes), "table") == EXIT_OK
+    rows = [line.split(None, 4) for line in capsys.readouterr().out.splitlines()]
+    assert rows[3][:4] == ["3", "2026-01-02", "03:03:05", "failed"]
+    assert rows[3][4].endswith("update actor: image a:1->a:2 (workers failed: OOMKilled (actor/0))")
+    assert rows[4][3] == "deployed" and "Rollback to 2 (after revision 3 failed: OOMKilled (actor/0))" in rows[4][4]
 
 
 def test_a_release_without_history_is_not_found_unless_it_was_applied_without_helm():

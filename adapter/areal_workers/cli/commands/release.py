@@ -9,6 +9,7 @@ from typing import Any
 from ... import naming
 from ...orchestration.driver import ReleaseDriver
 from ...pods.images import short
+from ...pods.inspector import FAILED_NOTE
 from ...pods.watch import WaitTimedOut, all_ready, is_ready
 from ...release.model import ReleaseModel, roles_diff
 from ..output import Format, console, emit, table
@@ -30,6 +31,7 @@ def history(session: Session, fmt: Format) -> int:
     inspector = session.inspector(release)
     ready = session.kube(inspector.ready_revision, f"reading the topology of {release}")
     images = session.kube(inspector.revision_images, f"reading the topology of {release}")
+    notes = session.kube(inspector.revision_notes, f"reading the topology of {release}")
     rows = [
         {
             "revision": e.revision,
@@ -38,6 +40,7 @@ def history(session: Session, fmt: Format) -> int:
             "all_ready": e.revision == ready,
             "images": images.get(e.revision, {}),
             "description": e.description or "",
+            "note": notes.get(e.revision, ""),  # what became of it: its workers failed, it rolled back after that
         }
         for e in entries
     ]
@@ -51,10 +54,10 @@ def history(session: Session, fmt: Format) -> int:
                 [
                     r["revision"],
                     r["updated"][:19].replace("T", " "),
-                    r["status"],
+                    "failed" if r["note"].startswith(FAILED_NOTE) else r["status"],
                     "yes" if r["all_ready"] else "",
                     _images_cell(r["images"]),
-                    r["description"],
+                    r["description"] + (f" ({r['note']})" if r["note"] else ""),
                 ]
                 for r in rows
             ],

@@ -1,0 +1,38 @@
+"""pods/inspector.py: what became of a revision (its workers failed, a rollback after that), recorded on the
+topology ConfigMap for `areal-workers history` (issue 35, point 8)."""
+
+from __future__ import annotations
+
+import json
+
+from areal_workers.errors import WorkerFailedError, WorkerTimeoutError, attach_diagnosis
+from areal_workers.pods.inspector import (
+    NOTE_CHARS,
+    REVISION_NOTES_ANNOTATION,
+    failure_reason,
+    parse_notes,
+    with_notes,
+)
+
+
+def test_the_reason_is_the_diagnosis_verdict_and_the_worker():
+    pull = WorkerFailedError("rollout/1", -1, "x")
+    attach_diagnosis(pull, "aw-x-rollout-1 (container worker) on node n0: ErrImagePull [fatal]\n  advice: ...")
+    assert failure_reason(pull) == "ErrImagePull (rollout/1)"
+    oom = WorkerFailedError("actor/0", 137, "x")
+    attach_diagnosis(oom, "aw-x-actor-0 (container worker) on node n1: OOMKilled [fatal]\n  exit code: 137")
+    assert failure_reason(oom) == "OOMKilled (actor/0)"
+    assert failure_reason(WorkerTimeoutError("actor", 5.0)).startswith("Timeout waiting for worker 'actor'")
+
+
+def test_notes_merge_keep_the_newest_revisions_and_clip_each():
+    recorded = parse_notes({REVISION_NOTES_ANNOTATION: json.dumps({"1": "workers failed: OOMKilled (actor/0)"})})
+    value = with_notes(recorded, {2: "after revision 1 failed: OOMKilled (actor/0)", 3: "x" * 500}, keep=2)
+    assert sorted(json.loads(value)) == ["2", "3"] and len(json.loads(value)["3"]) == NOTE_CHARS
+    assert parse_notes({REVISION_NOTES_ANNOTATION: value})[2] == "after revision 1 failed: OOMKilled (actor/0)"
+
+
+def test_an_annotation_someone_edited_into_something_else_reads_as_none():
+    assert parse_notes({REVISION_NOTES_ANNOTATION: "not json"}) == {}
+    assert parse_notes({REVISION_NOTES_ANNOTATION: "[1, 2]"}) == {}
+    assert parse_notes(None) == {}
