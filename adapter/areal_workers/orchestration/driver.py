@@ -33,6 +33,8 @@ from .authorship import Authorship, is_own_failed_upgrade
 from .pod_cleanup import PodCleanup
 
 logger = logging.getLogger(__name__)
+# A log record's attribute: the shared-storage warning, with the paths it names (doctor's probe leaves it out).
+UNSHARED_PATHS = "unshared_paths"
 
 
 class ReleaseDriver:
@@ -138,14 +140,19 @@ class ReleaseDriver:
             revision, values = snapshot
             self.model = ReleaseModel(values=values, topology=self.inspector.topology(), revision=revision)
         unshared = self.model.topology.get("unshared_paths") or []
-        if unshared and unshared != previous.topology.get("unshared_paths"):
-            # AReaL's validate_shared_path warns the same way: a trial on per-pod disks runs, its records do not meet
+        # Once per release: with the change that installs or changes the paths (as helm shows NOTES.txt's warning at
+        # install and upgrade), never at a first read: whoever adopts the release (status, rollback, down, a trainer
+        # restarted) reads one whose maker was warned. AReaL's validate_shared_path warns the same way: a trial on
+        # per-pod disks runs, its records do not meet.
+        changed_here = written is not None or previous.revision is not None
+        if unshared and changed_here and unshared != previous.topology.get("unshared_paths"):
             logger.warning(
                 "release %s: %s on no volume every worker mounts, but name_resolve type nfs needs them on storage the "
                 "workers and the trainer share: set the chart's sharedStorage (a ReadWriteMany claim) and put them "
                 "under its mountPath, or use name_resolve type etcd3",
                 self.name,
                 ", ".join(unshared),
+                extra={UNSHARED_PATHS: unshared},
             )
         epochs: dict[str, int] = {}
         for workload in self.model.workloads():

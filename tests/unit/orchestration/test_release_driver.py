@@ -5,6 +5,7 @@ StatefulSet work a rollback or a Kueue requeue needs."""
 from __future__ import annotations
 
 import copy
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -210,6 +211,32 @@ def test_an_external_release_without_a_helm_record_is_adopted_from_its_topology(
     cluster.helm_record = False  # what Argo CD's sync leaves
     model = make_driver(cluster, loop, ownership="external").adopt()
     assert model.installed and model.revision is None and model.replicas("actor") == 2
+
+
+def test_the_shared_storage_warning_comes_once_per_release_with_the_change_that_makes_it(
+    cluster, loop, caplog, monkeypatch
+):
+    """It came at every command's first read (up, rollback, down, doctor); now with the install and with a
+    revision that changes the paths, never when a release is adopted."""
+    paths = ["cluster.fileroot /tmp/areal"]
+    rendered = cluster.topology
+    monkeypatch.setattr(
+        cluster, "topology", lambda: {**rendered(), "unshared_paths": list(paths)} if rendered() else {}
+    )
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "no volume every worker mounts" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="areal_workers"):
+        make_driver(cluster, loop).apply(values(actor=ACTOR), "create actor", "actor")
+        assert len(warned()) == 1  # the install
+        again = make_driver(cluster, loop)
+        again.adopt()  # what every command does first
+        again.apply(values(actor=ACTOR, critic=CRITIC), "create critic", "critic")  # the same paths
+        assert len(warned()) == 1
+        paths.append("cluster.nameResolve.nfsRecordRoot /tmp/areal/name_resolve")
+        again.apply(values(actor={**ACTOR, "replicas": 3}, critic=CRITIC), "scale actor", "actor")
+    assert len(warned()) == 2 and "nfsRecordRoot" in warned()[1]
 
 
 def test_a_release_of_another_chart_is_refused_before_anything_touches_it(cluster, loop):

@@ -3,6 +3,7 @@ fetched from this process on the pod IP (as the controller calls workers), delet
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from ... import naming
 from ...areal_types import Job
 from ...config import KubernetesSchedulerConfig
 from ...errors import SchedulerError
+from ...orchestration import driver as release_driver
 from ...release.values import DEFAULT_COMMAND
 from ...scheduler import KubernetesScheduler
 from .chart import PROBE_EXPERIMENT, PROBE_ROLE, probe_spec
@@ -40,6 +42,11 @@ def http_health(ip: str, port: str) -> str | None:
     return problem
 
 
+def _not_the_storage_warning(record: logging.LogRecord) -> bool:
+    """The shared-storage warning concerns a trial's storage: the probe's release is gone within the command."""
+    return not hasattr(record, release_driver.UNSHARED_PATHS)
+
+
 def probe_worker(
     config: KubernetesSchedulerConfig,
     make_scheduler: Callable[[KubernetesSchedulerConfig, str, str], KubernetesScheduler],
@@ -51,20 +58,24 @@ def probe_worker(
     trial = uuid.uuid4().hex[:8]
     release = naming.release_name(PROBE_EXPERIMENT, trial)
     progress(f"probe: creating one worker in release {release} (namespace {config.namespace})")
+    release_driver.logger.addFilter(_not_the_storage_warning)
     try:
-        scheduler = make_scheduler(probe_config, PROBE_EXPERIMENT, trial)
-    except (SchedulerError, ApiException) as error:
-        return Check(
-            "worker reachable",
-            "fail",
-            f"the scheduler could not start: {error}",
-            "fix the cause above (permissions and chart checks name most)",
-        )
-    try:
-        check = _create_and_call(scheduler, probe_config, release, health, progress)
+        try:
+            scheduler = make_scheduler(probe_config, PROBE_EXPERIMENT, trial)
+        except (SchedulerError, ApiException) as error:
+            return Check(
+                "worker reachable",
+                "fail",
+                f"the scheduler could not start: {error}",
+                "fix the cause above (permissions and chart checks name most)",
+            )
+        try:
+            check = _create_and_call(scheduler, probe_config, release, health, progress)
+        finally:
+            progress(f"probe: deleting release {release}")
+            left = _delete(scheduler)
     finally:
-        progress(f"probe: deleting release {release}")
-        left = _delete(scheduler)
+        release_driver.logger.removeFilter(_not_the_storage_warning)
     if left:
         status: Status = "fail" if check.status == "fail" else "warn"
         fix = "; ".join(
