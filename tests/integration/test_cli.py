@@ -535,7 +535,8 @@ def test_up_creates_a_trial_from_a_job_file_and_reports_a_failing_role_rolled_ba
         )
     )
     code, _, err = cli("up", "-f", str(jobs), "--values", str(platform), "--timeout", timeout)
-    assert code == EXIT_PROBLEM and "exit code 3" in err and "rolled back release" in err
+    assert code == EXIT_PROBLEM and "error: worker broken/0 exited with code 3" in err and "rolled back release" in err
+    assert "exit code: 3" in err and "Stderr output" not in err
     history = json.loads(cli("history", "-o", "json")[1])
     assert [r["description"] for r in history["revisions"]][-1] == "Rollback to 1"
     assert cli("down", "--yes")[0] == EXIT_OK
