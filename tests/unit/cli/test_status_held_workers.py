@@ -116,6 +116,19 @@ def test_a_release_whose_last_helm_operation_failed_shows_helms_error_instead_of
     assert "actor/0: no pod, because helm's last operation failed (above)" in out
 
 
+def test_helms_list_of_errors_is_shown_on_one_line(capsys):
+    session = FakeSession([])
+    session.helm_status = "failed"
+    session.description = f'Release "{RELEASE}" failed: 1 error occurred:\n\t* {REFUSED}\n\n'
+    assert workers.diagnose(session, "critic", "table") == EXIT_PROBLEM
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f'release {RELEASE} revision 3: helm\'s last operation failed: Release "{RELEASE}" failed: 1 error occurred: '
+        f"* {REFUSED}",
+        "critic/0: no pod, because helm's last operation failed (above)",
+    ]
+
+
 def test_a_deployed_release_without_pods_is_still_the_statefulsets_doing(capsys):
     session = FakeSession([])
     code, trial = status_json(session, capsys)

@@ -56,10 +56,12 @@ def trainer_text(lease: client.V1Lease, now: datetime) -> str:
 
 
 def helm_failure(revision: Any) -> str:
-    """Helm's own error when the revision's operation failed (helm status `failed`: its description), else ""."""
+    """Helm's own error when the revision's operation failed (helm status `failed`: its description, on one line:
+    helm lists several errors as "N errors occurred:" and a bullet each), else ""."""
     if revision is None or revision.status.value != "failed":
         return ""
-    return getattr(revision, "description", None) or f"revision {revision.revision} failed (helm gives no reason)"
+    text = getattr(revision, "description", None) or f"revision {revision.revision} failed (helm gives no reason)"
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class TrialReader:
