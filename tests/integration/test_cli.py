@@ -317,17 +317,21 @@ def test_watch_redraws_as_a_pod_is_replaced(kubeconfig, namespace, make_schedule
     def actor_1(snapshot: dict) -> dict:
         return next(w for w in snapshot["trials"][0]["workers"] if w["id"] == "actor/1")
 
+    def replaced(snapshot: dict) -> bool:  # its new pod runs, and is failed: AReaL held the one it replaced
+        row = actor_1(snapshot)
+        return row["state"] == "Running" and row["reason"].startswith("RestartedAfterReady")
+
     while time.monotonic() < deadline:
         seen = list(snapshots)
         dropped = [i for i, s in enumerate(seen) if not actor_1(s)["ready"]]
-        if dropped and any(actor_1(s)["ready"] for s in seen[dropped[0] :]):
+        if dropped and any(replaced(s) for s in seen[dropped[0] :]):
             break
         time.sleep(0.2)
     watch.terminate()
     watch.wait(30)
     reader.join(30)
     states = [actor_1(s)["ready"] for s in snapshots]
-    assert states[0] is True and False in states and states[-1] is True, states
+    assert states[0] is True and False in states and replaced(snapshots[-1]), actor_1(snapshots[-1])
 
 
 def test_a_reader_gone_ends_a_watch_with_141_not_a_cluster_error(kubeconfig, crashing_trial, core):
