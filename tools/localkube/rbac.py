@@ -102,10 +102,41 @@ def apply_rbac(kubeconfig: Path | str, namespace: str, policy: bool = True) -> b
     return True
 
 
-def refused_as_controller(kubeconfig: Path | str, namespace: str) -> str:
-    """The error of a server-side dry run, as the controller, of an Opaque Secret: the policy's message once it is in
-    force, "" while the API server admits it."""
-    probe = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "policy-probe"}, "type": "Opaque"}
+SECRET_PROBE = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "policy-probe"}, "type": "Opaque"}
+# One object each policy refuses, and a piece of its message: the API server loads the three policies one by one.
+PROBES = [
+    (SECRET_PROBE, "helm.sh/release.v1"),
+    (
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "policy-probe"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}], "selector": {"app": "policy-probe"}},
+        },
+        "may create only ClusterIP Services",
+    ),
+    (
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "policy-probe"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "policy-probe"}},
+                "template": {
+                    "metadata": {"labels": {"app": "policy-probe"}},
+                    "spec": {"containers": [{"name": "probe", "image": "policy-probe"}]},
+                },
+            },
+        },
+        "has no app.kubernetes.io/instance label",
+    ),
+]
+
+
+def refused_as_controller(kubeconfig: Path | str, namespace: str, probe: dict | None = None) -> str:
+    """The error of a server-side dry run, as the controller, of `probe` (an Opaque Secret): the policy's message once
+    it is in force, "" while the API server admits it."""
+    probe = probe or SECRET_PROBE
     done = _kubectl(
         kubeconfig,
         "create",
@@ -121,13 +152,18 @@ def refused_as_controller(kubeconfig: Path | str, namespace: str) -> str:
 
 
 def wait_in_force(kubeconfig: Path | str, namespace: str, timeout: float = IN_FORCE_TIMEOUT) -> None:
+    """Until each of the three policies refuses its probe (PROBES): the Secrets policy in force alone left a test of
+    the Services policy run before the API server had loaded it."""
     deadline = time.monotonic() + timeout
-    while True:
-        refused = refused_as_controller(kubeconfig, namespace)
-        if "helm.sh/release.v1" in refused:
-            return
-        if refused and "denied request" not in refused:  # not the policy: e.g. the ServiceAccount lacks the Role
-            raise RbacError(f"probing the admission policy in {namespace}: {refused}")
-        if time.monotonic() > deadline:
-            raise RbacError(f"the admission policy for {namespace} is not in force after {timeout:.0f}s")
-        time.sleep(0.2)
+    for probe, refusal in PROBES:
+        while True:
+            refused = refused_as_controller(kubeconfig, namespace, probe)
+            if refusal in refused:
+                break
+            if refused and "denied request" not in refused:  # not the policy: e.g. the ServiceAccount lacks the Role
+                raise RbacError(f"probing the admission policy in {namespace} with a {probe['kind']}: {refused}")
+            if time.monotonic() > deadline:
+                raise RbacError(
+                    f"the admission policy for {namespace} does not refuse a {probe['kind']} after {timeout:.0f}s"
+                )
+            time.sleep(0.2)
