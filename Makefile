@@ -48,7 +48,8 @@ DEMO_TOOLS := system_packages node_images helm3_kubectl etcd kwok kubernetes kub
 # helm and kubectl also beside the virtualenv's python, where .venv/bin/areal-workers finds helm off PATH.
 tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too; TOOLS=names: only those)
 	tools/install/tools.sh $(TOOLS)
-	ln -sf $(CURDIR)/.tools/bin/helm $(CURDIR)/.tools/bin/kubectl $(VENV)/bin/
+	# Relative links: a docs test runs make in a sandbox of links to the checkout, whose .venv is this one.
+	ln -sf ../../.tools/bin/helm ../../.tools/bin/kubectl $(VENV)/bin/
 
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install/areal-worker.sh
