@@ -133,11 +133,16 @@ def test_ctrl_c_while_waiting_still_shuts_the_followed_socket_down(capsys):
     reader = log_stream.start_copy(response)
     main = threading.main_thread().ident
     assert main is not None
+    # A test run started in the background of a shell inherits SIGINT ignored: Python's own handler, for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupt = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
-    interrupt.start()
-    with pytest.raises(KeyboardInterrupt):
-        log_stream.wait_for(reader)
-    interrupt.join()
+    try:
+        interrupt.start()
+        with pytest.raises(KeyboardInterrupt):
+            log_stream.wait_for(reader)
+    finally:
+        interrupt.join()
+        signal.signal(signal.SIGINT, previous)
     log_stream.stop_copy(response, reader)
     assert response.connection.sock.shutdowns == [socket.SHUT_RDWR] and response.released == 1
     assert reader.ended.is_set() and capsys.readouterr().out == "a\n"
