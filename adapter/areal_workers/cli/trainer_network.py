@@ -19,7 +19,7 @@ from ..naming import LABEL_JOB_NAME, LABEL_NAME
 from .session import EXIT_USAGE, CliError
 
 KEYS = ("enabled", "apiserver", "egress")
-EXAMPLE = "network_policy: {apiserver: ['10.0.0.1:6443'], egress: [{to: [{ipBlock: {cidr: 10.8.0.0/16}}]}]}"
+EXAMPLE = "network_policy: {apiserver: ['192.0.2.10:6443'], egress: [{to: [{ipBlock: {cidr: 192.0.2.128/25}}]}]}"
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def parse_endpoint(text: str, where: str) -> Endpoint:
         number = 0
     if not host or not 0 < number < 65536:
         raise CliError(
-            f"{where}: {text!r} is not an API server endpoint; give IP:port or CIDR:port (e.g. 10.0.0.1:6443, "
+            f"{where}: {text!r} is not an API server endpoint; give IP:port or CIDR:port (e.g. 192.0.2.10:6443, "
             "[fd00::1]:443), as the trainer's pod reaches the API server",
             EXIT_USAGE,
         )

@@ -125,7 +125,7 @@ class MissingNamespaceBatch:
 
 def test_submit_to_a_namespace_that_does_not_exist_says_so(monkeypatch):
     monkeypatch.setattr(submit.client, "BatchV1Api", lambda api: MissingNamespaceBatch())
-    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("10.96.0.1", 443)])
+    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("192.0.2.1", 443)])
     with pytest.raises(CliError) as raised:
         submit.submit(
             session("bandit-demo"),

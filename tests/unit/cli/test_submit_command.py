@@ -101,7 +101,7 @@ def session_with(events: list[client.CoreV1Event], wait) -> SimpleNamespace:
 def run_submit(session, monkeypatch, batch: FakeBatch | None = None) -> None:
     batch = batch or FakeBatch()
     monkeypatch.setattr(submit.client, "BatchV1Api", lambda api: batch)
-    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("10.96.0.1", 443)])
+    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("192.0.2.1", 443)])
     policies = SimpleNamespace(create_namespaced_network_policy=lambda namespace, body: None)
     monkeypatch.setattr(submit.client, "NetworkingV1Api", lambda api: policies)
     submit.submit(

@@ -206,7 +206,7 @@ def test_the_example_trainer_job_is_what_submit_makes_of_the_example_file():
     ]
     job, policy = yaml.safe_load_all((REPO / "examples" / "trainer-job.yaml").read_text())
     assert job == trainer_job(load_spec(REPO / "examples" / "trainer.yaml", {}), command, "rl")
-    assert policy == trainer_network_policy(job, [Endpoint("10.96.0.1", 443)], [])  # the header's API server
+    assert policy == trainer_network_policy(job, [Endpoint("192.0.2.1", 443)], [])  # the header's API server
 
 
 def test_the_trainer_runs_as_the_workers_user_so_name_resolve_keys_match(tmp_path: Path):

@@ -27,7 +27,7 @@ def written(tmp_path: Path, data: dict) -> Path:
 
 
 def test_the_policy_selects_the_jobs_pods_admits_no_ingress_and_only_workers_dns_and_the_api_server_as_egress():
-    policy = trainer_network_policy(JOB, [Endpoint("10.96.0.1", 443), Endpoint("172.18.0.2", 6443)], [])
+    policy = trainer_network_policy(JOB, [Endpoint("192.0.2.1", 443), Endpoint("192.0.2.2", 6443)], [])
     assert policy["metadata"]["name"] == "trainer-t" and policy["metadata"]["namespace"] == "rl"
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {"batch.kubernetes.io/job-name": "trainer-t"}}
@@ -35,20 +35,20 @@ def test_the_policy_selects_the_jobs_pods_admits_no_ingress_and_only_workers_dns
     workers, dns, *apiserver = spec["egress"]
     assert workers == {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "areal-workers"}}}]}
     assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
-    # A rule admits each of its peers on each of its ports: one rule per port, or 10.96.0.1:6443 would be open too.
+    # A rule admits each of its peers on each of its ports: one rule per port, or 192.0.2.1:6443 would be open too.
     assert apiserver == [
-        {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 443}]},
-        {"to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}], "ports": [{"protocol": "TCP", "port": 6443}]},
+        {"to": [{"ipBlock": {"cidr": "192.0.2.1/32"}}], "ports": [{"protocol": "TCP", "port": 443}]},
+        {"to": [{"ipBlock": {"cidr": "192.0.2.2/32"}}], "ports": [{"protocol": "TCP", "port": 6443}]},
     ]
     # It is valid Kubernetes: every field known to the client's model.
     assert client.ApiClient()._ApiClient__deserialize(policy, "V1NetworkPolicy").spec.egress[2].ports[0].port == 443
 
 
 def test_the_submit_files_egress_rules_are_added_and_an_empty_one_needs_no_api_server(tmp_path: Path):
-    rules = [{"to": [{"ipBlock": {"cidr": "10.8.0.0/16"}}], "ports": [{"port": 443}]}]
+    rules = [{"to": [{"ipBlock": {"cidr": "192.0.2.128/25"}}], "ports": [{"port": 443}]}]
     spec = load_spec(written(tmp_path, {"network_policy": {"egress": rules}}), {})
     assert spec.network_policy == {"enabled": True, "apiserver": [], "egress": rules}
-    policy = trainer_network_policy(JOB, [Endpoint("10.96.0.1", 443)], spec.network_policy["egress"])
+    policy = trainer_network_policy(JOB, [Endpoint("192.0.2.1", 443)], spec.network_policy["egress"])
     assert policy["spec"]["egress"][-1] == rules[0]
     open_spec = load_spec(written(tmp_path, {"network_policy": {"egress": [{}]}}), {})
     session = SimpleNamespace(api="unused: nothing is read from the cluster")
@@ -59,17 +59,17 @@ def test_the_submit_files_egress_rules_are_added_and_an_empty_one_needs_no_api_s
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("10.0.0.1:6443", Endpoint("10.0.0.1", 6443)),
-        ("10.0.0.0/24:443", Endpoint("10.0.0.0/24", 443)),
+        ("192.0.2.10:6443", Endpoint("192.0.2.10", 6443)),
+        ("192.0.2.0/24:443", Endpoint("192.0.2.0/24", 443)),
         ("[fd00::1]:443", Endpoint("fd00::1", 443)),
     ],
 )
 def test_api_server_endpoints_are_ip_or_cidr_and_port(text, expected):
     assert parse_endpoint(text, "x") == expected
-    assert expected.cidr in ("10.0.0.1/32", "10.0.0.0/24", "fd00::1/128")
+    assert expected.cidr in ("192.0.2.10/32", "192.0.2.0/24", "fd00::1/128")
 
 
-@pytest.mark.parametrize("text", ["kubernetes.default:443", "10.0.0.1", "10.0.0.1:0", "10.0.0.1:http"])
+@pytest.mark.parametrize("text", ["kubernetes.default:443", "192.0.2.10", "192.0.2.10:0", "192.0.2.10:http"])
 def test_an_api_server_endpoint_that_is_not_ip_and_port_is_a_usage_error(tmp_path: Path, text):
     with pytest.raises(CliError) as refused:
         load_spec(written(tmp_path, {"network_policy": {"apiserver": [text]}}), {})
@@ -98,13 +98,13 @@ def test_the_api_server_comes_from_the_file_then_the_trainers_env_then_the_clust
         assert made is not None
         return [rule["to"][0]["ipBlock"]["cidr"] for rule in made["spec"]["egress"][2:]]
 
-    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("10.96.0.1", 443)])
+    monkeypatch.setattr(submit, "discover_apiserver", lambda api: [Endpoint("192.0.2.1", 443)])
     assert egress({"network_policy": {"apiserver": ["192.0.2.7:6443"]}}) == ["192.0.2.7/32"]
     env = {"KUBERNETES_SERVICE_HOST": "198.18.0.1", "KUBERNETES_SERVICE_PORT": "16443"}
     assert egress({"env": env}) == ["198.18.0.1/32"]
-    assert egress({}) == ["10.96.0.1/32"]
+    assert egress({}) == ["192.0.2.1/32"]
     from_secret = {"KUBERNETES_SERVICE_HOST": {"secretKeyRef": {"name": "api", "key": "host"}}}
-    assert egress({"env": from_secret}) == ["10.96.0.1/32"]  # not known before the pod runs: read from the cluster
+    assert egress({"env": from_secret}) == ["192.0.2.1/32"]  # not known before the pod runs: read from the cluster
     assert (
         submit._network_policy(None, load_spec(written(tmp_path, {"network_policy": {"enabled": False}}), {}), JOB)
         is None
@@ -125,12 +125,12 @@ def test_an_api_server_submit_may_not_read_is_a_usage_error_with_the_ways_out(tm
 def test_discovery_reads_the_kubernetes_service_and_its_endpoint_slices(monkeypatch):
     service = client.V1Service(
         spec=client.V1ServiceSpec(
-            cluster_ip="10.96.0.1", cluster_ips=["10.96.0.1"], ports=[client.V1ServicePort(port=443)]
+            cluster_ip="192.0.2.1", cluster_ips=["192.0.2.1"], ports=[client.V1ServicePort(port=443)]
         )
     )
     endpoint_slice = client.V1EndpointSlice(
         address_type="IPv4",
-        endpoints=[client.V1Endpoint(addresses=["172.18.0.2"]), client.V1Endpoint(addresses=["172.18.0.3"])],
+        endpoints=[client.V1Endpoint(addresses=["192.0.2.2"]), client.V1Endpoint(addresses=["192.0.2.3"])],
         ports=[client.DiscoveryV1EndpointPort(port=6443)],
     )
     monkeypatch.setattr(
@@ -144,9 +144,9 @@ def test_discovery_reads_the_kubernetes_service_and_its_endpoint_slices(monkeypa
         ),
     )
     assert discover_apiserver(None) == [
-        Endpoint("10.96.0.1", 443),
-        Endpoint("172.18.0.2", 6443),
-        Endpoint("172.18.0.3", 6443),
+        Endpoint("192.0.2.1", 443),
+        Endpoint("192.0.2.2", 6443),
+        Endpoint("192.0.2.3", 6443),
     ]
 
 
@@ -164,7 +164,7 @@ def test_the_policy_is_owned_by_the_job_and_without_it_the_job_is_deleted_again(
     deleted: list[str] = []
     monkeypatch.setattr(submit, "_delete_job", lambda session, name: deleted.append(name) or f"deleted job {name}")
     job = client.V1Job(metadata=client.V1ObjectMeta(name="trainer-t", uid="job-uid"))
-    policy = trainer_network_policy(JOB, [Endpoint("10.96.0.1", 443)], [])
+    policy = trainer_network_policy(JOB, [Endpoint("192.0.2.1", 443)], [])
     session = SimpleNamespace(api=None, namespace="rl")
     networking = Networking(None)
     monkeypatch.setattr(client, "NetworkingV1Api", lambda api: networking)
