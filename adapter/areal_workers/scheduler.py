@@ -416,14 +416,18 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
 
     def history(self) -> list[dict[str, Any]]:
         """The release's revisions (number, status, description), oldest first; `images`: for a revision whose
-        workers were all ready, each role's image digests as its pods ran them (a tag that moved shows here)."""
+        workers were all ready, each role's image digests as its pods ran them (a tag that moved shows here);
+        `note`: what became of it, as `areal-workers history` shows it (its workers failed and why, or the rollback
+        that followed a failure), empty when nothing went wrong."""
         images = self.driver.inspector.revision_images()
+        notes = self.driver.inspector.revision_notes()
         return [
             {
                 "revision": r.revision,
                 "status": r.status.value,
                 "description": r.description,
                 "images": images.get(r.revision, {}),
+                "note": notes.get(r.revision, ""),
             }
             for r in self.driver.helm(self.driver.releases.history(self.release))
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -381,6 +382,11 @@ def test_a_failed_update_is_rolled_back_and_the_stuck_pod_replaced(make_schedule
     assert {p.metadata.labels["controller-revision-hash"] for p in pods} == {good_revision}
     assert pod_uids(core, scheduler.namespace, "critic") == critic
     assert descriptions(scheduler)[-2:] == ["update actor: command changed", "Rollback to 2"]
+    # What the CLI's history shows, the caller of the scheduler reads too: the update failed and why, then the rollback.
+    failed_update, rollback = scheduler.history()[-2:]
+    why = re.fullmatch(r"workers failed: (.+ \(actor/[0-2]\))", failed_update["note"])
+    assert why, failed_update
+    assert rollback["note"] == f"after revision 3 failed: {why.group(1)}", rollback
 
 
 def test_values_the_chart_schema_rejects_fail_before_any_write(make_scheduler):
