@@ -8,7 +8,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,13 +74,20 @@ def save(result: Result, directory: Path = RESULTS) -> Path:
     return path
 
 
+class NotAResult(ValueError):
+    """A results file that does not hold a Result."""
+
+
 def load(path: Path) -> Result:
     data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise NotAResult(f"{path}: a {type(data).__name__}, not a benchmark Result")
+    known = {f.name for f in fields(Result)}
+    required = {f.name for f in fields(Result) if f.default is MISSING and f.default_factory is MISSING}
+    if data.keys() - known or required - data.keys():
+        raise NotAResult(
+            f"{path}: not a benchmark Result (unknown fields {sorted(data.keys() - known)}, missing "
+            f"{sorted(required - data.keys())}); every file there is a Result that harness.save wrote"
+        )
     data["tables"] = [Table(**table) for table in data.get("tables", [])]
     return Result(**data)
-
-
-def is_result(path: Path) -> bool:
-    """Whether a results file holds a Result (a benchmark's), not a standalone script's own record."""
-    data = json.loads(path.read_text())
-    return isinstance(data, dict) and {"name", "title", "tables"} <= data.keys()

@@ -5,7 +5,8 @@ run by podrunner, side by side in one run, alternating; AReaL's real rpc_server 
 
 The worker's CPU request is also its limit (the chart's requests are limits): on the real node the kernel enforces it
 (CFS quota) while podrunner's processes on KWOK nodes run unlimited, so --cpu 0.25 shows the quota's cost and --cpu 1
-the node's own. Results go to bench/results/real-node-startup-cpu<cpu>.json and .md.
+the node's own. The result is saved as bench/results/real-node-startup-cpu<cpu>.json, which bench/report.py
+renders into bench/RESULTS.md.
 
 Each sample is one trial: create_workers(Job(role, 1)) then get_workers until the worker answers, then
 delete_workers. Not part of `make bench`: the real node needs root and runs one per machine, while `make bench` runs
@@ -31,11 +32,11 @@ from kubernetes import (
 )
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
+from harness import Result, Table, save
 from localkube.cluster import LocalCluster
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, TOOLS_BIN
 
-RESULTS = Path(__file__).resolve().parent / "results"
 COMMAND = "python -m areal.infra.rpc.rpc_server"
 
 
@@ -116,6 +117,36 @@ def alternate(prefix: str, repeats: int, sample: Callable[[str, Path, str, Path]
     return samples
 
 
+def result(seconds: dict[str, list[float]], repeats: int, cpu: float, date: str | None = None) -> Result:
+    """The samples as a Result named real-node-startup-cpu<cpu> (profile `real-node`: not run by `make bench`)."""
+    medians = {where: statistics.median(values) for where, values in seconds.items()}
+    ratio = medians["real"] / medians["kwok"]
+    outcome = Result(
+        name=f"real-node-startup-cpu{cpu:g}",
+        title=f"Time to the first Ready worker: real node against KWOK + podrunner, {cpu:g} CPU",
+        summary=(
+            f"create_workers + get_workers of 1 worker running AReaL's rpc_server, {cpu:g} CPU (request and limit), "
+            f"{repeats} samples on each node, alternating, side by side in one run. Median ratio real / KWOK: "
+            f"{ratio:.2f}."
+        ),
+        command=f".venv/bin/python bench/real_node_startup.py --repeats {repeats} --cpu {cpu:g}",
+        profile="real-node",
+        tables=[
+            Table(
+                caption=f"1 worker, {cpu:g} CPU, seconds",
+                columns=["node", "samples (s)", "median (s)"],
+                rows=[
+                    [where, ", ".join(f"{v:.1f}" for v in values), round(medians[where], 1)]
+                    for where, values in seconds.items()
+                ],
+            )
+        ],
+    )
+    if date is not None:
+        outcome.date = date
+    return outcome
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -126,30 +157,7 @@ def main() -> int:
         args.repeats,
         lambda where, kubeconfig, namespace, work: sample(where, kubeconfig, namespace, work, args.cpu),
     )
-    medians = {where: statistics.median(values) for where, values in seconds.items()}
-    result = {
-        "repeats": args.repeats,
-        "cpu": args.cpu,
-        "seconds": seconds,
-        "median": medians,
-        "ratio_real_over_kwok": medians["real"] / medians["kwok"],
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
-    RESULTS.mkdir(exist_ok=True)
-    name = f"real-node-startup-cpu{args.cpu:g}"
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text(
-        f"# Time to the first Ready worker: real node vs KWOK + podrunner\n\n"
-        f"{result['when']}, {args.repeats} samples each, alternating; "
-        f"AReaL's rpc_server, 1 worker, {args.cpu:g} CPU.\n\n"
-        f"| node | samples (s) | median (s) |\n|---|---|---|\n"
-        + "".join(
-            f"| {where} | {', '.join(f'{v:.1f}' for v in values)} | {medians[where]:.1f} |\n"
-            for where, values in seconds.items()
-        )
-        + f"\nratio real / KWOK: {result['ratio_real_over_kwok']:.2f}\n"
-    )
-    print(json.dumps(result, indent=2))
+    print(save(result(seconds, args.repeats, args.cpu)))
     return 0
 
 

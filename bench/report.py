@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import BENCH, RESULTS, Result, Table, is_result, load
+from harness import BENCH, RESULTS, Result, Table, load
 
 TITLE = "areal-workers benchmarks"
 MACHINE_FIELDS = (
@@ -26,9 +26,8 @@ MACHINE_FIELDS = (
 
 
 def load_all(directory: Path = RESULTS) -> list[Result]:
-    """Every harness Result there; the standalone real-node measurements (their own .json and .md, e.g.
-    real-node-startup-cpu1) are not Results."""
-    return [load(path) for path in sorted(directory.glob("*.json")) if is_result(path)]
+    """Every *.json there, each a Result (harness.NotAResult names a file that is not one)."""
+    return [load(path) for path in sorted(directory.glob("*.json"))]
 
 
 def _cell(value: Any) -> str:

@@ -41,11 +41,39 @@ def test_results_survive_a_save_and_load(tmp_path):
     assert harness.load(path) == result
 
 
-def test_a_standalone_measurement_beside_the_results_is_not_read_as_one(tmp_path):
-    """bench/real_node_startup.py keeps its own record there (it rendered no report before: load failed on it)."""
+def test_a_file_that_is_no_result_is_named_not_skipped(tmp_path):
+    """A record of another shape (as bench/real_node_startup.py wrote before it saved Results) fails the report
+    with the file's name, instead of Result's TypeError or silently leaving it out of RESULTS.md."""
     harness.save(synthetic(), tmp_path)
     (tmp_path / "real-node-startup-cpu1.json").write_text('{"repeats": 3, "median": {"real": 14.6}}')
-    assert [result.name for result in report.load_all(tmp_path)] == ["startup"]
+    with pytest.raises(
+        harness.NotAResult, match=r"real-node-startup-cpu1\.json: .*unknown fields \['median', 'repeats'\]"
+    ):
+        report.load_all(tmp_path)
+    (tmp_path / "real-node-startup-cpu1.json").write_text("[1, 2]")
+    with pytest.raises(harness.NotAResult, match="a list, not a benchmark Result"):
+        report.load_all(tmp_path)
+
+
+def test_every_committed_result_loads_and_renders_into_results_md(tmp_path):
+    committed = sorted(harness.RESULTS.glob("*.json"))
+    results = report.load_all()
+    assert [r.name for r in results] == [path.stem for path in committed]
+    text = report.write(harness.RESULTS, tmp_path / "RESULTS.md").read_text()
+    for result in results:
+        assert f"\n## {result.title}\n" in text
+        assert all(f"**{table.caption}**" in text for table in result.tables)
+        assert all((harness.BENCH / plot).is_file() for plot in result.plots)
+
+
+def test_the_real_node_start_up_is_saved_as_a_result(tmp_path):
+    import real_node_startup
+
+    result = real_node_startup.result({"real": [13.3, 15.5, 14.6], "kwok": [9.2, 9.7, 9.4]}, 3, 0.25, "2026-12-01")
+    assert harness.load(harness.save(result, tmp_path)) == result
+    assert result.name == "real-node-startup-cpu0.25" and result.profile == "real-node"
+    assert result.tables[0].rows == [["real", "13.3, 15.5, 14.6", 14.6], ["kwok", "9.2, 9.7, 9.4", 9.4]]
+    assert "Median ratio real / KWOK: 1.55." in result.summary
 
 
 def test_the_report_holds_every_part_of_a_result(tmp_path):
