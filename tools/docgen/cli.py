@@ -98,14 +98,14 @@ JOB_TEXT = {
 }
 CODE_MEANINGS_ZH = {
     0: "成功",
-    1: "命令执行成功但发现了问题：有 worker 未就绪（status、diagnose）、doctor 的某项检查失败，"
-    "或 trainer Pod 无法创建或启动（submit）",
+    1: "命令执行成功但发现了问题：有 worker 未就绪（status、diagnose；status --watch：--watch-seconds 到时最后一帧"
+    "中有 worker 未就绪）、doctor 的某项检查失败，或 trainer Pod 无法创建或启动（submit）",
     2: "参数或输入文件有误、trial 不唯一，或找不到可运行的 helm；集群中没有任何改动",
     3: "没有这个 trial、角色、worker 或 revision",
     4: "集群或 helm 出错：无法连接、权限不足、helm 自身的错误",
     5: "等待超时（rollback 等待 worker 就绪）",
     6: "确认被拒绝（down）",
-    130: "被中断（Ctrl-C）；--watch 和 logs -f 以此正常结束",
+    130: "被中断（Ctrl-C）：status --watch 和 logs -f 被手动停止时以此结束",
     141: "输出结束前 stdout 已被关闭（| head）：其余输出被静默丢弃，与 kubectl 和 helm 的做法相同",
 }
 

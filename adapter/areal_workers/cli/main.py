@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration.seconds,
         metavar="DURATION",
         default=None,
-        help="stop watching after this long (" + DURATION + ")",
+        help="stop watching after this long and exit as status would for the last frame (" + DURATION + ")",
     )
     diagnose = command(
         "diagnose",

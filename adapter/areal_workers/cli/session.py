@@ -40,14 +40,15 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: how a shell sees kubectl or helm end when its reader is gone
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose), a failed doctor "
-    "check, a trainer pod that cannot be created or started (submit)",
+    EXIT_PROBLEM: "the command worked and found a problem: a worker not ready (status, diagnose; status --watch: in "
+    "the last frame when --watch-seconds ran out), a failed doctor check, a trainer pod that cannot be created or "
+    "started (submit)",
     EXIT_USAGE: "bad arguments or input files, an ambiguous trial, or no helm to run; nothing was changed",
     EXIT_NOT_FOUND: "no such trial, role, worker or revision",
     EXIT_CLUSTER: "the cluster or helm failed: unreachable, forbidden, helm's own error",
     EXIT_TIMEOUT: "a wait ran out (rollback until the workers are ready)",
     EXIT_ABORTED: "a confirmation was declined (down)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); ends --watch and logs -f without an error",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C): how status --watch and logs -f end when stopped by hand",
     EXIT_PIPE: "stdout was closed before the output ended (| head): the rest is dropped quietly, as kubectl and helm "
     "do",
 }

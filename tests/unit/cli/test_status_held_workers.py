@@ -156,7 +156,7 @@ def test_a_watch_reads_the_release_again_on_every_frame(capsys):
     listing = session.pods().list
     session.pods = lambda: SimpleNamespace(list=listing, wait=wait)  # type: ignore[method-assign]
     session.ready = 4
-    assert workers.status(session, "json", True, None) == EXIT_OK
+    assert workers.status(session, "json", True, None) == EXIT_PROBLEM  # the last frame's workers are not all ready
     frames = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(f["trials"][0]["revision"], f["trials"][0]["ready_revision"]) for f in frames] == [(3, 4), (5, 2), (6, 2)]
     assert frames[-1]["trials"][0]["helm_error"] == f'Upgrade "{RELEASE}" failed: context deadline exceeded'

@@ -155,7 +155,8 @@ def status(session: Session, fmt: Format, watch: bool, watch_seconds: float | No
 
 def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, seconds: float | None) -> int:
     """One list and one watch of the pods; the view is redrawn on every pod change (JSON: one line per change), with
-    the releases read again each time, and when a release alone changed (checked every HEADER_REFRESH_SECONDS)."""
+    the releases read again each time, and when a release alone changed (checked every HEADER_REFRESH_SECONDS).
+    Exits 130 on Ctrl-C; when `seconds` run out, 0 if every worker of the last frame is ready, else 1."""
     last: list[TrialStatus] = []
 
     def headers(statuses: list[TrialStatus]) -> list[tuple[Any, ...]]:
@@ -187,9 +188,11 @@ def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, se
         else:
             idle = (HEADER_REFRESH_SECONDS, lambda pods: redraw(pods, None, idle=True))
             session.pods().wait(selector, lambda pods: redraw(pods, None), deadline, on_idle=idle)
-    except (WaitTimedOut, KeyboardInterrupt):  # --watch-seconds ran out, or Ctrl-C: the normal ends of a watch
+    except WaitTimedOut:  # --watch-seconds ran out: the exit of a `status` of the last frame
         pass
-    return EXIT_OK
+    except KeyboardInterrupt:  # Ctrl-C: as `logs -f`, the exit says the watch was interrupted
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(s.all_ready for s in last) else EXIT_PROBLEM
 
 
 # --- diagnose ----------------------------------------------------------------------------------------------
