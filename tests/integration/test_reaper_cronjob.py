@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,13 @@ from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (t
 
 CHART = REPO / "charts" / "areal-workers"
 REAPER = "reaper"
-# The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting, a first look at the unchanged
-# Lease, a minute later a second one that reaps (the grace, 3 s, has passed on the reaper's clock), then its pods.
+# The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting for its first Job, which takes
+# the first look at the unchanged Lease. The second look, which reaps (the grace, 3 s, has passed on the reaper's
+# clock), is a Job the test creates from the CronJob as `kubectl create job --from=cronjob/...` does, rather than the
+# next minute's.
 DEADLINE_SECONDS = 300
+GRACE_SECONDS = 3
+KUBECTL = REPO / ".tools" / "bin" / "kubectl"
 
 
 def helm(helm_executable: str, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -94,7 +99,18 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
 
     trainer.send_signal(signal.SIGKILL)
     trainer.wait(30)
-    killed = time.monotonic()
+    killed, killed_at = time.monotonic(), datetime.now(UTC).replace(microsecond=0)
+    first_look = wait_for_a_scheduled_run(batch, namespace, cronjob.metadata.name, killed_at, killed + DEADLINE_SECONDS)
+    log = reaper_log(core, namespace, first_look)
+    assert release in log and "reaped" not in log, f"the first look at the unchanged Lease reaps nothing:\n{log}"
+    time.sleep(GRACE_SECONDS)
+    subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "-n", namespace, "create", "job", "reaper-second-look"]
+        + [f"--from=cronjob/{cronjob.metadata.name}"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     while time.monotonic() - killed < DEADLINE_SECONDS:
         gone = release not in installed(helm_executable, kubeconfig, namespace)
         if gone and not core.list_namespaced_pod(namespace, label_selector=selector).items:
@@ -145,6 +161,23 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
         [(job.metadata.name, job.status.to_dict()) for job in owned],
         logs,
     )
+
+
+def wait_for_a_scheduled_run(
+    batch: client.BatchV1Api, namespace: str, cronjob: str, since: datetime, deadline: float
+) -> str:
+    """The name of the first Job the CronJob controller itself started (no `instantiate: manual` annotation) at or
+    after `since`, once it has succeeded."""
+    while time.monotonic() < deadline:
+        for job in batch.list_namespaced_job(namespace).items:
+            scheduled = (job.metadata.annotations or {}).get("cronjob.kubernetes.io/instantiate") != "manual"
+            owned = any(o.kind == "CronJob" and o.name == cronjob for o in job.metadata.owner_references or [])
+            fresh = job.metadata.creation_timestamp >= since
+            if scheduled and owned and fresh and (job.status.succeeded or 0) >= 1:
+                return job.metadata.name
+        time.sleep(1)
+    jobs = [(job.metadata.name, job.status.to_dict()) for job in batch.list_namespaced_job(namespace).items]
+    pytest.fail(f"the CronJob {cronjob} started no Job that succeeded; its Jobs: {jobs}")
 
 
 def reaper_log(core, namespace: str, job: str) -> str:
