@@ -9,12 +9,18 @@ pod IP) as soon as a pod is scheduled, and which podrunner leaves alone; the nam
 podrunner runs its pods. Memory is absolute for the whole process (the benchmark's own imports included); the
 "RSS growth" column is relative to the moment before the scheduler was built.
 
+It also measures the record of the worker pods AReaL holds (`areal.io/ready-pods` on the release's topology ConfigMap,
+adapter/areal_workers/pods/ready_pods.py), which get_workers writes once a role's workers are ready: each write's
+size and time (the inspector's GET of the ConfigMap, render and PATCH), and its size against the apiserver's limit of
+256 KiB for one object's annotations once every worker is held.
+
     .venv/bin/python bench/controller_cost.py --profile quick --kubeconfig PATH
 """
 
 from __future__ import annotations
 
 import resource
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +29,8 @@ from typing import Any
 
 import cluster_kit as kit
 import harness
-from areal_workers import Job, SchedulingSpec
+from areal_workers import Job, KubernetesScheduler, SchedulingSpec, naming
+from areal_workers.pods import ready_pods
 
 NAME = "controller_cost"
 TITLE = "Controller cost: memory and CPU of the adapter managing N workers"
@@ -39,6 +46,8 @@ class Settings:
 
 
 PROFILES = {"tiny": Settings(8, 8, 2), "quick": Settings(128, 64, 3), "full": Settings(1024, 64, 3)}
+ANNOTATIONS_LIMIT = 256 * 1024  # bytes: the apiserver's limit on all annotations of one object, keys included
+CODEC_REPEATS = 20
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,72 @@ def phase(
     progress(f"{name}: {after.at - before.at:.1f}s, RSS {after.rss_kib / 1024:.0f} MiB")
 
 
-def measure(kubeconfig: str, settings: Settings, progress: kit.Progress) -> list[Phase]:
+@dataclass(frozen=True)
+class RecordWrite:
+    pods: int
+    size: int  # bytes of the annotation's value
+    seconds: float
+
+
+@dataclass(frozen=True)
+class HeldRecord:
+    """The ready-pods record once every worker is held, as read back from the topology ConfigMap."""
+
+    writes: list[RecordWrite]
+    size: int  # bytes of the annotation's value
+    annotations_size: int  # bytes of every annotation of the ConfigMap, keys included
+    render_s: float  # ready_pods.render of the whole record, median of CODEC_REPEATS
+    parse_s: float  # ready_pods.parse of it
+
+    @property
+    def pods(self) -> int:
+        return self.writes[-1].pods if self.writes else 0
+
+
+def time_record_writes(scheduler: KubernetesScheduler) -> list[tuple[ready_pods.Record, float]]:
+    """Wraps the scheduler's inspector so that each write of the ready-pods record is timed: the records written and
+    the seconds each write took (rendered after the run, so that measuring costs the measured phases nothing)."""
+    inspector = scheduler.driver.inspector
+    write = inspector.record_ready_pods
+    writes: list[tuple[ready_pods.Record, float]] = []
+
+    def timed(record: ready_pods.Record) -> None:
+        started = time.perf_counter()
+        write(record)
+        writes.append((record, time.perf_counter() - started))
+
+    inspector.record_ready_pods = timed  # type: ignore[method-assign]
+    return writes
+
+
+def median_seconds(operation: Callable[[], Any]) -> float:
+    samples = []
+    for _ in range(CODEC_REPEATS):
+        started = time.perf_counter()
+        operation()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def held_record(core: Any, namespace: str, release: str, writes: list[tuple[ready_pods.Record, float]]) -> HeldRecord:
+    selector = f"{naming.release_selector(release)},{naming.LABEL_COMPONENT}=topology"
+    [configmap] = core.list_namespaced_config_map(namespace, label_selector=selector).items
+    annotations: dict[str, str] = configmap.metadata.annotations or {}
+    value = annotations.get(ready_pods.READY_PODS_ANNOTATION, "")
+    record = ready_pods.parse(annotations)
+    return HeldRecord(
+        writes=[
+            RecordWrite(sum(map(len, written.values())), len(ready_pods.render(written).encode()), seconds)
+            for written, seconds in writes
+        ],
+        size=len(value.encode()),
+        annotations_size=sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items()),
+        render_s=median_seconds(lambda: ready_pods.render(record)),
+        parse_s=median_seconds(lambda: ready_pods.parse(annotations)),
+    )
+
+
+def measure(kubeconfig: str, settings: Settings, progress: kit.Progress) -> tuple[list[Phase], HeldRecord]:
     core = kit.core_api(kubeconfig)
     roles = [
         (f"g{index:02d}", min(settings.role_size, settings.workers - start))
@@ -117,6 +191,7 @@ def measure(kubeconfig: str, settings: Settings, progress: kit.Progress) -> list
             progress,
         )
         scheduler = made[0]
+        writes = time_record_writes(scheduler)
         try:
             phase(
                 f"create_workers x{len(roles)} ({settings.workers} workers)",
@@ -142,14 +217,56 @@ def measure(kubeconfig: str, settings: Settings, progress: kit.Progress) -> list
                     phases,
                     progress,
                 )
+            held = held_record(core, ns, scheduler.release, writes)
+            progress(f"ready-pods record: {held.pods} pods, {held.size} bytes, {len(held.writes)} write(s)")
             phase("delete_workers", baseline, scheduler.delete_workers, phases, progress)
         finally:
             scheduler.delete_workers()
             scheduler.close()
-    return phases
+    return phases, held
 
 
-def report(phases: list[Phase], settings: Settings, profile: str, plot: str, load_start: list[float]) -> harness.Result:
+def record_tables(held: HeldRecord) -> list[harness.Table]:
+    per_pod = held.size / held.pods if held.pods else 0.0
+    fits = int((ANNOTATIONS_LIMIT - (held.annotations_size - held.size)) / per_pod) if per_pod else 0
+    return [
+        harness.Table(
+            f"The ready-pods record (areal.io/ready-pods) once {held.pods} workers are held",
+            [
+                "pods held",
+                "annotation KiB",
+                "bytes a pod",
+                "all annotations KiB (limit 256)",
+                "workers that fit the limit",
+                "render ms",
+                "parse ms",
+            ],
+            [
+                [
+                    held.pods,
+                    round(held.size / 1024, 1),
+                    round(per_pod, 1),
+                    round(held.annotations_size / 1024, 1),
+                    fits,
+                    round(held.render_s * 1000, 2),
+                    round(held.parse_s * 1000, 2),
+                ]
+            ],
+        ),
+        harness.Table(
+            "Each write of the ready-pods record by get_workers (GET of the ConfigMap, render, PATCH)",
+            ["write", "pods held", "annotation KiB", "write ms"],
+            [
+                [index, write.pods, round(write.size / 1024, 1), round(write.seconds * 1000, 1)]
+                for index, write in enumerate(held.writes, 1)
+            ],
+        ),
+    ]
+
+
+def report(
+    phases: list[Phase], record: HeldRecord, settings: Settings, profile: str, plot: str, load_start: list[float]
+) -> harness.Result:
     rows = [
         [
             p.name,
@@ -165,22 +282,31 @@ def report(phases: list[Phase], settings: Settings, profile: str, plot: str, loa
     total_cpu = sum(p.cpu_s for p in phases)
     total_helm = sum(p.helm_cpu_s for p in phases)
     held = max(phases, key=lambda p: p.growth_kib)
+    slowest = max((write.seconds for write in record.writes), default=0.0)
     outcome = kit.result(
         NAME,
         TITLE,
         f"{settings.workers} workers in {-(-settings.workers // settings.role_size)} role(s): "
         f"{total_cpu:.1f} CPU s in the adapter's process and {total_helm:.1f} in helm over the "
         f"whole cycle; RSS grew by at most {held.growth_kib / 1024:.1f} MiB ({held.name}), "
-        f"{held.growth_kib / settings.workers:.1f} KiB per worker.",
+        f"{held.growth_kib / settings.workers:.1f} KiB per worker. The ready-pods record of the {record.pods} held "
+        f"workers is {record.size / 1024:.1f} KiB of the ConfigMap's {record.annotations_size / 1024:.1f} KiB of "
+        f"annotations (limit 256 KiB); its slowest write took {slowest * 1000:.0f} ms.",
         profile,
         load_start,
     )
+    outcome.targets = [
+        f"{'met' if record.annotations_size <= ANNOTATIONS_LIMIT // 2 else 'missed'}: the topology ConfigMap's "
+        f"annotations {record.annotations_size / 1024:.1f} KiB with {record.pods} workers held; target <= 128 KiB "
+        "(half the apiserver's 256 KiB limit)"
+    ]
     outcome.tables = [
         harness.Table(
             f"Per phase, {settings.workers} workers (KWOK-ready pods, no worker process)",
             ["phase", "wall s", "adapter CPU s", "helm CPU s", "RSS MiB", "RSS growth MiB", "peak RSS MiB"],
             rows,
-        )
+        ),
+        *record_tables(record),
     ]
     outcome.plots = [plot]
     return outcome
@@ -219,10 +345,10 @@ def run(
 ) -> harness.Result:
     settings = PROFILES[profile]
     load_start = kit.loadavg()
-    phases = measure(kubeconfig, settings, progress)
+    phases, record = measure(kubeconfig, settings, progress)
     path, plot = kit.plot_file(results_dir, NAME)
     draw(phases, settings.workers, path)
-    return report(phases, settings, profile, plot, load_start)
+    return report(phases, record, settings, profile, plot, load_start)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,11 @@ def test_controller_cost_reports_each_phase(kubeconfig, tmp_path):
     for _name, wall, cpu, helm_cpu, rss, _growth, peak in phases.rows:
         assert wall > 0 and cpu >= 0 and helm_cpu >= 0 and 0 < rss <= peak
     assert table(result, "Per phase").rows[1][3] > 0  # create_workers ran helm
+    [[pods, kib, per_pod, annotations_kib, fits, render_ms, parse_ms]] = table(result, "The ready-pods record").rows
+    assert pods == settings.workers and 0 < kib <= annotations_kib and per_pod > 0
+    assert fits > settings.workers and render_ms > 0 and parse_ms > 0
+    # one role: get_workers wrote the record once, with every worker
+    assert [row[1] for row in table(result, "Each write of the ready-pods record").rows] == [settings.workers]
     assert (tmp_path / "controller_cost.png").stat().st_size > 0
 
 
