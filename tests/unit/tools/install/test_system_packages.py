@@ -1,7 +1,8 @@
 """`make tools` installs the Debian packages the README's commands need (tools.sh's system_packages step), so that a
 newcomer's `make test` or `make demo` does not stop at a missing redis-server: run on a PATH that has none of them,
 with an apt-get stand-in that records what it is asked and "installs" a stub of each package's command. redis-server
-serves only Argo CD, so it is asked for only when Argo CD is among the tools (`make test`, not `make demo`)."""
+serves only Argo CD, so it is asked for only when Argo CD is among the tools (`make test`, not `make demo`). An `id`
+stand-in gives the user id tools.sh sees, so the tests run as any user, root or not."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from pathlib import Path
 
 from repo_paths import REPO
 
-COMMANDS = ("dirname", "mkdir", "id", "tail", "cat", "chmod", "sha256sum", "cut", "ln", "cp", "basename")
-# (what tools.sh and the stand-in run)
+COMMANDS = ("dirname", "mkdir", "tail", "cat", "chmod", "sha256sum", "cut", "ln", "cp", "basename")
+# (what tools.sh and the stand-ins run)
+FAKE_ID = """#!/bin/bash
+[ "$*" = -u ] || { echo "id stand-in: unexpected arguments: $*" >&2; exit 2; }
+echo "$FAKE_UID"
+"""
 FAKE_APT = """#!/bin/bash
 echo "$*" >>"$APT_LOG"
 [ "$1" = install ] || exit 0
@@ -24,13 +29,15 @@ done
 """
 
 
-def sandbox(tmp_path: Path, with_apt: bool = True) -> tuple[Path, dict[str, str]]:
+def sandbox(tmp_path: Path, with_apt: bool = True, uid: int = 0) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "tools" / "install", root / "tools" / "install")
     path = tmp_path / "bin"
     path.mkdir()
     for command in COMMANDS:
         (path / command).symlink_to(shutil.which(command))
+    (path / "id").write_text(FAKE_ID)
+    (path / "id").chmod(0o755)
     if with_apt:
         (path / "apt-get").write_text(FAKE_APT)
         (path / "apt-get").chmod(0o755)
@@ -40,6 +47,7 @@ def sandbox(tmp_path: Path, with_apt: bool = True) -> tuple[Path, dict[str, str]
         "AREAL_WORKERS_CACHE": str(tmp_path / "cache"),
         "APT_LOG": str(tmp_path / "apt.log"),
         "STUB_DIR": str(path),
+        "FAKE_UID": str(uid),
     }
     return root, env
 
@@ -87,6 +95,14 @@ def test_without_apt_get_the_missing_packages_are_named(tmp_path):
     result = system_packages(root, env)
     assert result.returncode == 1
     assert "openssl unzip missing and this is not a root Debian shell" in result.stderr, result.stderr
+
+
+def test_a_user_who_is_not_root_is_told_what_to_install_and_apt_get_is_not_run(tmp_path):
+    root, env = sandbox(tmp_path, uid=1000)
+    result = system_packages(root, env)
+    assert result.returncode == 1
+    assert "openssl unzip missing and this is not a root Debian shell" in result.stderr, result.stderr
+    assert not Path(env["APT_LOG"]).exists()
 
 
 def test_the_demos_tools_do_not_ask_for_argo_cds_redis(tmp_path):
