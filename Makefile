@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # on its path: what runs AReaL's own controllers, i.e. the demo's trainer.
 AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/python
 
-.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart release lint test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
+.PHONY: help tools areal-worker venv cluster-up cluster-down cluster-status demo quickstart release lint typecheck shellcheck check test test-helm4 test-areal test-unit test-chart test-integration docs clean bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -124,17 +124,29 @@ bench: tools areal-worker ## the quick benchmark profile on a cluster of its own
 bench-full: tools areal-worker ## the full benchmark profile (up to 1024 workers; long)
 	$(PY) bench/run.py --profile full $(BENCH_ARGS)
 
-# Static checks, one tool a line; seconds, so `make test` runs them first. Ruff's fixes: `.venv/bin/ruff format`
-# and `.venv/bin/ruff check --fix` over the same directories.
+# Static checks, one tool a line; seconds. Ruff's fixes: `.venv/bin/ruff format` and `.venv/bin/ruff check --fix`
+# over the same directories.
 LINTED := adapter tools bench examples tests
 lint: venv ## static checks: ruff (lint and format, [tool.ruff]) and the adapter's import layers (lint-imports, [tool.importlinter])
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/lint-imports
 
+typecheck: venv ## mypy over the adapter ([tool.mypy]: strict, the kubernetes client read as untyped)
+	$(VENV)/bin/mypy
+
+# -x -P SCRIPTDIR: the scripts' `source` of versions.env beside them is checked too.
+shellcheck: venv ## ShellCheck over tools/**/*.sh
+	$(VENV)/bin/shellcheck -x -P SCRIPTDIR $$(find tools -name '*.sh' | sort)
+
+# The no-cluster tier, also offered as pre-commit hooks (.pre-commit-config.yaml). It stops at the first failure.
+check: lint typecheck shellcheck test-unit test-chart ## the no-cluster tier, `make test`'s first step: lint, typecheck, shellcheck, unit and chart tests
+
 # The lanes (main, AReaL's worker server, helm 4, then the tests that change what every test shares) and which of
-# them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane.
-test: lint ## everything: the static checks, unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+# them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane, not to `make check`, which runs first:
+# a selection such as `-k smoke` would leave it no tests to run.
+test: venv ## everything: the no-cluster tier (make check) first, then unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+	$(MAKE) --no-print-directory check PYTEST_ARGS=
 	$(TOOLS_AND_WORKER)
 	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd --registry; rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(PY) tools/test_lanes.py $(PYTEST_ARGS); rc=$$?; fi; \
@@ -149,16 +161,20 @@ test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL
 test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment or helm run in `make test`)
 	$(PYTEST) -m "unit and not areal_worker and not chart" $(PYTEST_ARGS)
 
-test-chart: tools ## chart tests only (helm, no cluster)
+# Only the tools the chart tests run, so `make check` on a fresh clone builds none of the cluster's.
+CHART_TOOLS := helm3_kubectl helm4 ct kubeconform helm_unittest
+test-chart: venv ## chart tests only (helm, helm 4, ct, kubeconform, helm-unittest; no cluster)
+	$(MAKE) --no-print-directory tools TOOLS="$(CHART_TOOLS)"
 	$(PYTEST) -m chart $(PYTEST_ARGS)
 
 test-integration: tools ## integration tests (starts or reuses the local cluster; leaves it running)
 	$(PYTEST) -m integration $(PYTEST_ARGS)
 
-docs: venv ## regenerate the generated docs from the code: the chart README's values table, docs/*/configuration.md, docs/*/cli.md
+docs: venv ## regenerate the generated files: the chart README's values table, docs/*/configuration.md, docs/*/cli.md, the Roles of rbac/
 	$(PY) -m docgen.chart
 	$(PY) -m docgen.config
 	$(PY) -m docgen.cli
+	$(PY) -m docgen.rbac
 
 clean: cluster-down ## stop the cluster and remove .tools and the virtualenv (the tool cache stays)
 	rm -rf .tools $(VENV)

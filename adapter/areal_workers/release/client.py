@@ -29,7 +29,9 @@ from . import ownership
 __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
-RBAC_DIR = Path(__file__).parents[1] / "rbac"  # a symlink to the checkout's rbac/, a directory in the wheel
+# The rules of the chart's controller and reaper Roles (rbac/ is written from them): the bundled chart's files.
+CHART_RULES = Path(__file__).parents[1] / "chart" / "files"
+RULE_FILES = ("controller-rules.yaml", "reaper-rules.yaml")
 
 
 class _MissingReleaseProbes(logging.Filter):
@@ -102,11 +104,9 @@ def find_helm(executable: str) -> str:
 
 @functools.cache
 def chart_grants() -> set[ownership.Grant]:
-    """What the chart's Roles grant: rbac/role.yaml's (the controller's) and rbac/reaper.yaml's, which the chart's
-    controllerRbac and reaper Roles equal (tests/chart/test_rbac.py)."""
-    documents = [*yaml.safe_load_all((RBAC_DIR / "role.yaml").read_text())]
-    documents += yaml.safe_load_all((RBAC_DIR / "reaper.yaml").read_text())
-    return ownership.grants(rule for d in documents if d and d.get("kind") == "Role" for rule in d.get("rules") or [])
+    """What the chart's Roles grant: the rules its controllerRbac and reaper Roles render (rbac/ holds the same)."""
+    rules = [rule for name in RULE_FILES for rule in yaml.safe_load((CHART_RULES / name).read_text())]
+    return ownership.grants(rules)
 
 
 def helm_error_text(error: HelmError) -> str:
