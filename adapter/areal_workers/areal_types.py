@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["Job", "SchedulingSpec", "SchedulingStrategy", "Worker", "AREAL_SCHEDULER_BASE", "USING_AREAL_TYPES"]
 
@@ -25,7 +25,8 @@ _scheduler_api = _import_areal("areal.api.scheduler_api")
 _cli_args = _import_areal("areal.api.cli_args")
 USING_AREAL_TYPES = _scheduler_api is not None and _cli_args is not None
 
-if USING_AREAL_TYPES:
+# mypy checks against the dataclasses below, which have AReaL's names, fields and defaults.
+if not TYPE_CHECKING and USING_AREAL_TYPES:
     Worker = _scheduler_api.Worker
     Job = _scheduler_api.Job
     SchedulingSpec = _cli_args.SchedulingSpec
@@ -34,13 +35,13 @@ if USING_AREAL_TYPES:
 else:
 
     @dataclass
-    class SchedulingStrategy:  # type: ignore[no-redef]
+    class SchedulingStrategy:
         type: str = "separation"
         target: str | None = None
         fork: bool = True
 
     @dataclass
-    class SchedulingSpec:  # type: ignore[no-redef]
+    class SchedulingSpec:
         cpu: int = 8
         gpu: int = 0
         mem: int = 32
@@ -64,14 +65,14 @@ else:
                 )
 
     @dataclass
-    class Worker:  # type: ignore[no-redef]
+    class Worker:
         id: str
         ip: str
         worker_ports: list[str] = field(default_factory=list)
         engine_ports: list[str] = field(default_factory=list)
 
     @dataclass
-    class Job:  # type: ignore[no-redef]
+    class Job:
         role: str
         replicas: int = 0
         tasks: list[SchedulingSpec] = field(default_factory=list)

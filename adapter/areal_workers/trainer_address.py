@@ -12,6 +12,7 @@ this trainer process only.
 from __future__ import annotations
 
 import errno
+import importlib
 import ipaddress
 import socket
 import sys
@@ -47,7 +48,7 @@ def advertise(address: str) -> list[str]:
     network = sys.modules.get(NETWORK_MODULE)
     if network is None:
         try:
-            import areal.utils.network as network
+            network = importlib.import_module(NETWORK_MODULE)
         except ImportError:
             return []
     original = getattr(network, "gethostip", None)
@@ -63,6 +64,6 @@ def advertise(address: str) -> list[str]:
     for name, module in list(sys.modules.items()):
         bound = getattr(module, "__dict__", {}).get("gethostip")  # getattr would run lazy modules' __getattr__
         if bound is original or getattr(bound, "__wrapped__", None) is original:
-            module.gethostip = gethostip
+            module.__dict__["gethostip"] = gethostip
             changed.append(name)
     return sorted(changed)

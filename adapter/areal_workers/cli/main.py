@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 import yaml
 from kubernetes.client.exceptions import ApiException
@@ -25,7 +26,7 @@ from ..errors import SchedulerError
 from ..release.ownership import UntrustedRevisionError
 from . import duration
 from .commands import completion, reap, release, render, submit, up, workers
-from .output import console, emit, table
+from .output import Format, console, emit, table
 from .session import (
     EXIT_CLUSTER,
     EXIT_CODES,
@@ -334,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _session(args: argparse.Namespace) -> Session:
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if getattr(args, "values", None):
         overrides["values_files"] = tuple(args.values)
     if getattr(args, "chart", None):
@@ -350,7 +351,7 @@ def _session(args: argparse.Namespace) -> Session:
     )
 
 
-def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
+def _doctor(session: Session, args: argparse.Namespace, fmt: Format) -> int:
     from .doctor import run_doctor  # imports the scheduler (probe); only this command needs it
 
     err = console(stderr=True)
@@ -394,7 +395,7 @@ def _doctor(session: Session, args: argparse.Namespace, fmt: str) -> int:
 
 
 def dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    fmt = getattr(args, "output", "table")
+    fmt = cast(Format, getattr(args, "output", "table"))  # one of --output's choices
     if args.command == "completion":
         print(completion.bash_script(parser) if args.shell == "bash" else completion.zsh_script(parser), end="")
         return EXIT_OK

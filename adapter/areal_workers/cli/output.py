@@ -6,7 +6,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 
 import yaml
 from rich.console import Console, Group
@@ -49,7 +49,9 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
         return Console(stderr=stderr, highlight=False, soft_wrap=False)
-    return Console(file=_TrimmedLines(stream), stderr=stderr, highlight=False, soft_wrap=False, width=UNLIMITED_WIDTH)
+    return Console(
+        file=cast(TextIO, _TrimmedLines(stream)), stderr=stderr, highlight=False, soft_wrap=False, width=UNLIMITED_WIDTH
+    )
 
 
 def emit(data: Any, fmt: Format) -> None:

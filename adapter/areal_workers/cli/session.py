@@ -174,9 +174,9 @@ def cluster_error(
         refused = cluster_access.attempted(api_message(error)) or refused
     where = server or "the kubeconfig's address"
     cause = cluster_access.api_failure(error, namespace or "", where, refused, CLI_SETTINGS)
-    if cause is not None:
-        return CliError(f"{doing}: {cause}", EXIT_CLUSTER)
-    return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
+    if cause is None and isinstance(error, ApiException):
+        return CliError(f"{doing}: the apiserver answered {error.status} {error.reason}", EXIT_CLUSTER)
+    return CliError(f"{doing}: {cause}", EXIT_CLUSTER)
 
 
 class Session:

@@ -37,7 +37,7 @@ POD_SECURITY_CONTEXT: dict[str, Any] = {
 }
 CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 # Submit file field -> the Kubernetes type it holds (its keys are checked against it) and the default it is merged on.
-SECURITY_CONTEXTS: dict[str, tuple[type, dict[str, Any]]] = {
+SECURITY_CONTEXTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "pod_security_context": (client.V1PodSecurityContext, POD_SECURITY_CONTEXT),
     "container_security_context": (client.V1SecurityContext, CONTAINER_SECURITY_CONTEXT),
 }
@@ -101,7 +101,7 @@ def _merged(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
-def _unknown_keys(data: dict[str, Any], model: type, path: str) -> list[str]:
+def _unknown_keys(data: dict[str, Any], model: Any, path: str) -> list[str]:
     """The keys of `data`, nested ones too, that the Kubernetes type `model` has no field for: the apiserver would
     drop them with a warning, and a misspelt `runAsUser` would leave the default in place unnoticed."""
     kinds = {name: model.openapi_types[attribute] for attribute, name in model.attribute_map.items()}

@@ -114,7 +114,7 @@ def describe_selector(pod: V1Pod, nodes: Sequence[V1Node]) -> str:
     text = " and ".join(parts) or "the pod's node selection"
     seen = []
     for key in selector if nodes else ():
-        values = sorted({(node.metadata.labels or {}).get(key) for node in nodes} - {None})
+        values = sorted({label for node in nodes if (label := (node.metadata.labels or {}).get(key)) is not None})
         seen.append(f"{key}: {', '.join(values[:5])}" if values else f"no node has label {key}")
     return text + (f" (nodes have {'; '.join(seen)})" if seen else "")
 

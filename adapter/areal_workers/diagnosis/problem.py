@@ -60,7 +60,7 @@ def _clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
 def _labelled(label: str, text: str, max_lines: int) -> list[str]:
     """`label: text` wrapped to MAX_LINE_CHARS; beyond max_lines, the head and the last line are kept."""
     first_width = MAX_LINE_CHARS - len(label) - 4
-    body = []
+    body: list[str] = []
     for line in (line for line in text.strip().splitlines() if line.strip()):
         body += textwrap.wrap(line, width=first_width if not body else MAX_LINE_CHARS - 4) or [""]
     if len(body) > max_lines:

@@ -209,7 +209,7 @@ class GuardClient(GuardTransport):
         for task in pending:
             task.cancel()
         failures = {tasks[task].id: f"no reply within {timeout}s" for task in pending}
-        failures.update({tasks[task].id: task.result() for task in done if task.result() is not None})
+        failures.update({tasks[task].id: error for task in done if (error := task.result()) is not None})
         return failures
 
     # ----------------------------------------------------------------------- forks and health

@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 try:
     import numpy
 except ImportError:  # numpy is optional on the controller
-    numpy = None
+    numpy = None  # type: ignore[assignment]
 
 
 def _class_path(cls: type) -> str:
@@ -41,8 +41,8 @@ def plain_serialize_value(value: Any) -> Any:
     if numpy is not None and isinstance(value, numpy.ndarray):
         if value.dtype.kind in "OV":
             raise ValueError("object or void dtype arrays cannot be sent to a worker")
-        data = base64.b64encode(numpy.ascontiguousarray(value).tobytes()).decode()
-        return {"type": "ndarray", "data": data, "shape": list(value.shape), "dtype": value.dtype.str}
+        encoded = base64.b64encode(numpy.ascontiguousarray(value).tobytes()).decode()
+        return {"type": "ndarray", "data": encoded, "shape": list(value.shape), "dtype": value.dtype.str}
     if isinstance(value, dict):
         return {key: plain_serialize_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -72,7 +72,7 @@ def plain_deserialize_value(value: Any) -> Any:
 
 
 try:
-    from areal.infra.rpc.serialization import deserialize_value, serialize_value  # type: ignore[import-not-found]
+    from areal.infra.rpc.serialization import deserialize_value, serialize_value
 except ImportError:
     serialize_value = plain_serialize_value
     deserialize_value = plain_deserialize_value

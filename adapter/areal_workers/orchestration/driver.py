@@ -19,7 +19,7 @@ from kubernetes import client
 
 from .. import naming
 from ..config import KubernetesSchedulerConfig
-from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError
+from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError, add_note
 from ..pods import ready_pods
 from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
 from ..pods.watch import PodWatch, all_ready
@@ -243,9 +243,10 @@ class ReleaseDriver:
         if current is None or current.revision == before:
             return
         if not is_own_failed_upgrade(before, current.revision, current.status.value):
-            failure.add_note(
+            add_note(
+                failure,
                 f"release {self.name} is at revision {current.revision} ({current.status.value}), written after "
-                f"revision {before} by another controller: not undone"
+                f"revision {before} by another controller: not undone",
             )
             return
         if current.status.value.startswith("pending"):  # helm refuses a rollback of it: recovered as adopt does
@@ -354,15 +355,17 @@ class ReleaseDriver:
             note = f"rolled back release {self.name} to revision {target}" + (
                 f"; replaced pods stuck on the failed revision: {', '.join(replaced)}" if replaced else ""
             )
-            notes = {self.model.revision: f"after revision {failed} failed: {why}"}
-            self.inspector.record_revision_notes(
-                {**notes, failed: FAILED_NOTE + why} if failed else notes, self.config.history_max
-            )
+            rolled_back = self.model.revision
+            assert rolled_back is not None, "helm rollback wrote a revision"
+            notes = {rolled_back: f"after revision {failed} failed: {why}"}
+            if failed:
+                notes[failed] = FAILED_NOTE + why
+            self.inspector.record_revision_notes(notes, self.config.history_max)
         # The error's first line only: its diagnosis reaches the caller with the error (`in_raised_error`: a caller
         # that prints the error, as areal-workers up does, leaves this record out).
         headline = str(error).splitlines()[0] if str(error) else type(error).__name__
         logger.warning("%s after: %s", note, headline, extra={"in_raised_error": True})
-        error.add_note(note)
+        add_note(error, note)
 
     def restore(self, target: int) -> list[str]:
         """`helm rollback` to `target`, then what a StatefulSet rollback leaves undone: the pods of workloads the

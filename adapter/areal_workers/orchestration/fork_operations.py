@@ -54,6 +54,7 @@ class ForkOperations:
         )
         results = self.loop.run(forks.fork_all(self.guard, plan, targets, self._exit_probe(target_role)))
         failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
+        errors = [result for result in results if isinstance(result, BaseException)]
         if failed:
             started = [i for i in range(len(targets)) if i not in failed]
             self.loop.run(forks.kill_forks(self.guard, role, targets, started))
@@ -62,8 +63,9 @@ class ForkOperations:
                 role,
                 f"Failed to fork {len(failed)} out of {len(targets)} workers",
                 f"Failed indices: {failed}\n{reasons}",
-            ) from results[failed[0]]
-        fork = {"target": target_role, "mode": "process", "command": [module], "ports": list(results)}
+            ) from errors[0]
+        ports = [result for result in results if not isinstance(result, BaseException)]
+        fork = {"target": target_role, "mode": "process", "command": [module], "ports": ports}
         try:
             self.driver.apply(
                 self.driver.model.with_fork(role, fork),
@@ -74,7 +76,7 @@ class ForkOperations:
             self.loop.run(forks.kill_forks(self.guard, role, targets, range(len(targets))))
             raise
         workers = [
-            Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in results[i]])
+            Worker(id=naming.worker_id(role, i), ip=t.ip, worker_ports=[str(p) for p in ports[i]])
             for i, t in enumerate(targets)
         ]
         self.held.hold(role, self.driver.epoch(role), workers)

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -77,7 +77,7 @@ def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
-def _true(condition: dict[str, Any] | None) -> bool:
+def _true(condition: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return condition is not None and condition.get("status") == "True"
 
 

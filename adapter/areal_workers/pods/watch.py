@@ -57,7 +57,7 @@ class PodWatch:
         done: Callable[[dict[str, client.V1Pod]], bool],
         timeout: float,
         on_pod: Callable[[client.V1Pod], None] | None = None,
-        on_idle: tuple[float, Callable[[dict[str, client.V1Pod]], None]] | None = None,
+        on_idle: tuple[float, Callable[[dict[str, client.V1Pod]], object]] | None = None,
     ) -> dict[str, client.V1Pod]:
         """Watches pods matching `selector` (by name) until `done(pods)`; `on_pod` sees every pod state and may
         raise to stop the wait. `on_idle` (seconds, check): the check also sees the pods every that many seconds,

@@ -34,7 +34,7 @@ def flag_values(worker_flags: Sequence[str]) -> dict[str, str]:
 
 def pod_users(manifests: Iterable[dict[str, Any]]) -> set[str]:
     """The USER the rendered worker containers run as (getpass.getuser() reads it in the workers)."""
-    users = set()
+    users: set[str] = set()
     for manifest in manifests:
         if manifest.get("kind") != "StatefulSet":
             continue
@@ -71,7 +71,7 @@ def clear_trial(worker_flags: Sequence[str], experiment: str, trial: str, users:
 
 
 def _clear_nfs(record_root: Path, roots: list[str]) -> list[str]:
-    cleared = []
+    cleared: list[str] = []
     if not record_root.is_dir():
         logger.info("name_resolve root %s is not visible from the controller; its trial records stay", record_root)
         return cleared

@@ -77,7 +77,7 @@ class _StrictLoader(yaml.SafeLoader):
     safe ones. Where YAML parsers could disagree about what a document says, the revision is refused instead."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.constructor.ConstructorError(None, None, "an anchor or alias", event.start_mark)
         return super().compose_node(parent, index)

@@ -69,7 +69,7 @@ class TopologyError(ValueError):
 
 def _spec_defaults() -> dict[str, Any]:
     return {
-        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)  # type: ignore[misc]
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
         for f in dataclasses.fields(SchedulingSpec)
     }
 

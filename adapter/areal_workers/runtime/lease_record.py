@@ -52,13 +52,13 @@ def record_of(lease: client.V1Lease) -> str:
     return json.dumps([spec.holder_identity, *times, spec.lease_transitions or 0, spec.lease_duration_seconds])
 
 
-def annotations(lease: client.V1Lease) -> dict[str, str]:
+def lease_annotations(lease: client.V1Lease) -> dict[str, str]:
     return dict(lease.metadata.annotations or {})
 
 
 def observation_of(lease: client.V1Lease) -> Observation | None:
     """The reaper's last observation kept on the Lease (None: never looked at, or renewed since)."""
-    raw = annotations(lease).get(OBSERVED_ANNOTATION)
+    raw = lease_annotations(lease).get(OBSERVED_ANNOTATION)
     if raw is None:
         return None
     try:
@@ -99,4 +99,4 @@ def judge(
 
 
 def being_reaped(lease: client.V1Lease) -> bool:
-    return REAPING_ANNOTATION in annotations(lease)
+    return REAPING_ANNOTATION in lease_annotations(lease)

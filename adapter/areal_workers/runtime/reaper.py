@@ -22,9 +22,9 @@ from .lease_record import (
     OBSERVED_ANNOTATION,
     REAPING_ANNOTATION,
     Verdict,
-    annotations,
     being_reaped,
     judge,
+    lease_annotations,
     observation_of,
     observation_text,
     record_of,
@@ -160,7 +160,7 @@ class Look:
         """Writes annotations on the resourceVersion judged (a renewal in between: 409). `tolerate`: an
         observation that cannot be written is left for the next look."""
         body = copy.deepcopy(self.lease)
-        body.metadata.annotations = {**annotations(self.lease), **added}
+        body.metadata.annotations = {**lease_annotations(self.lease), **added}
         try:
             self.coordination.replace_namespaced_lease(
                 self.state.name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT

@@ -108,7 +108,11 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
                 spec = job_values.resolve_spec(job)
                 job_values.check_spec(job.role, spec)
                 values = model.with_role(job.role, job_values.role_values(spec, job.replicas, config), base)
-            elif strategy.type == "colocation" and strategy.target in (values.get("roles") or {}):
+            elif (
+                strategy.type == "colocation"
+                and strategy.target is not None
+                and strategy.target in (values.get("roles") or {})
+            ):
                 if not strategy.fork:
                     values = model.with_colocation(job.role, strategy.target)
                 elif config.fork_mode == "pod":

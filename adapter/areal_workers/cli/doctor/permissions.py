@@ -79,7 +79,7 @@ def _who(user: str | None) -> str:
 def _bind_role(role: str, namespace: str, user: str | None) -> str:
     """How to bind the Role to the checked identity, when the API server named it."""
     flag = subject_flag(user)
-    if flag is None:
+    if flag is None or user is None:
         return "or bind the Role to this identity (kubectl auth whoami names it)"
     binding = f"{role}-" + re.sub(r"[^a-z0-9-]+", "-", user.rsplit(":", 1)[-1].lower()).strip("-")
     return (
@@ -155,7 +155,7 @@ def check_permissions(
     """One row per access of the Role and listing nodes; `user` (the identity the API server named) goes into the
     fixes. When every access of the Role is denied, that is one row: the identity has no binding to the Role."""
     role, accesses = role_accesses(role_file.read_text())
-    checks = []
+    checks: list[Check] = []
     for access in [*accesses, NODE_LIST]:
         try:
             allowed, reason = _review(authorization, access, namespace)
