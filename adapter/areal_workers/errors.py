@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 __all__ = [
     "EngineCallError",
@@ -163,7 +163,10 @@ class LeaseLostError(WorkerCreationError):
     signature, the release as the key."""
 
 
-def attach_diagnosis(error: BaseException, diagnosis: str) -> BaseException:
+_Error = TypeVar("_Error", bound=BaseException)
+
+
+def attach_diagnosis(error: _Error, diagnosis: str) -> _Error:
     """Attaches a human-readable diagnosis without changing AReaL's constructor signatures."""
     error.diagnosis = diagnosis  # type: ignore[attr-defined]
     add_note(error, diagnosis)

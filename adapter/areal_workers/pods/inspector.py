@@ -110,7 +110,7 @@ class ReleaseInspector:
         error = WorkerFailedError(
             naming.worker_id(role, index if index is not None else 0), problem.exit_code_or(-1), problem.render()
         )
-        return attach_diagnosis(error, problem.render())  # type: ignore[return-value]
+        return attach_diagnosis(error, problem.render())
 
     def admission_of(self, pod: client.V1Pod) -> Admission | None:
         """Where the Kueue Workload of `pod` stands (None: not queued by Kueue, or unknown)."""
@@ -131,7 +131,7 @@ class ReleaseInspector:
         error = WorkerFailedError(
             naming.worker_id(role, index if index is not None else 0), -1, f"{role}: {admission.describe()}"
         )
-        return attach_diagnosis(error, f"{role}: {admission.describe()}")  # type: ignore[return-value]
+        return attach_diagnosis(error, f"{role}: {admission.describe()}")
 
     def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
         lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]
