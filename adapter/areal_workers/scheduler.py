@@ -41,7 +41,7 @@ from .trainer_address import advertise
 logger = logging.getLogger(__name__)
 
 
-class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-type]
+class KubernetesScheduler(AREAL_SCHEDULER_BASE):
     """AReaL's Scheduler on Kubernetes. Construct it like AReaL's schedulers: `KubernetesScheduler(exp_config=cfg)`
     (experiment, trial, fileroot and name_resolve come from it), plus an optional KubernetesSchedulerConfig
     (default: from the AREAL_K8S_* environment variables). `connect` builds what it talks to (backend.connect:
@@ -59,13 +59,15 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):  # type: ignore[misc, valid-typ
         self.config = config or KubernetesSchedulerConfig.from_env()
         self.exp_config = exp_config
         # As in AReaL's schedulers, the experiment config wins over the explicit names.
-        self.experiment_name = getattr(exp_config, "experiment_name", None) or experiment_name
-        self.trial_name = getattr(exp_config, "trial_name", None) or trial_name
-        if not self.experiment_name or not self.trial_name:
+        experiment_name = getattr(exp_config, "experiment_name", None) or experiment_name
+        trial_name = getattr(exp_config, "trial_name", None) or trial_name
+        if not experiment_name or not trial_name:
             raise InvalidSchedulerSetupError(
                 "experiment_name and trial_name must be provided: pass exp_config (with experiment_name and "
                 "trial_name) or experiment_name= and trial_name="
             )
+        self.experiment_name: str = experiment_name
+        self.trial_name: str = trial_name
         for what, name in (("experiment_name", self.experiment_name), ("trial_name", self.trial_name)):
             problem = naming.path_component_problem(what, str(name))
             if problem is not None:  # before the cluster is contacted: nothing is written
