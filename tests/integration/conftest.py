@@ -65,6 +65,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if wanted(item)]
 
 
+def needs_real_node(item: pytest.Item) -> bool:
+    """The test runs workers on the real node: it uses the `real_node` fixture, or it is the `node="real"` case of a
+    test parametrized by node. (The `real_node` marker alone says where a test runs in `make test`: test_demo.py
+    has it and runs on KWOK nodes when the cluster has no real node.)"""
+    if "real_node" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return (
+        item.get_closest_marker("real_node") is not None
+        and callspec is not None
+        and callspec.params.get("node") == "real"
+    )
+
+
+def real_node_failure() -> str:
+    """Why the real node's tests cannot run ("" when the node runs)."""
+    from localkube.cluster import LocalCluster
+
+    absence = LocalCluster().real_node().absence()
+    return f"{absence}. Or leave out the tests that need it: -m 'not real_node'" if absence else ""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that needs the real node fails at its setup, before any fixture, naming what to start, when the local
+    cluster runs none (NODE=kwok): not skipped, which would pass a lane that proved nothing on the node. Skip marks
+    (another cluster via $AREAL_WORKERS_KUBECONFIG) take effect first: their hook runs first."""
+    if needs_real_node(item):
+        failure = real_node_failure()
+        if failure:
+            pytest.fail(failure, pytrace=False)
+
+
 @pytest.fixture
 def worker_lane():
     """The server in the worker pods: the lane of $AREAL_WORKERS_WORKER (clusterlib.selected_lane)."""
@@ -179,12 +211,11 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
 
 @pytest.fixture(scope="session")
 def real_node() -> None:
-    """The real node runs (started when it does not: root)."""
-    from localkube.cluster import LocalCluster
-
-    cluster = LocalCluster()
-    if not cluster.real_node().is_running():
-        cluster.up(real_node=True, timeout=300.0)
+    """The real node runs: started by `make test` or `make cluster-up NODE=real`, never by a test (it needs root, and
+    NODE=kwok chose a cluster without it); pytest_runtest_setup says so first."""
+    failure = real_node_failure()
+    if failure:
+        pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The whole path on the real node: scheduler -> helm release -> StatefulSet -> kubelet -> containerd -> runc container
 -> AReaL's rpc_server -> engine, with the image built here (tools/realnode/images.py) and nothing played by podrunner.
 
-`make test` starts the node (`localcluster.py up --real-node`); run alone, the `real_node` fixture starts it (root).
+`make test` starts the node (`localcluster.py up --real-node`); to run these alone, start it first with
+`make cluster-up NODE=real` (root): without it each test fails at its setup saying so (conftest.py).
 """
 
 from __future__ import annotations

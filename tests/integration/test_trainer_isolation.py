@@ -34,6 +34,7 @@ from repo_paths import REPO
 pytestmark = [
     pytest.mark.serial_cluster,
     pytest.mark.real_node,
+    pytest.mark.usefixtures("real_node"),  # its trainer and workers run there: fails at setup without it
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
 

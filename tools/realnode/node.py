@@ -143,6 +143,20 @@ class RealNode:
     def is_running(self) -> bool:
         return all(c.pid() is not None for c in self.components())
 
+    def absence(self) -> str:
+        """Why no worker can run on the node now, and how to start it ("" when it runs): what a test that needs
+        the node says when the cluster was started without it (`make cluster-up NODE=kwok`) or it stopped."""
+        if self.is_running():
+            return ""
+        start = "start it with `make cluster-up NODE=real` (root on Debian; docs/en/real-node.md)"
+        if self.paths.root.exists():
+            stopped = ", ".join(c.name for c in self.components() if c.pid() is None)
+            return f"the real node {NODE_NAME} was started but has stopped ({stopped} not running): {start}"
+        missing = self.missing()
+        return f"the local cluster runs no real node (it was started without one, e.g. NODE=kwok): {start}" + (
+            f"; this machine cannot run it now: {missing}" if missing else ""
+        )
+
     def status(self) -> dict[str, str]:
         return {f"real node: {c.name}": "running" if c.pid() is not None else "not running" for c in self.components()}
 

@@ -30,6 +30,7 @@ from realnode.config import (
 )
 from realnode.host import sockets_on
 from realnode.images import Layer, docker_archive, gzipped
+from realnode.node import RealNode
 from realnode.values import interpreter_home, worker_values
 
 
@@ -206,3 +207,23 @@ def test_connections_a_stopped_node_left_in_time_wait_do_not_count_as_a_live_nod
         accepted.close()  # the node's side closes first: its end, on the node's address, waits in TIME_WAIT
         client_side.close()
     assert not [s for s in sockets_on("127.0.0.1") if s.endswith(f":{port}")]
+
+
+def test_a_missing_node_is_explained_with_the_command_that_starts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the tests that need the node say when it does not run (tests/integration/conftest.py)."""
+    node = RealNode(tmp_path / "cluster", tmp_path / "pki", Ports(), "https://127.0.0.1:16443", tmp_path, tmp_path)
+    monkeypatch.setattr(RealNode, "missing", lambda self: "the real node needs root")
+    never = node.absence()
+    assert never.startswith("the local cluster runs no real node (it was started without one, e.g. NODE=kwok): ")
+    assert "`make cluster-up NODE=real`" in never
+    assert never.endswith("; this machine cannot run it now: the real node needs root")
+    monkeypatch.setattr(RealNode, "missing", lambda self: "")
+    assert node.absence().endswith("(root on Debian; docs/en/real-node.md)")
+    node.paths.root.mkdir(parents=True)
+    stopped = node.absence()
+    assert "was started but has stopped (node-mounts, containerd, kubelet, coredns," in stopped
+    assert "`make cluster-up NODE=real`" in stopped
+    monkeypatch.setattr(RealNode, "is_running", lambda self: True)
+    assert node.absence() == ""
