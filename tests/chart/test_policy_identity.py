@@ -17,7 +17,7 @@ import yaml
 from chartlib import CHART, NAMESPACE, REPO, find, render, render_error
 
 POLICY_FILE = REPO / "rbac" / "cluster" / "admission-policy.yaml"
-HELPERS = CHART / "templates" / "_helpers.tpl"
+HELPERS = CHART / "templates" / "_identity.tpl"
 REAPER = {"enabled": True, "image": {"repository": "registry.example.com/areal-workers", "tag": "v0.1.0"}}
 IDENTITY_COMPONENTS = ("controller", "reaper")
 LONG = "a-very-long-release-name-for-the-training-platform-x"  # 52 characters, Helm's limit is 53
@@ -39,7 +39,7 @@ def policy_pattern() -> str:
 
 def chart_pattern() -> str:
     found = re.search(r'{{- define "areal-workers\.policyIdentityPattern" -}}\n(.+)\n{{- end -}}', HELPERS.read_text())
-    assert found, "areal-workers.policyIdentityPattern is missing from _helpers.tpl"
+    assert found, "areal-workers.policyIdentityPattern is missing from _identity.tpl"
     return found.group(1)
 
 
