@@ -17,13 +17,19 @@ from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
 
 TIMEOUT = 600
-# The marks of a module of AReaL controller runs: the areal lane's, and only on the local cluster.
+# The marks of a module of AReaL controller runs: phase 2 beside the serial-node lane, only on the local cluster.
 AREAL_CONTROLLER_MARKS = [
-    pytest.mark.areal_worker,
+    pytest.mark.late,
     pytest.mark.skipif(
         bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
         reason="the demo's engines and the real node are the local cluster's",
     ),
+]
+# The `node` of a trial: its KWOK pods run AReaL's rpc_server under the cluster's podrunner (the areal lanes); the
+# real node's containers run it whatever the lane, and share the real node's few cores with the serial-node lane.
+NODES = [
+    pytest.param("kwok", marks=pytest.mark.areal_worker),
+    pytest.param("real", marks=[pytest.mark.serial_cluster, pytest.mark.real_node]),
 ]
 PYTHONPATH = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
 

@@ -25,6 +25,7 @@ from areal_workers import (
 )
 from clusterlib import counter_engine, job, spec
 
+pytestmark = pytest.mark.areal_worker  # AReaL's own semantics: against the stand-in they would check only the stand-in
 COUNTER = counter_engine()
 WORKER_FLAGS = ("--name-resolve-type", "--nfs-record-root", "--etcd3-addr", "--fileroot")
 

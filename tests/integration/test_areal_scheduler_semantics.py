@@ -33,6 +33,7 @@ from areal_workers import (
 )
 from clusterlib import counter_engine, flag_values, guard_health, job, process_argv, spec, wait_for_text
 
+pytestmark = pytest.mark.areal_worker  # AReaL's own semantics: against the stand-in they would check only the stand-in
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 BROKEN = COUNTER.rpartition(".")[0] + ".Broken"  # its constructor raises (the server answers 500)
 THREAD_VARIABLES = (

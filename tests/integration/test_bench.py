@@ -19,10 +19,13 @@ import harness
 import report
 import startup
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-    reason="the guard series run worker processes on loopback pod IPs: local cluster only",
-)
+pytestmark = [
+    pytest.mark.late,
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the guard series run worker processes on loopback pod IPs: local cluster only",
+    ),
+]
 
 
 @pytest.fixture(autouse=True)

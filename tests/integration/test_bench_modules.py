@@ -19,9 +19,13 @@ import harness
 import release_growth
 import rpc_overhead
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="worker processes and KWOK nodes of the local cluster only"
-)
+pytestmark = [
+    pytest.mark.late,
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="worker processes and KWOK nodes of the local cluster only",
+    ),
+]
 
 
 def table(result: harness.Result, caption: str) -> harness.Table:

@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from localkube.pki import service_account_kubeconfig
@@ -20,6 +21,7 @@ EXAMPLE = REPO / "examples" / "values-example.yaml"
 # Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
 RUN_PODS = {"workerDefaults": {"podAnnotations": {"areal-workers.dev/readiness": "external"}}}
 SELECTOR = "app.kubernetes.io/instance=demo,app.kubernetes.io/component=worker"
+pytestmark = pytest.mark.helm4
 
 
 def helm(kubeconfig: Path, helm_executable: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -197,6 +199,7 @@ def test_restricted_pod_security_admits_the_default_cpu_roles(
     assert len(core.list_namespaced_pod(namespace, label_selector=SELECTOR).items) == 5
 
 
+@pytest.mark.rbac
 def test_the_controller_role_in_rbac_drives_the_whole_release_lifecycle_and_nothing_else(
     kubeconfig, helm_executable, make_namespace, tmp_path
 ):

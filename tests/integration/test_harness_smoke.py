@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from localkube.pki import service_account_kubeconfig
 from repo_paths import REPO
 
+pytestmark = pytest.mark.helm4
 SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
 
 

@@ -22,10 +22,13 @@ import yaml
 from localkube.cluster import LocalCluster
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-    reason="the workers need tests/support in their image on other clusters; here they run on the local one",
-)
+pytestmark = [
+    pytest.mark.late,
+    pytest.mark.skipif(
+        bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
+        reason="the workers need tests/support in their image on other clusters; here they run on the local one",
+    ),
+]
 
 SUPPORT = REPO / "tests" / "support"
 ENTRY = SUPPORT / "areal_style_entry.py"

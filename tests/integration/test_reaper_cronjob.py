@@ -22,6 +22,7 @@ from localkube.rbac import apply_rbac
 from repo_paths import REPO
 from test_trainer_lifetime import start_trainer, trainer_config  # noqa: F401 (trainer_config is a fixture)
 
+pytestmark = pytest.mark.late
 CHART = REPO / "charts" / "areal-workers"
 REAPER = "reaper"
 # The CronJob controller starts Jobs on minute boundaries: up to a minute of waiting for its first Job, which takes

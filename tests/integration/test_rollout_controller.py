@@ -19,7 +19,7 @@ import uuid
 import numpy as np
 import pytest
 
-from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_in_areal, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, NODES, TIMEOUT, run_in_areal, trial_setup
 from clusterlib import submit_trainer
 from localkube.cluster import LocalCluster
 from localkube.rbac import apply_rbac
@@ -31,7 +31,7 @@ RUN = REPO / "tests" / "support" / "rollout_controller_run.py"
 
 
 @pytest.mark.timeout(2 * TIMEOUT)
-@pytest.mark.parametrize("node", ["kwok", "real"])
+@pytest.mark.parametrize("node", NODES)
 def test_rollouts_and_disk_weight_updates_call_the_trainer_back_at_its_advertised_address(
     node, make_namespace, kubeconfig, helm_executable, tmp_path, core
 ):
@@ -75,6 +75,7 @@ def test_rollouts_and_disk_weight_updates_call_the_trainer_back_at_its_advertise
     assert core.list_namespaced_pod(namespace).items == []
 
 
+@pytest.mark.areal_worker
 def test_a_trainer_pod_advertises_its_pod_ip_and_its_workers_call_it_back(
     make_namespace, kubeconfig, helm_executable, tmp_path, core, capsys
 ):

@@ -30,10 +30,11 @@ from areal_workers import (
 from clusterlib import controller_kubeconfig, counter_engine, guard_health, job, spec
 from wire_types import ExperimentConfig  # the parts of AReaL's experiment config a scheduler reads
 
+pytestmark = [pytest.mark.both_workers, pytest.mark.helm4]
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 
 
-@pytest.fixture(params=["admin", "rbac"])
+@pytest.fixture(params=["admin", pytest.param("rbac", marks=pytest.mark.rbac)])
 def identity(request) -> str:
     """Every test here runs twice: as cluster admin, and as the least-privilege controller of rbac/."""
     return request.param

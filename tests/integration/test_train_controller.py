@@ -14,7 +14,7 @@ import uuid
 import numpy as np
 import pytest
 
-from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_in_areal, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, NODES, TIMEOUT, run_in_areal, trial_setup
 from realnode.config import NETWORK
 from repo_paths import REPO
 
@@ -23,7 +23,7 @@ RUN = REPO / "tests" / "support" / "train_controller_run.py"
 
 
 @pytest.mark.timeout(2 * TIMEOUT)
-@pytest.mark.parametrize("node", ["kwok", "real"])
+@pytest.mark.parametrize("node", NODES)
 def test_train_controller_forms_a_gloo_group_across_pods_and_all_reduces(
     node, make_namespace, kubeconfig, helm_executable, tmp_path, core
 ):

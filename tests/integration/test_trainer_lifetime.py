@@ -24,6 +24,7 @@ from areal_workers import KubernetesSchedulerConfig, naming
 from areal_workers.cli.main import main
 from repo_paths import TOOLS_BIN
 
+pytestmark = pytest.mark.late
 GRACE = 3
 TRAINER = textwrap.dedent("""
     import json, sys, time

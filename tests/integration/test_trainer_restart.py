@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from areal_controller_runs import AREAL_CONTROLLER_MARKS, TIMEOUT, run_areal_script, trial_setup
+from areal_controller_runs import AREAL_CONTROLLER_MARKS, NODES, TIMEOUT, run_areal_script, trial_setup
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = AREAL_CONTROLLER_MARKS
@@ -22,7 +22,7 @@ GRACE_SECONDS = 8  # the second trainer watches the dead one's Lease for half of
 
 
 @pytest.mark.timeout(3 * TIMEOUT)
-@pytest.mark.parametrize("node", ["kwok", "real"])
+@pytest.mark.parametrize("node", NODES)
 def test_a_trainer_killed_and_started_again_gets_its_workers_restarted_in_place(
     node, make_namespace, kubeconfig, helm_executable, tmp_path, core
 ):

@@ -1,12 +1,15 @@
-"""The lane report's slowest test files, read from a lane's JUnit report."""
+"""What tools/test_lanes.py reads from a lane's JUnit report: its slowest test files, and its skipped tests, which
+fail the lane."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
-from test_lanes import slowest_files
+import test_lanes
+from test_lanes import Lane, skipped_tests, slowest_files
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +36,62 @@ def test_files_are_summed_and_ordered_by_time(tmp_path: Path):
 
 def test_a_lane_that_wrote_no_report_has_no_slowest_files(tmp_path: Path):
     assert slowest_files(tmp_path / "absent.xml") == []
+
+
+def test_the_skipped_tests_of_a_report_are_named_with_their_reasons(tmp_path: Path):
+    passed, skipped = tmp_path / "passed.xml", tmp_path / "skipped.xml"
+    passed.write_text(JUNIT)
+    skipped.write_text(
+        JUNIT.replace(
+            '<testcase classname="tests.unit.test_naming" name="test_e"/>',
+            '<testcase classname="tests.unit.test_naming" name="test_e[x]"><skipped message="no bash"/></testcase>',
+        )
+    )
+    assert skipped_tests(passed) == []
+    assert skipped_tests(skipped) == ["tests/unit/test_naming.py::test_e[x]: no bash"]
+
+
+TESTS = """import pytest
+
+def test_kept():
+    pass
+
+@pytest.mark.other
+def test_left_out_by_the_lane():
+    pass
+
+@pytest.mark.slow
+def test_skipped():
+    pytest.skip("needs what this machine lacks")
+"""
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A suite of its own (its own ini, so no conftest of this repository), its lane reports in tmp_path."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    other\n    slow\n")
+    (tmp_path / "test_tiny.py").write_text(TESTS)
+    monkeypatch.setattr(test_lanes, "LOGS", tmp_path / "lanes")
+    return tmp_path
+
+
+def test_a_lane_that_skips_a_test_fails_and_names_it(tiny_suite: Path):
+    lane = Lane("tiny", "not other")
+    with (tiny_suite / "out.log").open("w") as out:
+        assert lane.run([str(tiny_suite)], out) is False
+    assert lane.code == 0 and lane.failed
+    assert lane.skipped == ["test_tiny.py::test_skipped: needs what this machine lacks"]
+
+
+def test_an_extra_mark_expression_narrows_the_lanes_own_selection(tiny_suite: Path):
+    lane = Lane("tiny", "not other")
+    with (tiny_suite / "out.log").open("w") as out:
+        assert lane.run([str(tiny_suite), "-m", "not slow"], out) is True
+    assert [case.get("name") for case in ElementTree.parse(lane.junit).iter("testcase")] == ["test_kept"]
+
+
+def test_the_lane_mode_fails_on_a_skipped_test_too(tiny_suite: Path, monkeypatch, capfd):
+    monkeypatch.setattr(test_lanes, "lanes", lambda: [[[Lane("tiny", "not other")]]])
+    assert test_lanes.main(["--lane", "tiny", str(tiny_suite)]) == 1
+    assert "test_tiny.py::test_skipped: needs what this machine lacks" in capfd.readouterr().out
+    assert test_lanes.main(["--lane", "tiny", str(tiny_suite), "-m", "not slow"]) == 0

@@ -1,55 +1,139 @@
-"""Which lane runs what (tools/test_lanes.py): the main lane leaves out only files the areal lane runs against
-AReaL's real worker server (which hold nothing that checks our stand-in alone) and the files its late half runs, and
-the areal lane's two halves run its files once each, so no test stops running when lanes are rebalanced."""
+"""Which lane of `make test` runs a test comes from the test's markers alone (tools/test_lanes.py): each lane is a
+`-m` expression and an environment, no lane names a file, and, over the whole suite as collected in each lane's
+environment, every test runs in exactly one lane of its own and again only in the lanes a marker of its declares
+(REPEATS), so renaming or adding a file cannot move a test out of every lane or into two."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
 import pytest
 
+# pytest's own evaluator of `-m` expressions, so the lanes here select exactly as pytest would.
+from _pytest.mark.expression import Expression
+
 from repo_paths import REPO
-from test_lanes import AREAL_FILES, AREAL_ONLY_FILES, LATE_AREAL_FILES, LATE_MAIN_FILES, by_name, lanes
+from test_lanes import PYTEST, Lane, every_lane, lanes
 
 pytestmark = pytest.mark.unit
 
-
-def files_of(lane: str) -> list[str]:
-    return [argument for argument in by_name(lane).arguments if argument.startswith("tests/")]
-
-
-def test_what_the_main_lane_leaves_out_the_areal_lane_or_the_late_main_lane_runs():
-    main = by_name("main")
-    left_out = [argument.removeprefix("--ignore=") for argument in main.arguments if argument.startswith("--ignore=")]
-    assert left_out == [*AREAL_ONLY_FILES, *LATE_MAIN_FILES]
-    assert set(AREAL_ONLY_FILES) <= set(AREAL_FILES) == set(files_of("areal")) | set(files_of("areal-late"))
-    assert files_of("main-late") == LATE_MAIN_FILES and by_name("main-late").arguments[-1] == main.arguments[1]
+# The markers that run a test again, beside its own lane, and the lanes they run it in.
+REPEATS = {"both_workers": {"areal", "areal-late"}, "helm4": {"helm4"}}
+Census = dict[str, list[str]]  # test id -> the names of its markers
 
 
-def test_the_areal_lanes_halves_are_disjoint_and_select_alike():
-    early, late = by_name("areal"), by_name("areal-late")
-    assert not set(files_of("areal")) & set(files_of("areal-late")) and files_of("areal-late") == LATE_AREAL_FILES
-    assert early.arguments[-4:] == late.arguments[-4:] and early.environment == late.environment
+def censuses(environments: list[dict[str, str]], directory: Path) -> list[Census]:
+    """The suite collected in each environment (side by side), as lane_census records it: the whole suite in the
+    first, the integration tests in the others (a lane's environment changes only what the integration conftest
+    deselects)."""
+    lane_variables = {name for lane in every_lane() for name in lane.environment}
+    base = {name: value for name, value in os.environ.items() if name not in lane_variables}
+    runs = []
+    for index, environment in enumerate(environments):
+        output = directory / f"census-{index}.json"
+        pythonpath = os.pathsep.join([str(Path(__file__).parent), base.get("PYTHONPATH", "")])
+        command = [str(PYTEST), "--collect-only", "-q", "-p", "lane_census", "-p", "no:cacheprovider"]
+        command += ["tests/integration"] if index else []
+        env = {**base, **environment, "LANE_CENSUS": str(output), "PYTHONPATH": pythonpath}
+        runs.append((output, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)))
+    found = []
+    for output, run in runs:
+        stdout, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, stdout[-3000:]
+        found.append(json.loads(output.read_text()))
+    return found
+
+
+def environment_of(lane: Lane) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(lane.environment.items()))
+
+
+def selects(lane: Lane, markers: list[str]) -> bool:
+    return Expression.compile(lane.selection).evaluate(lambda name, **kwargs: name in markers and not kwargs)
+
+
+@pytest.fixture(scope="module")
+def lanes_of(tmp_path_factory) -> dict[str, tuple[list[str], set[str]]]:
+    """Every test of the suite: its markers and the lanes that run it."""
+    environments = sorted({environment_of(lane) for lane in every_lane()} - {()})
+    [suite, *integration] = censuses([{}, *map(dict, environments)], tmp_path_factory.mktemp("census"))
+    outside = {test: markers for test, markers in suite.items() if not test.startswith("tests/integration/")}
+    found = {(): suite} | {key: outside | census for key, census in zip(environments, integration, strict=True)}
+    tests: dict[str, tuple[list[str], set[str]]] = {}
+    for lane in every_lane():
+        for test, markers in found[environment_of(lane)].items():
+            tests.setdefault(test, (markers, set()))
+            if selects(lane, markers):
+                tests[test][1].add(lane.name)
+    return tests
+
+
+def test_a_lane_is_a_marker_expression_of_registered_markers_and_names_no_file():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    registered = {line.split(":")[0] for line in pyproject["tool"]["pytest"]["ini_options"]["markers"]}
+    for lane in every_lane():
+        assert lane.command([]) == [str(PYTEST), "-m", lane.selection, f"--junitxml={lane.junit}"]
+        unregistered = set(Expression.compile(lane.selection).idents()) - registered
+        assert not unregistered, f"lane {lane.name}: {unregistered}"
+
+
+def test_every_test_runs_in_one_lane_of_its_own_and_again_only_where_a_marker_says(lanes_of):
+    wrong = []
+    for test, (markers, ran) in sorted(lanes_of.items()):
+        repeats = [REPEATS[marker] for marker in markers if marker in REPEATS]
+        own = ran - set().union(*repeats)
+        if len(own) != 1 or any(len(ran & lanes) > 1 for lanes in repeats):
+            wrong.append(f"{test}: {sorted(ran) or 'in no lane'} (markers {markers})")
+    assert not wrong, "\n".join(wrong[:40])
+    assert len(lanes_of) > 2000  # the whole suite, not a collection that stopped early
+
+
+def test_the_suite_has_tests_run_twice_by_declaration(lanes_of):
+    """The rule above allows what REPEATS declare; the markers are in use, and do repeat (else the rule is idle)."""
+    scheduler = [ran for test, (_, ran) in lanes_of.items() if test.startswith("tests/integration/test_scheduler.py")]
+    assert {"main", "areal", "helm4"} in scheduler and {"main"} in scheduler  # [admin] thrice, [rbac] once
+
+
+def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
+    """A trial parametrized onto the real node (`[real]`) shares its few cores with the serial-node lane: it runs
+    there, not beside it."""
+    real = {
+        test: ran for test, (_, ran) in lanes_of.items() if test.startswith("tests/integration/") and "[real]" in test
+    }
+    assert real and all(ran == {"serial-node"} for ran in real.values()), real
 
 
 def test_every_lane_runs_once_and_late_lanes_run_after_the_serial_lane():
-    names = [lane.name for phase in lanes() for stream in phase for lane in stream]
+    names = [lane.name for lane in every_lane()]
     assert len(names) == len(set(names))
     [stream] = [stream for stream in lanes()[1] if stream[0].name == "serial"]
     assert [lane.name for lane in stream][1:-1] == ["helm4", "main-late", "areal-late"]
 
 
-@pytest.mark.parametrize("path", [*AREAL_ONLY_FILES, *LATE_MAIN_FILES, *LATE_AREAL_FILES])
-def test_the_files_named_exist(path):
-    assert (REPO / path).is_file()
+def test_no_late_test_shares_a_fixed_name_with_the_serial_node_lane(lanes_of):
+    """Late lanes run beside the serial-node lane, whose deployment guide uses namespace rl and pushes the release:
+    a late test's file must neither follow the docs' pages (docs_pages, namespace rl) nor push the chart."""
+    late = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & {"main-late", "areal-late"}}
+    assert late
+    for path in late:
+        text = (REPO / path).read_text()
+        assert "docs_pages" not in text and '"rl"' not in text and "push_chart" not in text, path
 
 
-@pytest.mark.parametrize("path", AREAL_ONLY_FILES)
-def test_the_files_left_out_have_no_test_of_the_stand_in_alone(path):
-    assert "reference_guard_only" not in (REPO / path).read_text()
-
-
-@pytest.mark.parametrize("path", [*LATE_MAIN_FILES, *LATE_AREAL_FILES])
-def test_no_late_file_shares_a_fixed_name_with_the_serial_node_lane(path):
-    """Late files run beside the serial-node lane, whose deployment guide uses namespace rl and pushes the release:
-    a late file must neither follow the docs' pages (docs_pages, namespace rl) nor push the chart."""
-    text = (REPO / path).read_text()
-    assert "docs_pages" not in text and '"rl"' not in text and "push_chart" not in text
+def test_an_extra_mark_expression_narrows_every_lanes_own():
+    lane = Lane("main", "integration and not late")
+    assert lane.command(["-x", "-m", "not slow", "-mfast or quick", "-k", "name"]) == [
+        str(PYTEST),
+        "-m",
+        "(integration and not late) and (not slow) and (fast or quick)",
+        "-x",
+        "-k",
+        "name",
+        f"--junitxml={lane.junit}",
+    ]
+    with pytest.raises(SystemExit, match="-m without an expression"):
+        lane.command(["-m"])
