@@ -3,6 +3,7 @@ fail the lane."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -68,9 +69,10 @@ def test_skipped():
 
 @pytest.fixture
 def tiny_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A suite of its own (its own ini, so no conftest of this repository), its lane reports in tmp_path."""
+    """A suite of its own (its own ini, so no conftest of this repository) where lanes run, their reports in it."""
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    other\n    slow\n")
     (tmp_path / "test_tiny.py").write_text(TESTS)
+    monkeypatch.setattr(test_lanes, "REPO", tmp_path)
     monkeypatch.setattr(test_lanes, "LOGS", tmp_path / "lanes")
     return tmp_path
 
@@ -78,7 +80,7 @@ def tiny_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_lane_that_skips_a_test_fails_and_names_it(tiny_suite: Path):
     lane = Lane("tiny", "not other")
     with (tiny_suite / "out.log").open("w") as out:
-        assert lane.run([str(tiny_suite)], out) is False
+        assert lane.run([], out) is False
     assert lane.code == 0 and lane.failed
     assert lane.skipped == ["test_tiny.py::test_skipped: needs what this machine lacks"]
 
@@ -86,12 +88,28 @@ def test_a_lane_that_skips_a_test_fails_and_names_it(tiny_suite: Path):
 def test_an_extra_mark_expression_narrows_the_lanes_own_selection(tiny_suite: Path):
     lane = Lane("tiny", "not other")
     with (tiny_suite / "out.log").open("w") as out:
-        assert lane.run([str(tiny_suite), "-m", "not slow"], out) is True
+        assert lane.run(["-m", "not slow"], out) is True
     assert [case.get("name") for case in ElementTree.parse(lane.junit).iter("testcase")] == ["test_kept"]
 
 
 def test_the_lane_mode_fails_on_a_skipped_test_too(tiny_suite: Path, monkeypatch, capfd):
     monkeypatch.setattr(test_lanes, "lanes", lambda: [[[Lane("tiny", "not other")]]])
-    assert test_lanes.main(["--lane", "tiny", str(tiny_suite)]) == 1
+    assert test_lanes.main(["--lane", "tiny"]) == 1
     assert "test_tiny.py::test_skipped: needs what this machine lacks" in capfd.readouterr().out
-    assert test_lanes.main(["--lane", "tiny", str(tiny_suite), "-m", "not slow"]) == 0
+    assert test_lanes.main(["--lane", "tiny", "-m", "not slow"]) == 0
+
+
+def test_a_lane_left_empty_by_the_extra_arguments_passes_but_an_empty_lane_fails(tiny_suite: Path):
+    lane = Lane("tiny", "other")
+    with (tiny_suite / "out.log").open("w") as out:
+        assert lane.run(["-m", "slow"], out) is True
+        empty = Lane("empty", "other and slow")
+        assert empty.run([], out) is False and empty.code == test_lanes.NO_TESTS_COLLECTED
+
+
+def test_a_skipped_test_fails_the_run_and_stops_it_after_its_phase(tiny_suite: Path, monkeypatch, capfd):
+    monkeypatch.setattr(test_lanes, "lanes", lambda: [[[Lane("tiny", "not other")]], [[Lane("later", "other")]]])
+    assert test_lanes.main([]) == 1
+    out = capfd.readouterr().out
+    assert "lane tiny FAILED: it skipped 1" in out and "test_tiny.py::test_skipped" in out
+    assert "lane later" not in out and re.search(r"lanes in \d+ s: tiny FAILED \(\d+ s\)$", out.rstrip())
