@@ -3,7 +3,7 @@
 {{/*
 The worker container's env list, as JSON, in an order that lets "$(VAR)" references work (the kubelet
 only expands variables defined earlier in the list):
-1. set by the chart, reserved (a role may not set them, see _preflight.tpl): POD_NAME, POD_NAMESPACE,
+1. set by the chart, reserved (a role may not set them, see _preflight_workloads.tpl): POD_NAME, POD_NAMESPACE,
    POD_IP, AREAL_WORKER_INDEX (downward API), then the AReaL identity AREAL_EXPERIMENT_NAME,
    AREAL_TRIAL_NAME, AREAL_ROLE and AREAL_WORKER_ID ("<role>/<index>");
 2. the role's env (merged from workerDefaults), sorted by name;
