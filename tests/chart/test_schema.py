@@ -4,6 +4,12 @@ from chartlib import role
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
+
+def pod_fork(overrides: dict) -> dict:
+    """Values with role a and a pod-mode fork f of it with these overrides."""
+    return {"roles": {"a": role()}, "forks": {"f": {"target": "a", "mode": "pod", "overrides": overrides}}}
+
+
 # (values, fragments the error must contain: the offending field or name)
 BAD_VALUES = {
     "unknown top-level key": ({"replica": 3}, ["replica"]),
@@ -63,6 +69,63 @@ BAD_VALUES = {
         ["/forks/f/overrides/offload", "preload"],
     ),
     "workerDefaults offload removed": ({"workerDefaults": {"offload": None}}, ["/workerDefaults", "offload"]),
+    # workerDefaults, a role and a fork's overrides share one definition (workerSettings): each stays strict
+    "unknown workerDefaults key": (
+        {"workerDefaults": {"gpus": 8}},
+        ["/workerDefaults", "additional properties 'gpus'"],
+    ),
+    "unknown fork overrides key": (
+        pod_fork({"gpus": 8}),
+        ["/forks/f/overrides", "additional properties 'gpus'"],
+    ),
+    "unknown nested key in a fork's overrides": (
+        pod_fork({"resources": {"gpus": 1}}),
+        ["/forks/f/overrides/resources", "additional properties 'gpus'"],
+    ),
+    "unknown workerDefaults probe key": (
+        {"workerDefaults": {"probes": {"startup": {"path": "/x"}}}},
+        ["/workerDefaults/probes/startup", "additional properties 'path'"],
+    ),
+    # replicas is a role's alone
+    "replicas in workerDefaults": ({"workerDefaults": {"replicas": 2}}, ["/workerDefaults/replicas"]),
+    "replicas in a fork's overrides": (
+        pod_fork({"replicas": 2}),
+        ["/forks/f/overrides/replicas"],
+    ),
+    # workerDefaults sets every key at every level; a role or overrides may leave any out
+    "workerDefaults resources key removed": (
+        {"workerDefaults": {"resources": {"gpu": None}}},
+        ["/workerDefaults/resources", "missing property 'gpu'"],
+    ),
+    "workerDefaults image key removed": (
+        {"workerDefaults": {"image": {"tag": None}}},
+        ["/workerDefaults/image", "missing property 'tag'"],
+    ),
+    "workerDefaults probe removed": (
+        {"workerDefaults": {"probes": {"liveness": None}}},
+        ["/workerDefaults/probes", "missing property 'liveness'"],
+    ),
+    "workerDefaults probe field removed": (
+        {"workerDefaults": {"probes": {"readiness": {"enabled": None}}}},
+        ["/workerDefaults/probes/readiness", "missing property 'enabled'"],
+    ),
+    # the label-key and DNS-label patterns, one definition each, wherever a worker's settings go
+    "bad exclusiveTopology in workerDefaults": (
+        {"workerDefaults": {"exclusiveTopology": "Bad/Key/x"}},
+        ["/workerDefaults/exclusiveTopology", "does not match pattern"],
+    ),
+    "bad Kueue topology in a role": (
+        {"roles": {"a": role(kueue={"queueName": "q", "requiredTopology": "-rack"})}},
+        ["/roles/a/kueue/requiredTopology", "does not match pattern"],
+    ),
+    "bad Kueue queue in a fork's overrides": (
+        pod_fork({"kueue": {"queueName": "Q_1"}}),
+        ["/forks/f/overrides/kueue/queueName", "does not match pattern"],
+    ),
+    "bad Kueue priority class in workerDefaults": (
+        {"workerDefaults": {"kueue": {"priorityClass": "x" * 64}}},
+        ["/workerDefaults/kueue/priorityClass", "maxLength"],
+    ),
     "owner reference without uid": (
         {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "t"}]},
         ["/ownerReferences/0", "uid"],
@@ -114,24 +177,53 @@ def test_schema_accepts_offload_wherever_role_settings_go(render):
 
 
 def test_schema_is_strict_at_every_level_of_the_charts_own_blocks():
+    """Every object the schema describes refuses unknown keys: it sets additionalProperties false, or refines a
+    definition that does (allOf [$ref] and properties of its own: workerDefaults, role and workerOverrides over
+    workerSettings; additionalProperties false would not see the definition's keys), naming only its keys."""
     import json
 
     from chartlib import CHART
+    from docgen.chart import resolve
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     checked = 0
 
-    def walk(node, path):
+    def walk(node, path, base=None):
         nonlocal checked
         if isinstance(node, dict):
+            if "allOf" in node:
+                [ref] = node["allOf"]
+                base = resolve(schema, ref)
             if "properties" in node:
-                assert node.get("additionalProperties") is False, path
+                if node.get("additionalProperties") is not False:
+                    assert base is not None and base.get("additionalProperties") is False, path
+                    unknown = set(node["properties"]) - set(base["properties"])
+                    assert not unknown, f"{path} refines keys its definition does not have: {unknown}"
                 checked += 1
             for key, child in node.items():
-                walk(child, f"{path}/{key}")
+                if key == "properties" and base is not None and node.get("additionalProperties") is not False:
+                    for name, sub in child.items():
+                        walk(sub, f"{path}/properties/{name}", resolve(schema, base["properties"][name]))
+                elif key != "allOf":
+                    walk(child, f"{path}/{key}")
         elif isinstance(node, list):
             for i, child in enumerate(node):
                 walk(child, f"{path}/{i}")
 
     walk(schema, "")
     assert checked > 15
+
+
+def test_worker_settings_are_defined_once():
+    """workerDefaults, a role and a fork's overrides refer to one definition of a worker's settings."""
+    import json
+
+    from chartlib import CHART
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    definitions = schema["definitions"]
+    for name in ("workerDefaults", "role", "workerOverrides"):
+        assert definitions[name]["allOf"] == [{"$ref": "#/definitions/workerSettings"}], name
+    text = json.dumps(schema)
+    for pattern in (definitions["labelKey"]["pattern"], definitions["dnsLabel"]["pattern"]):
+        assert text.count(json.dumps(pattern)) == 1, pattern

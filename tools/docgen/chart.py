@@ -116,9 +116,29 @@ def parse_comments(text: str) -> tuple[dict[str, Doc], dict[str, Doc]]:
 
 
 def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node:
-        node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    """The node with its `$ref` followed, or the definition its `allOf: [{$ref}]` refines with keywords of its own."""
+    if "$ref" in node:
+        return resolve(schema, schema["definitions"][node["$ref"].rsplit("/", 1)[1]])
+    if "allOf" in node:
+        [base] = node["allOf"]
+        return refine(schema, base, {key: value for key, value in node.items() if key != "allOf"})
     return node
+
+
+def refine(schema: dict[str, Any], base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """`own`'s keywords over `base`'s. `own`'s properties refine `base`'s key by key, and `false` removes one
+    (workerDefaults and workerOverrides are workerSettings without replicas)."""
+    base, own = resolve(schema, base), resolve(schema, own)
+    merged = {**base, **own}
+    if "properties" in own and "properties" in base:
+        properties = dict(base["properties"])
+        for key, value in own["properties"].items():
+            if value is False:
+                properties.pop(key, None)
+            else:
+                properties[key] = refine(schema, properties[key], value) if key in properties else value
+        merged["properties"] = properties
+    return merged
 
 
 def schema_at(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from chartlib import CHART
+from docgen.chart import resolve
 
 README = (CHART / "README.md").read_text()
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -12,9 +13,7 @@ SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
 
 def _resolve(node: dict) -> dict:
-    while "$ref" in node:
-        node = SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[1]]
-    return node
+    return resolve(SCHEMA, node)
 
 
 def leaf_keys(value=VALUES, schema=SCHEMA, path=()):
