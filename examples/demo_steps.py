@@ -248,10 +248,16 @@ class BanditDemo:
     # --- 3. history, cleanup -----------------------------------------------------------------------------
 
     def show_history(self) -> None:
-        self.out.step(f"helm history {self.release}", "one revision per scheduler change (scheduler.history())")
+        self.out.step(
+            f"helm history {self.release}",
+            "one revision per scheduler change (scheduler.history()), with what became of it in parentheses",
+        )
         self.out.table(
             ("REVISION", "STATUS", "DESCRIPTION"),
-            [(r["revision"], r["status"], r["description"]) for r in self.scheduler.history()],
+            [
+                (r["revision"], r["status"], r["description"] + (f" ({r['note']})" if r["note"] else ""))
+                for r in self.scheduler.history()
+            ],
         )
 
     def addresses(self) -> list[tuple[str, int]]:
