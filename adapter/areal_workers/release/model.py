@@ -86,11 +86,6 @@ class ReleaseModel:
             return self.replicas(self.forks[role]["target"])
         return self.replicas(self.colocations[role])
 
-    def worker_ids(self, role: str) -> list[str]:
-        """A colocated role's workers are its target's."""
-        owner = self.colocations.get(role, role)
-        return [naming.worker_id(owner, i) for i in range(self.replicas(role))]
-
     def dependents(self, role: str) -> list[str]:
         """Colocations, then forks, that live on `role` (they go before it and pin its replica count)."""
         return sorted(r for r, target in self.colocations.items() if target == role) + sorted(

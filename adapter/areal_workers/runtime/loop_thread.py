@@ -38,10 +38,6 @@ class LoopThread:
             raise RuntimeError("the scheduler was closed; create a new one to adopt the release")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Runs on the private loop; the caller's loop keeps running while it waits."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
-
     def close(self) -> None:
         """Cancels what still runs on the loop, lets it finish, then stops and closes the loop. Idempotent."""
         self._shutdown()
