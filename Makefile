@@ -159,13 +159,13 @@ test-areal: tools areal-worker ## the conformance lane: scheduler tests on AReaL
 	$(PY) tools/test_lanes.py --lane areal,areal-late $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no tools, no cluster; the ones that need AReaL's environment or helm run in `make test`)
-	$(PYTEST) -m "unit and not areal_worker and not chart" $(PYTEST_ARGS)
+	$(PY) tools/test_lanes.py --lane unit $(PYTEST_ARGS)
 
 # Only the tools the chart tests run, so `make check` on a fresh clone builds none of the cluster's.
 CHART_TOOLS := helm3_kubectl helm4 ct kubeconform helm_unittest
 test-chart: venv ## chart tests only (helm, helm 4, ct, kubeconform, helm-unittest; no cluster)
 	$(MAKE) --no-print-directory tools TOOLS="$(CHART_TOOLS)"
-	$(PYTEST) -m chart $(PYTEST_ARGS)
+	$(PY) tools/test_lanes.py --lane chart $(PYTEST_ARGS)
 
 test-integration: tools ## integration tests (starts or reuses the local cluster; leaves it running)
 	$(PYTEST) -m integration $(PYTEST_ARGS)

@@ -12,7 +12,8 @@ rpc_server). Then the tests marked `serial_cluster`, which load or change what e
 capacity, Kueue, the real node), in two streams: those that run on the real node (`real_node`) beside those that do
 not, followed in that stream by the helm 4 lane (`helm4`), the `late` halves of the main and AReaL lanes and the
 offline lane (unit and chart tests, which need no cluster).
-Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). Each lane writes
+Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The unit and chart
+tests that need no AReaL environment are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes
 its output to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every
 lane's log once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
 test files (what to move when the lanes are rebalanced). A lane that skipped a test fails, naming it and its
@@ -131,9 +132,10 @@ def lanes() -> list[list[list[Lane]]]:
     # phase 1, which they would lengthen by their time (tests/unit/tools/test_lane_selection.py keeps them off the
     # names a serial-node test uses).
     main_late = Lane("main-late", f"integration and late and {SIDE_BY_SIDE}")
-    # The unit and chart tests need no cluster, so they may run beside any lane: after the serial lane, in the
+    # The unit tests that need AReaL's environment (the rest of the unit and chart tests ran in `make check`, before
+    # the cluster started) need no cluster either, so they may run beside any lane: after the serial lane, in the
     # serial phase's shorter stream, they take CPU time phase 1 (CPU-bound) would otherwise spend on them.
-    offline = Lane("offline", "not integration")
+    offline = Lane("offline", "not integration and areal_worker")
     areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER)
     areal_late = Lane("areal-late", f"{AREAL} and late", AREAL_WORKER)
     helm4 = Lane("helm4", f"integration and helm4 and not rbac and {SIDE_BY_SIDE}", {"AREAL_WORKERS_HELM": str(HELM4)})
@@ -147,8 +149,14 @@ def lanes() -> list[list[list[Lane]]]:
     ]
 
 
+def check_lanes() -> list[Lane]:
+    """The tests of `make check`, the tier without a cluster that `make test` runs first (`--lane unit,chart`): the
+    unit tests that need neither AReaL's environment nor helm, and the chart tests."""
+    return [Lane("unit", "unit and not areal_worker and not chart"), Lane("chart", "chart")]
+
+
 def every_lane() -> list[Lane]:
-    return [lane for phase in lanes() for stream in phase for lane in stream]
+    return [*check_lanes(), *(lane for phase in lanes() for stream in phase for lane in stream)]
 
 
 def by_name(name: str) -> Lane:
