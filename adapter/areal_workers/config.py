@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import ipaddress
 import json
 import math
@@ -96,6 +97,9 @@ class KubernetesSchedulerConfig:
         trainer_address: the address of this machine that AReaL's controllers advertise to the workers (the
             RolloutController's callback server, its proxy gateway): one the worker pods can reach. None: AReaL's
             own choice (gethostip: the host name's address), right inside a pod, often not outside the cluster.
+        metrics_address: host:port on which the scheduler serves its Prometheus metrics (docs/en/observability.md),
+            e.g. `0.0.0.0:9090` in a pod, `127.0.0.1:0` for any free port; needs the `metrics` extra
+            (prometheus-client). None: no metrics.
     """
 
     namespace: str = "default"
@@ -135,6 +139,7 @@ class KubernetesSchedulerConfig:
     kueue_queue: str | None = None
     kueue_priority_class: str | None = None
     trainer_address: str | None = None
+    metrics_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -195,6 +200,13 @@ class KubernetesSchedulerConfig:
                 raise ConfigError(
                     f"trainer_address must be an IP address the worker pods can reach, got {self.trainer_address!r}"
                 ) from None
+        if self.metrics_address is not None:
+            split_address(self.metrics_address)
+            if importlib.util.find_spec("prometheus_client") is None:
+                raise ConfigError(
+                    "metrics_address needs prometheus-client: pip install 'areal-workers[metrics]', or leave "
+                    "AREAL_K8S_METRICS_ADDRESS unset"
+                )
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 
@@ -248,6 +260,20 @@ def _read_namespace(path: Path) -> str | None:
         return path.read_text().strip() or None
     except OSError:  # not inside a pod
         return None
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """`host:port` (`[v6]:port`; an empty host: every interface), e.g. `0.0.0.0:9090`."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"metrics_address must be host:port (port 0-65535, 0: any free one), got {address!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_address(raw: str, source: str = "metrics_address") -> str:
+    """`host:port`, e.g. `0.0.0.0:9090` (port 0: any free one)."""
+    split_address(raw)
+    return raw.strip()
 
 
 def parse_node_selector(raw: str, source: str = "node_selector") -> dict[str, str]:
@@ -351,4 +377,5 @@ ENVIRONMENT_PARSERS = {
     "destroy_timeout": parse_duration,
     "lease_grace_seconds": parse_duration,
     "lease_takeover": parse_bool,
+    "metrics_address": parse_address,
 }

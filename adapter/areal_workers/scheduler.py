@@ -25,6 +25,7 @@ from .errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from .observer import NO_OBSERVER, Observer, timed
 from .orchestration.deletion import Deletion
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
@@ -107,6 +108,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             self.reclaim = Reclaim(self.driver, self.guard, self.loop, self.held)
             self._lock = threading.RLock()
             self.lease = parts.lease
+            self.observer = self._observe()
             # A restarted trainer holds its release's Lease from the start, taken before a pending operation is
             # recovered: a live controller's operation in flight is not rolled back by a newcomer it refuses.
             self.driver.adopt(before_recovery=self._hold_lease)
@@ -116,8 +118,19 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
         except BaseException:
             if parts is not None:
                 parts.guard.close()
+            getattr(self, "observer", NO_OBSERVER).close()
             self.loop.close()
             raise
+
+    def _observe(self) -> Observer:
+        """The metrics this scheduler serves (metrics_address), counted from the driver's and the guard's hooks."""
+        if self.config.metrics_address is None:
+            return NO_OBSERVER
+        from .runtime import metrics  # prometheus-client (the metrics extra): imported only when asked for
+
+        observer = metrics.start(self.config.metrics_address, self.release, self.driver, self.lease)
+        self.driver.observer = self.guard.observer = observer
+        return observer
 
     def _hold_lease(self) -> None:
         """Takes the trainer's Lease once there is a release for it to keep alive (adopted, or about to be
@@ -171,6 +184,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
 
     # --- create, scale, update -------------------------------------------------------------------
 
+    @timed("create_workers")
     def create_workers(self, job: Job, *args: Any, **kwargs: Any) -> list[str]:
         with self._lock:
             self._confirm_lease()
@@ -206,6 +220,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
                 self._drop_lease()
             raise
 
+    @timed("scale_workers")
     def scale_workers(self, role: str, replicas: int) -> list[str]:
         """Changes a role's replica count in one helm revision; existing workers keep running untouched."""
         with self._lock:
@@ -225,6 +240,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
                 )
             return [naming.worker_id(role, i) for i in range(replicas)]
 
+    @timed("update_workers")
     def update_workers(self, job: Job) -> list[str]:
         """Replaces an existing role's SchedulingSpec (image, command, resources, env, replicas) in one helm
         revision; the StatefulSet rolls its pods. If the new pods fail, get_workers rolls the release back."""
@@ -254,6 +270,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
 
     # --- discover and wait -----------------------------------------------------------------------
 
+    @timed("get_workers")
     def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
         """Waits until every worker of `role` answers. The wait holds no lock: engine calls, and waits for other
         roles, go on meanwhile. A fatal diagnosis (WorkerFailedError) rolls a pending change back; a time-out
@@ -444,6 +461,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             return
         if self.lease is not None:  # a release left installed is reaped once the lease is older than its grace
             self.lease.stop()
+        self.observer.close()
         self.guard.close()
         self.loop.run(self.guard.aclose())  # the async session of the helper loop (used by forks)
         self.loop.close()

@@ -14,6 +14,7 @@ client's and ``guard.replies``'.  Nothing here retries.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
+from ..observer import NO_OBSERVER, Observer
 from .replies import NoReply, Reply, guard_url, timeout_text
 
 if TYPE_CHECKING:
@@ -34,6 +36,13 @@ Liveness = Callable[["Worker"], None]
 POOL_SIZE = 256  # connections kept per worker host, and worker hosts kept, by the sync session
 READ_BUFSIZE = 10 * 1024 * 1024  # AReaL's value: replies can carry large serialized tensors
 JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def attempt_error(reply: Reply | NoReply) -> str | None:
+    """An attempt's error for the metrics: why no reply came, or the class of an HTTP error status."""
+    if isinstance(reply, NoReply):
+        return reply.kind
+    return f"http_{reply.status // 100}xx" if reply.status >= 400 else None
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ class GuardTransport:
         self._liveness = liveness
         self._connect_timeout = connect_timeout
         self._http = _pooled_http_session()
+        self.observer: Observer = NO_OBSERVER  # the scheduler's metrics, when it serves them
         # Weakly keyed so that a forgotten loop is not kept alive; entries are also removed when
         # their loop's asyncio.run() ends (the session refers to its loop).
         self._loop_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopSession] = (
@@ -83,6 +93,12 @@ class GuardTransport:
         return min(self._connect_timeout, timeout), timeout
 
     def _sync_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply | NoReply:
+        start = time.monotonic()
+        reply = self._sync_post(worker, path, payload, timeout)
+        self.observer.guard_request(path, time.monotonic() - start, attempt_error(reply))
+        return reply
+
+    def _sync_post(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply | NoReply:
         """POST `path` with requests: the reply, or why none came (after a connection error the worker's liveness
         is checked, so a dead pod raises its WorkerFailedError instead)."""
         try:
@@ -101,6 +117,14 @@ class GuardTransport:
 
     async def _async_attempt(
         self, worker: Worker, path: str, payload: bytes, timeout: float, *, check_liveness: bool = True
+    ) -> Reply | NoReply:
+        start = time.monotonic()
+        reply = await self._async_post(worker, path, payload, timeout, check_liveness)
+        self.observer.guard_request(path, time.monotonic() - start, attempt_error(reply))
+        return reply
+
+    async def _async_post(
+        self, worker: Worker, path: str, payload: bytes, timeout: float, check_liveness: bool
     ) -> Reply | NoReply:
         """POST `path` with aiohttp: the reply, or why none came (see _sync_attempt; `check_liveness` False: not
         checked)."""

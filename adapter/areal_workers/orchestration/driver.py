@@ -20,6 +20,7 @@ from kubernetes import client
 from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError, add_note
+from ..observer import NO_OBSERVER, Observer
 from ..pods import ready_pods
 from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
 from ..pods.watch import PodWatch, all_ready
@@ -57,6 +58,7 @@ class ReleaseDriver:
         self.good_revision: int | None = None
         self.held_record: ready_pods.Record = {}  # the worker pods AReaL holds, as recorded on the ConfigMap
         self.authorship = Authorship()  # which revisions this driver may undo
+        self.observer: Observer = NO_OBSERVER  # the scheduler's metrics, when it serves them
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
         self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
         # Not revision numbers: helm numbers revisions from 1 again after an uninstall, epochs never repeat.
@@ -340,6 +342,7 @@ class ReleaseDriver:
         target = self.good_revision
         current = self.helm(self.releases.current(self.name))
         foreign = self.authorship.foreign(target, current.revision) if current is not None else []
+        self.observer.rolled_back("left" if foreign else "uninstalled" if target is None else "rolled_back", error)
         if foreign:
             note = (
                 f"release {self.name} not rolled back to revision {target}: revision(s) "

@@ -93,6 +93,7 @@ class WorkerFinder:
             ready_pod = self.driver.held_baseline(pod)
         error = self.inspector.failure(role, pod, ready_pod, nodes, restarted_pod=restarted_pod)
         if error is not None:
+            self.driver.observer.worker_failed(role, error)
             raise error
 
     def unreachable_note(self, worker: Worker) -> str:

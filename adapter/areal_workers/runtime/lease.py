@@ -119,6 +119,11 @@ class ReleaseLease:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def renewal_age(self) -> float | None:
+        """Seconds since this scheduler last wrote the Lease (None: it holds none)."""
+        return self._clock() - self._renewed_at if self._held else None
+
     def start(self) -> None:
         """Takes the Lease (creates it, or takes it over from a dead predecessor) and renews it from now on. A
         live holder raises LeaseHeldError; a request that fails raises ClusterAccessError naming the cause."""
