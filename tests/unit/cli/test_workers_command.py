@@ -1,4 +1,4 @@
-"""`areal-workers status`, `diagnose` and `logs` (cli/commands/workers.py) over a fake session: the trainer's Lease
+"""`areal-workers status`, `diagnose` and `logs` (cli/commands/workers.py, logs.py) over a fake session: the trainer's Lease
 in words, a role or worker id resolved against the trial's model, the pod of a worker (a process fork's is its
 target's), a release re-read when a workload it did not know shows up, and the exit codes of a log read the API
 refuses."""
@@ -18,7 +18,7 @@ from session_fakes import RELEASE, SessionCalls
 
 from areal_workers import naming
 from areal_workers.cli import session as session_module
-from areal_workers.cli.commands import workers
+from areal_workers.cli.commands import logs, workers
 from areal_workers.cli.session import EXIT_CLUSTER, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError
 from areal_workers.pods import ready_pods
 from areal_workers.release.model import ReleaseModel
@@ -243,7 +243,7 @@ def test_an_unreadable_lease_leaves_the_trainer_unsaid(monkeypatch):
     [("actor", ("actor", None)), ("actor/1", ("actor", [1])), ("gen/0", ("gen", [0])), ("critic/0", ("critic", [0]))],
 )
 def test_a_role_means_every_worker_and_role_index_one(target, resolved):
-    assert workers._resolve(ReleaseModel(topology=TOPOLOGY, revision=3), target) == resolved
+    assert workers.resolve_target(ReleaseModel(topology=TOPOLOGY, revision=3), target) == resolved
 
 
 @pytest.mark.parametrize(
@@ -257,13 +257,13 @@ def test_a_role_means_every_worker_and_role_index_one(target, resolved):
 )
 def test_a_target_the_trial_does_not_have_is_not_found_with_what_it_has(target, message):
     with pytest.raises(CliError) as raised:
-        workers._resolve(ReleaseModel(topology=TOPOLOGY, revision=3), target)
+        workers.resolve_target(ReleaseModel(topology=TOPOLOGY, revision=3), target)
     assert (str(raised.value), raised.value.exit_code) == (message, EXIT_NOT_FOUND)
 
 
 def test_a_trial_without_workloads_says_none():
     with pytest.raises(CliError, match=r"\(roles: none\)"):
-        workers._resolve(ReleaseModel(topology={}), "actor")
+        workers.resolve_target(ReleaseModel(topology={}), "actor")
 
 
 # --- the pod of a worker ----------------------------------------------------------------------------------
@@ -271,21 +271,21 @@ def test_a_trial_without_workloads_says_none():
 
 def test_a_pod_name_is_taken_as_given_without_reading_the_release():
     session = FakeSession([])
-    assert workers.worker_pod(session, RELEASE, f"{RELEASE}-actor-0") == f"{RELEASE}-actor-0"
+    assert logs.worker_pod(session, RELEASE, f"{RELEASE}-actor-0") == f"{RELEASE}-actor-0"
     assert session.reads == 0
 
 
 def test_a_workers_pod_is_the_live_one_of_its_index_and_a_process_forks_is_its_targets():
     session = FakeSession([pod("actor", 1, terminating=True), pod("actor", 0), pod("actor", 1)])
-    assert workers.worker_pod(session, RELEASE, "actor/1") == f"{RELEASE}-actor-1"
-    assert workers.worker_pod(session, RELEASE, "gen/1") == f"{RELEASE}-actor-1"
+    assert logs.worker_pod(session, RELEASE, "actor/1") == f"{RELEASE}-actor-1"
+    assert logs.worker_pod(session, RELEASE, "gen/1") == f"{RELEASE}-actor-1"
     assert session.selectors == [naming.role_selector(RELEASE, "actor")] * 2
 
 
 def test_a_worker_whose_pod_is_only_terminating_has_no_pod():
     session = FakeSession([pod("critic", 0, terminating=True)])
     with pytest.raises(CliError) as raised:
-        workers.worker_pod(session, RELEASE, "critic/0")
+        logs.worker_pod(session, RELEASE, "critic/0")
     assert raised.value.exit_code == EXIT_NOT_FOUND
     assert str(raised.value) == "worker critic/0 has no pod right now (areal-workers diagnose critic/0)"
 
@@ -348,7 +348,7 @@ def test_a_log_the_api_refuses_is_an_error_by_its_status(status, exit_code, mess
     error.body = "previous terminated container not found" if status == 400 else None
     session.log = error
     with pytest.raises(CliError) as raised:
-        workers.logs(session, f"{RELEASE}-actor-0", follow=False, tail=None, previous=True)
+        logs.logs(session, f"{RELEASE}-actor-0", follow=False, tail=None, previous=True)
     assert (str(raised.value), raised.value.exit_code) == (message, exit_code)
 
 
@@ -368,7 +368,7 @@ class LogResponse:
 def test_a_workers_log_is_read_from_its_pod_copied_to_stdout_and_released(capsys):
     session = FakeSession([pod("actor", 0), pod("actor", 1)])
     session.log = LogResponse([b"step 1\n", b"step 2\n"])
-    assert workers.logs(session, "gen/1", follow=True, tail=20, previous=False) == EXIT_OK
+    assert logs.logs(session, "gen/1", follow=True, tail=20, previous=False) == EXIT_OK
     assert session.log_request == (
         f"{RELEASE}-actor-1",
         {"follow": True, "tail_lines": 20, "previous": False, "_preload_content": False},
@@ -411,14 +411,14 @@ class RestartingSession(FakeSession):
 def test_a_log_is_read_whole_and_never_parsed_by_the_client(capsys):
     session = FakeSession([pod("actor", 0)])
     session.log = LogText('{"step": 1}\n')
-    assert workers.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
+    assert logs.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
     assert session.log_request[1] == {"_preload_content": False, "tail_lines": 5, "previous": False}
     assert capsys.readouterr().out == '{"step": 1}\n'
 
 
 def test_an_empty_log_of_a_restarted_container_is_followed_by_the_previous_ones_with_a_note(capsys):
     session = RestartingSession(crashed(pod("actor", 0, ready=False), restarts=2), "cannot load /ckpt\n")
-    assert workers.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
+    assert logs.logs(session, "actor/0", follow=False, tail=5, previous=False) == EXIT_OK
     out, err = capsys.readouterr()
     assert out == "cannot load /ckpt\n"
     assert err.strip() == (
@@ -430,6 +430,6 @@ def test_an_empty_log_of_a_restarted_container_is_followed_by_the_previous_ones_
 
 def test_an_empty_log_of_a_container_that_never_restarted_stays_empty(capsys):
     session = RestartingSession(pod("actor", 0), "never read\n")
-    assert workers.logs(session, "actor/0", follow=False, tail=None, previous=False) == EXIT_OK
+    assert logs.logs(session, "actor/0", follow=False, tail=None, previous=False) == EXIT_OK
     assert capsys.readouterr() == ("", "")
     assert [r["previous"] for r in session.requests] == [False]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..command import Command, Invocation
+from ..session import EXIT_OK
+
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
     return sorted(option for action in parser._actions for option in action.option_strings)
@@ -42,3 +45,24 @@ complete -F {function} {program}
 
 def zsh_script(parser: argparse.ArgumentParser, program: str = "areal-workers") -> str:
     return "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser, program)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shell", choices=("bash", "zsh"))
+
+
+def _run(call: Invocation) -> int:
+    print(bash_script(call.parser) if call.args.shell == "bash" else zsh_script(call.parser), end="")
+    return EXIT_OK
+
+
+COMMANDS = (
+    Command(
+        "completion",
+        "print a shell completion script",
+        "  source <(areal-workers completion bash)\n  areal-workers completion zsh > ~/.zfunc/_areal-workers",
+        _run,
+        _arguments,
+        uses_cluster=False,
+    ),
+)

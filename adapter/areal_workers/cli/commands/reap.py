@@ -3,6 +3,8 @@ release that cannot be reaped is reported and the others still are; the command 
 
 from __future__ import annotations
 
+import argparse
+import os
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -14,6 +16,7 @@ from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ...runtime.lease import LEASE_LABEL
 from ...runtime.schedule import ScheduleError, longest_interval
+from ..command import Command, Invocation, duration_option
 from ..output import Format, console, emit, table
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CliError, Session
 
@@ -121,3 +124,35 @@ def reap(session: Session, dry_run: bool, timeout: float, schedule: str | None, 
         )
     )
     return code
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="only show what would be reaped")
+    parser.add_argument(
+        "--schedule",
+        metavar="CRON",
+        default=os.environ.get(SCHEDULE_VARIABLE) or None,
+        help="the cron schedule this command runs on (default: $"
+        + SCHEDULE_VARIABLE
+        + ", which the chart's reaper CronJob sets): a Lease last looked at more than two of its periods ago (the "
+        "reaper stopped, the apiserver was away) starts its count again; without it, no limit",
+    )
+    duration_option(parser, "--timeout", "5m", "how long to wait for a release's pods to go")
+
+
+def _run(call: Invocation) -> int:
+    return reap(call.session, call.args.dry_run, call.args.timeout, call.args.schedule, call.fmt)
+
+
+COMMANDS = (
+    Command(
+        "reap",
+        "uninstall the releases whose trainer's lease it has seen unchanged for longer than the "
+        "grace period, over two runs at least the grace apart (by hand or from a CronJob), and wait for "
+        "their pods to go; exits 1 if a release could not be reaped (the next run retries it)",
+        "  areal-workers reap -n rl                    uninstall trials whose trainer died (lease stale)\n"
+        "  areal-workers reap --dry-run -o json",
+        _run,
+        _arguments,
+    ),
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from ...pods.images import short
 from ...pods.inspector import FAILED_NOTE
 from ...pods.watch import WaitTimedOut, all_ready, is_ready
 from ...release.model import ReleaseModel, roles_diff
+from ..command import FORCE_HELP, Command, Invocation, duration_option
 from ..output import Format, console, emit, table
 from ..session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 from ..trainer_lease import give_up, take_trainers_lease
@@ -245,3 +247,67 @@ def down(session: Session, yes: bool, rank_zero_last: bool, force: bool, fmt: Fo
     else:
         console().print(f"deleted {summary}")
     return EXIT_OK
+
+
+# --- the commands ------------------------------------------------------------------------------------------
+
+
+def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("revision", type=int, nargs="?", default=None)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for the workers to be ready")
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="only show the target and what it changes in each role (replicas, image)"
+    )
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask on a terminal")
+    duration_option(parser, "--timeout", "10m", "how long to wait for the workers")
+
+
+def _run_rollback(call: Invocation) -> int:
+    args = call.args
+    return rollback(
+        call.session, args.revision, not args.no_wait, args.timeout, args.force, call.fmt, args.dry_run, args.yes
+    )
+
+
+def _down_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+    parser.add_argument(
+        "--rank-zero-last",
+        action="store_true",
+        help="scale each role to rank 0 before removing it (rank 0 holds the TCPStore)",
+    )
+
+
+def _run_down(call: Invocation) -> int:
+    return down(call.session, call.args.yes, call.args.rank_zero_last, call.args.force, call.fmt)
+
+
+COMMANDS = (
+    Command(
+        "history",
+        "the trial's release revisions, with the last one whose workers were all ready and the image digests "
+        "its pods ran, which ones failed (and why) and what rolled them back",
+        "  areal-workers history --release aw-gsm8k-t1-1a2b3c4d",
+        lambda call: history(call.session, call.fmt),
+    ),
+    Command(
+        "rollback",
+        "back to a revision (default: the last all-ready one, else the previous), "
+        "pods stuck on the abandoned revision replaced, then wait until ready; shows what each role changes first "
+        "and asks on a terminal",
+        "  areal-workers rollback                      to the last all-ready revision (else the previous)\n"
+        "  areal-workers rollback --dry-run            the target and what it changes in each role\n"
+        "  areal-workers rollback 3 --timeout 15m",
+        _run_rollback,
+        _rollback_arguments,
+    ),
+    Command(
+        "down",
+        "delete a trial's release and its workers (asks first)",
+        "  areal-workers down --experiment gsm8k --trial t1\n  areal-workers down --release aw-x-y-1a2b3c4d --yes",
+        _run_down,
+        _down_arguments,
+    ),
+)

@@ -4,6 +4,7 @@ ReleaseModel) and rendered by `helm template`, which also checks them against th
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import sys
@@ -17,6 +18,7 @@ from ...areal_types import Job, SchedulingSpec, SchedulingStrategy
 from ...config import KubernetesSchedulerConfig
 from ...release import values as job_values
 from ...release.model import ReleaseModel
+from ..command import NAMES_AGREE, Command, Invocation, chart_options
 from ..output import Format, emit
 from ..session import EXIT_OK, EXIT_USAGE, CliError, Session
 
@@ -177,3 +179,40 @@ def render(
         print("---")
         print(yaml.safe_dump(manifest, sort_keys=False), end="")
     return EXIT_OK
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--job-file",
+        help="AReaL Job(s) as YAML: {role, replicas, tasks: "
+        "[SchedulingSpec], scheduling_strategy} or {experiment, trial, "
+        "jobs: [...]}; " + NAMES_AGREE,
+    )
+    parser.add_argument(
+        "--show",
+        choices=("all", "values", "manifests"),
+        default="all",
+        help="what to print; helm template checks the values against the chart's schema either way",
+    )
+    chart_options(parser)
+
+
+def _run(call: Invocation) -> int:
+    args = call.args
+    experiment, trial = getattr(args, "experiment", None), getattr(args, "trial", None)
+    return render(call.session, args.job_file, experiment, trial, args.show, call.fmt)
+
+
+COMMANDS = (
+    Command(
+        "render",
+        "dry run without a cluster: the values and manifests of a job file and/or "
+        "values files (helm template, schema-checked)",
+        "  areal-workers render -f job.yaml            values and manifests create_workers would apply\n"
+        "  areal-workers render --values platform.yaml -f job.yaml --show values\n"
+        "  areal-workers render --values values.yaml   a values file alone: its roles (helm template + schema)",
+        _run,
+        _arguments,
+    ),
+)

@@ -4,6 +4,7 @@ by PodSecurity admission, a missing ServiceAccount, a webhook) ends the wait wit
 
 from __future__ import annotations
 
+import argparse
 import copy
 import time
 from collections.abc import Callable
@@ -20,9 +21,11 @@ from urllib3.exceptions import HTTPError
 from ... import diagnosis
 from ...pods.watch import WaitTimedOut
 from .. import log_stream
+from ..command import Command, Invocation, duration_option
 from ..output import Format, console, emit
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
 from ..trainer_attempts import ended
+from ..trainer_env import env_references
 from ..trainer_job import TrainerSpec, load_spec, trainer_job
 from ..trainer_network import (
     apiserver_from_env,
@@ -385,3 +388,76 @@ def submit(
             f"job {name} -n {session.namespace}",
             EXIT_TIMEOUT,
         ) from None
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--file",
+        help="submit file: TrainerSpec fields (image, cpu, memory, gpu, env, "
+        "volumes, volume_mounts, lease_grace_seconds, pod_security_context, container_security_context, ...)",
+    )
+    parser.add_argument("--image", help="the trainer's image (AReaL, areal-workers and helm in it)")
+    parser.add_argument("--name", help="the Job's name (default: trainer-<script>)")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        metavar="N",
+        help="new attempts after a failed one (default 3, AReaL's recover.retries; 0: one attempt): each takes "
+        "over the last one's Lease and reclaims its workers, restarted in place",
+    )
+    parser.add_argument(
+        "--env-from-secret",
+        action="append",
+        default=[],
+        metavar="NAME=SECRET:KEY",
+        help="the trainer's variable NAME from key KEY of Secret SECRET of the namespace (repeatable): the Job holds "
+        "a reference, not the value; over the submit file's env",
+    )
+    parser.add_argument(
+        "--env-from-configmap",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIGMAP:KEY",
+        help="the trainer's variable NAME from key KEY of ConfigMap CONFIGMAP of the namespace (repeatable)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the Job and its NetworkPolicy instead of creating them"
+    )
+    parser.add_argument("--detach", action="store_true", help="return once the Job is created")
+    duration_option(parser, "--start-timeout", "10m", "how long the trainer pod may take to start")
+    parser.add_argument(
+        "trainer_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the trainer's command"
+    )
+
+
+def _run(call: Invocation) -> int:
+    args = call.args
+    command_line = args.trainer_command[1:] if args.trainer_command[:1] == ["--"] else args.trainer_command
+    overrides = {
+        "image": args.image,
+        "name": args.name,
+        "restarts": args.restarts,
+        "env": env_references(args.env_from_secret, args.env_from_configmap),
+    }
+    return submit(
+        call.session, args.file, overrides, command_line, args.dry_run, args.detach, args.start_timeout, call.fmt
+    )
+
+
+COMMANDS = (
+    Command(
+        "submit",
+        "run the trainer as a Job in the namespace (controller ServiceAccount, the "
+        "label the NetworkPolicy admits, its workers owned by its pod), stream its log and "
+        "exit with its exit code",
+        "  areal-workers submit -n rl -f trainer.yaml -- python train.py --config gsm8k.yaml\n"
+        "  areal-workers submit --image registry.example.com/areal:v1.0.4 --dry-run -- python train.py\n"
+        "  areal-workers submit -f trainer.yaml --env-from-secret WANDB_API_KEY=wandb:api-key -- python train.py",
+        _run,
+        _arguments,
+    ),
+)

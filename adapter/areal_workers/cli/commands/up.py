@@ -7,6 +7,7 @@ trainer's release (one with a Lease) is refused: `up` would change its workers b
 
 from __future__ import annotations
 
+import argparse
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -16,11 +17,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ...areal_types import Job
+from ...config import CAPACITY_CHECKS
 from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
 from ...orchestration import driver as release_driver
 from ...release import values as job_values
 from ...runtime.lease import lease_name
 from ...scheduler import KubernetesScheduler
+from ..command import NAMES_AGREE, Command, Invocation, chart_options, duration_option
 from ..output import Format, console, emit, table
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
 from .render import load_job_file, trial_names
@@ -145,3 +148,36 @@ def up(
                 table(["WORKER", "ADDRESS"], [[w["id"], f"{w['ip']}:{','.join(w['ports'])}"] for w in created])
             )
     return EXIT_OK
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--job-file", required=True, help="the job file (see render); " + NAMES_AGREE)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for the workers")
+    parser.add_argument(
+        "--capacity-check",
+        choices=CAPACITY_CHECKS,
+        default=None,
+        help="whether a worker must fit some node before a change is written: reject (default), warn (a cluster "
+        "autoscaler adds nodes), off (AREAL_K8S_CAPACITY_CHECK)",
+    )
+    duration_option(parser, "--timeout", "10m", "how long to wait for each role")
+    chart_options(parser)
+
+
+def _run(call: Invocation) -> int:
+    args = call.args
+    experiment, trial = getattr(args, "experiment", None), getattr(args, "trial", None)
+    return up(call.session, args.job_file, experiment, trial, not args.no_wait, args.timeout, call.fmt)
+
+
+COMMANDS = (
+    Command(
+        "up",
+        "create (or update) a trial's roles from a job file with KubernetesScheduler and wait "
+        "until every worker answers (a failure is diagnosed and rolled back as for a trainer)",
+        "  areal-workers up -f job.yaml               create the job file's roles and wait until they answer\n"
+        "  areal-workers up -f job.yaml --values platform.yaml --timeout 15m",
+        _run,
+        _arguments,
+    ),
+)

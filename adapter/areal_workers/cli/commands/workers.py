@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import asdict
@@ -21,7 +21,7 @@ from ...release.model import ReleaseModel
 from ...runtime import reaper
 from ...runtime.lease import lease_name
 from ...runtime.lease_record import being_reaped, observation_of
-from .. import log_stream
+from ..command import Command, Invocation, duration_option
 from ..output import Format, console, emit, status_renderable
 from ..session import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
 from ..status_view import TrialStatus, trial_status
@@ -198,7 +198,7 @@ def _watch(session: Session, reader: TrialReader, selector: str, fmt: Format, se
 # --- diagnose ----------------------------------------------------------------------------------------------
 
 
-def _resolve(model: ReleaseModel, target: str) -> tuple[str, list[int] | None]:
+def resolve_target(model: ReleaseModel, target: str) -> tuple[str, list[int] | None]:
     """A role (every index) or a worker `role/index`; raises when the release has no such thing."""
     parsed = naming.parse_worker_id(target)
     role, index = parsed if parsed else (target, None)
@@ -231,7 +231,7 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
     reader = TrialReader(session, [release])
     model = reader.read(release)[0]
     held, helm_error = reader.held.get(release, {}), reader.helm_errors.get(release, "")
-    role, indices = _resolve(model, target)
+    role, indices = resolve_target(model, target)
     pod_role = model.pod_role(role)
     inspector = session.inspector(release)
     pods, _ = session.kube(session.pods().list, "listing worker pods", naming.role_selector(release, pod_role))
@@ -309,94 +309,45 @@ def diagnose(session: Session, target: str, fmt: Format) -> int:
     return EXIT_OK if healthy else EXIT_PROBLEM
 
 
-# --- logs --------------------------------------------------------------------------------------------------
+# --- the commands ------------------------------------------------------------------------------------------
 
 
-def worker_pod(session: Session, release: str, target: str) -> str:
-    """The pod running worker `role/index` (a process fork's: its target's pod), or a pod name of the release as
-    given. A role alone is its rank 0, as `kubectl logs` takes a workload's first pod (a note on stderr names it)."""
-    if naming.parse_worker_id(target) is None and target.startswith(f"{release}-"):
-        return target
-    model = TrialReader(session, [release]).read(release)[0]
-    if naming.parse_worker_id(target) is None:
-        if not model.exists(target):
-            known = ", ".join(sorted(model.workloads())) or "none"
-            raise CliError(
-                f"no role or worker pod {target!r} in trial {release} (roles: {known}); name a role, a worker "
-                f"ROLE/INDEX or a pod {release}-ROLE-INDEX",
-                EXIT_NOT_FOUND,
-            )
-        if model.replicas(target) > 1:
-            print(
-                f"{target} has {model.replicas(target)} workers; showing {target}/0 (logs {target}/INDEX for another)",
-                file=sys.stderr,
-            )
-        target = naming.worker_id(target, 0)
-    role, indices = _resolve(model, target)
-    assert indices is not None
-    pods, _ = session.kube(
-        session.pods().list, "listing worker pods", naming.role_selector(release, model.pod_role(role))
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-w", "--watch", action="store_true", help="redraw on every pod change (one watch)")
+    duration_option(
+        parser, "--watch-seconds", None, "stop watching after this long and exit as status would for the last frame"
     )
-    found = [p for p in pods if pod_index(p) == indices[0] and p.metadata.deletion_timestamp is None]
-    if not found:
-        raise CliError(f"worker {target} has no pod right now (areal-workers diagnose {target})", EXIT_NOT_FOUND)
-    return found[0].metadata.name
 
 
-def restarted_note(pod: client.V1Pod) -> str | None:
-    """Why the previous container's log stands in for an empty current one: the current instance was started
-    after a crash and has not written yet, so its log says nothing about why the worker restarts."""
-    for status in (pod.status and pod.status.container_statuses) or []:
-        ended = status.last_state and status.last_state.terminated
-        if status.restart_count and ended:
-            return (
-                f"{pod.metadata.name}: the current container (restart {status.restart_count}) has not logged yet; "
-                f"the previous one's log (exit code {ended.exit_code}) follows"
-            )
-    return None
+def _run_status(call: Invocation) -> int:
+    return status(call.session, call.fmt, call.args.watch, call.args.watch_seconds)
 
 
-def _read_log(session: Session, pod: str, **options: Any) -> Any:
-    # Never preloaded: the client would json.loads a log that happens to be one JSON document.
-    try:
-        return session.core.read_namespaced_pod_log(pod, session.namespace, _preload_content=False, **options)
-    except ApiException as error:
-        if error.status == 404:
-            raise CliError(f"pod {pod} not found in namespace {session.namespace}", EXIT_NOT_FOUND) from None
-        if error.status == 400:  # no previous container, or the container has not started
-            raise CliError(f"no log for {pod}: {error.body or error.reason}", EXIT_PROBLEM) from None
-        raise session.cluster_error(error, f"reading the log of {pod}") from None
+def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="ROLE|ROLE/INDEX")
 
 
-def _log_text(session: Session, pod: str, **options: Any) -> str:
-    return _read_log(session, pod, **options).data.decode("utf-8", errors="replace")
+def _run_diagnose(call: Invocation) -> int:
+    return diagnose(call.session, call.args.target, call.fmt)
 
 
-def logs(
-    session: Session, target: str, follow: bool, tail: int | None, previous: bool, since: float | None = None
-) -> int:
-    """The worker's log on stdout; -f follows it until the container ends (exit 0) or Ctrl-C (exit 130)."""
-    release = session.release()
-    pod = worker_pod(session, release, target)
-    # kubectl's --since: whole seconds, at least one
-    window: dict[str, int] = {"since_seconds": max(1, math.ceil(since))} if since is not None else {}
-    if not follow:
-        text = _log_text(session, pod, tail_lines=tail, previous=previous, **window)
-        if not text and not previous:
-            note = restarted_note(
-                session.kube(session.core.read_namespaced_pod, f"reading pod {pod}", pod, session.namespace)
-            )
-            if note:
-                print(note, file=sys.stderr)
-                text = _log_text(session, pod, tail_lines=tail, previous=True, **window)
-        sys.stdout.write(text)
-        return EXIT_OK
-    response = _read_log(session, pod, follow=True, tail_lines=tail, previous=previous, **window)
-    reader = log_stream.start_copy(response)
-    try:
-        log_stream.wait_for(reader)
-    except KeyboardInterrupt:  # Ctrl-C: the stream ends at once, and the exit says it was interrupted
-        return EXIT_INTERRUPTED
-    finally:
-        log_stream.stop_copy(response, reader)
-    return EXIT_OK
+COMMANDS = (
+    Command(
+        "status",
+        "roles and workers of one trial or every trial: ready, restarts, node, address, "
+        "and why a worker is not ready (exit 1 when one is not)",
+        "  areal-workers status -n rl                 every trial in namespace rl\n"
+        "  areal-workers status --experiment gsm8k --trial t1 --watch\n"
+        "  areal-workers status -o json | jq '.trials[].workers[] | select(.ready|not)'",
+        _run_status,
+        _status_arguments,
+    ),
+    Command(
+        "diagnose",
+        "why a role's or a worker's pods are not ready: the adapter's diagnosis with "
+        "events, log tail and the fix (exit 1 when a problem is found)",
+        "  areal-workers diagnose actor                every actor worker\n  areal-workers diagnose actor/3 -o json",
+        _run_diagnose,
+        _diagnose_arguments,
+    ),
+)
