@@ -119,7 +119,7 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 # both it and the stand-in (`both_workers`); the integration conftest deselects the `reference_guard_only` ones.
 # Not the `rbac` ones: the controller's identity changes nothing on the worker side (docs/en/testing.md, "The
 # AReaL-worker lane"). The helm 4 lane keeps to the admin half likewise: helm 4 within the controller's Role passed
-# all 26 [rbac] tests of test_scheduler.py once (stop 29), but run on every lane it slows the main lane's stream on
+# the [rbac] tests of test_scheduler.py once (26 of them then), but run on every lane it slows the main lane's stream on
 # these 2 cores.
 AREAL = f"integration and (areal_worker or both_workers) and not rbac and {SIDE_BY_SIDE}"
 

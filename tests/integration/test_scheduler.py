@@ -36,8 +36,15 @@ COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
 
 @pytest.fixture(params=["admin", pytest.param("rbac", marks=pytest.mark.rbac)])
 def identity(request) -> str:
-    """Every test here runs twice: as cluster admin, and as the least-privilege controller of rbac/."""
+    """A test here runs twice, as cluster admin and as the least-privilege controller of rbac/, unless it is
+    `admin_only`."""
     return request.param
+
+
+# As admin only: tests whose calls make no API request beyond those of the [rbac] runs of the others (checks before
+# anything is read or written, reads of the release, HTTP to the guards); test_rbac_rules.py shows each rule of the
+# Role necessary on its own.
+admin_only = pytest.mark.parametrize("identity", ["admin"])
 
 
 def helm_values(kubeconfig, helm_executable, namespace, release) -> dict:
@@ -69,6 +76,7 @@ def test_create_and_get_workers_return_role_ids_and_the_discovered_guards(make_s
     assert [r["description"] for r in scheduler.history()] == ["create actor: 3 worker(s)"]
 
 
+@admin_only
 def test_engines_are_created_and_called_over_http_on_the_discovered_workers(make_scheduler):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
@@ -93,6 +101,7 @@ def test_engines_are_created_and_called_over_http_on_the_discovered_workers(make
         scheduler.call_engine("critic/0", "value", "x")
 
 
+@admin_only
 def test_sync_methods_work_inside_a_running_event_loop(make_scheduler):
     scheduler = make_scheduler()
 
@@ -103,6 +112,7 @@ def test_sync_methods_work_inside_a_running_event_loop(make_scheduler):
     assert [w.id for w in asyncio.run(controller())] == ["rollout/0"]
 
 
+@admin_only
 def test_duplicate_role_is_rejected_without_a_new_revision(make_scheduler):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 1))
@@ -112,6 +122,7 @@ def test_duplicate_role_is_rejected_without_a_new_revision(make_scheduler):
     assert revisions(scheduler) == [1]
 
 
+@admin_only
 @pytest.mark.parametrize(
     "bad_job, message",
     [
@@ -134,6 +145,7 @@ def test_bad_jobs_fail_before_anything_is_written(make_scheduler, bad_job, messa
     assert scheduler.history() == []  # no release, no revision
 
 
+@admin_only
 def test_get_workers_of_an_unknown_role(make_scheduler):
     scheduler = make_scheduler()
     with pytest.raises(WorkerNotFoundError) as missing:
@@ -182,6 +194,7 @@ def test_colocation_without_fork_maps_the_role_onto_its_target(make_scheduler, c
     assert [r["description"] for r in scheduler.history()][-2:] == ["colocate ref on actor", "remove colocation ref"]
 
 
+@admin_only
 def test_colocation_errors_match_arealss_schedulers(make_scheduler):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
@@ -325,6 +338,7 @@ def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(mak
 
 
 @pytest.mark.reference_guard_only  # /health reports the configuration; AReaL's real /health does not
+@admin_only
 def test_exp_config_makes_create_wait_and_configure_like_areal(make_scheduler):
     scheduler = make_scheduler(exp_config=ExperimentConfig("exp", "trial2"))
     assert scheduler.n_gpus_per_node == 8
