@@ -11,11 +11,11 @@ keep to their namespaces) beside the AReaL lane (`areal_worker` and `both_worker
 rpc_server). Then the tests marked `serial_cluster`, which load or change what every test shares (nodes, GPU
 capacity, Kueue, the real node), in two streams: those that run on the real node (`real_node`) beside those that do
 not, followed in that stream by the helm 4 lane (`helm4`), the `late` halves of the main and AReaL lanes and the
-offline lane (unit and chart tests, which need no cluster).
-Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The unit and chart
-tests that need no AReaL environment are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes
-its output to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every
-lane's log once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
+offline lane (the unit tests that need AReaL's environment, but no cluster).
+Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The other unit
+and chart tests are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes its output
+to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log
+once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
 test files (what to move when the lanes are rebalanced). A lane that skipped a test fails, naming it and its
 reason. The exit status is the first failure's, else 0.
 """
