@@ -113,3 +113,35 @@ def test_a_skipped_test_fails_the_run_and_stops_it_after_its_phase(tiny_suite: P
     out = capfd.readouterr().out
     assert "lane tiny FAILED: it skipped 1" in out and "test_tiny.py::test_skipped" in out
     assert "lane later" not in out and re.search(r"lanes in \d+ s: tiny FAILED \(\d+ s\)$", out.rstrip())
+
+
+class FakeNode:
+    def __init__(self, absence: str) -> None:
+        self._absence = absence
+
+    def absence(self) -> str:
+        return self._absence
+
+
+class FakeCluster:
+    absence = ""
+
+    def real_node(self) -> FakeNode:
+        return FakeNode(self.absence)
+
+
+def test_without_the_real_node_every_lane_leaves_its_tests_out_and_says_why(monkeypatch, capsys):
+    import localkube.cluster
+
+    monkeypatch.setattr(localkube.cluster, "LocalCluster", FakeCluster)
+    assert test_lanes.without_the_real_node(["-x"]) == ["-x"]
+    assert capsys.readouterr().out == ""
+
+    monkeypatch.setattr(FakeCluster, "absence", "the local cluster runs no real node (NODE=kwok): start it with ...")
+    assert test_lanes.without_the_real_node(["-x"]) == ["-x", "-m", "not real_node"]
+    assert "real_node tests are left out: the local cluster runs no real node (NODE=kwok)" in capsys.readouterr().out
+    serial_node = test_lanes.by_name("serial-node").command(["-x", "-m", "not real_node"])
+    assert serial_node[1:3] == [
+        "-m",
+        "(serial_cluster and not restarts_control_plane and real_node) and (not real_node)",
+    ]
