@@ -26,6 +26,7 @@ from .errors import (
     WorkerTimeoutError,
 )
 from .observer import NO_OBSERVER, Observer, timed
+from .orchestration.decision_events import DecisionEvents
 from .orchestration.deletion import Deletion
 from .orchestration.driver import ReleaseDriver
 from .orchestration.finder import WorkerFinder
@@ -90,6 +91,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             self.driver = ReleaseDriver(
                 self.release, self.config, parts.releases, parts.inspector, parts.pods, parts.statefulsets, self.loop
             )
+            self.driver.events = DecisionEvents(parts.events, self.release)
             self.finder = WorkerFinder(self.driver, parts.pods, parts.inspector, self.held)
             self.guard.unreachable_note = self.finder.unreachable_note
             self.forks = ForkOperations(

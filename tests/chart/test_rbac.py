@@ -80,6 +80,7 @@ def test_least_privilege():
     assert grants(rules, "", "pods") == {"list", "watch", "delete"}
     assert grants(rules, "", "pods/log") == {"get"}
     assert grants(rules, "", "events") == {"list"}
+    assert grants(rules, "events.k8s.io", "events") == {"create", "patch"}  # runtime/events.py writes, never reads
     assert grants(rules, "apps", "statefulsets/scale") == {"patch"}
     assert grants(rules, "apps", "controllerrevisions") == set()
     assert grants(rules, "", "secrets") == {"get", "list", "create", "update", "delete"}
@@ -115,7 +116,8 @@ def test_the_reaper_has_its_own_identity_and_role():
 
 def test_the_reaper_role_grants_what_reap_needs_and_nothing_to_create():
     """`areal-workers reap`: list, mark and delete Leases; helm uninstall (release Secrets, the release's objects,
-    waited for until gone); the release's pods waited for. Nothing created or patched, no logs, events or Kueue."""
+    waited for until gone); the release's pods waited for; its own Events. Nothing else created or patched, no logs,
+    events read, no Kueue."""
     rules = load_all("reaper.yaml")["Role"]["rules"]
     for rule in rules:
         for field in ("apiGroups", "resources", "verbs"):
@@ -125,14 +127,17 @@ def test_the_reaper_role_grants_what_reap_needs_and_nothing_to_create():
     for group, resource in RESOURCES.values():
         assert grants(rules, group, resource) == {"get", "list", "watch", "delete"}, resource
     assert grants(rules, "", "pods") == {"list", "watch"}
+    assert grants(rules, "events.k8s.io", "events") == {"create", "patch"}
     granted = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
         ("coordination.k8s.io", "leases"),
         ("", "secrets"),
         ("", "pods"),
+        ("events.k8s.io", "events"),
         *RESOURCES.values(),
     }
-    assert not any(v in ("create", "patch", "escalate", "bind") for rule in rules for v in rule["verbs"])
+    writes = {v for rule in rules if rule["apiGroups"] != ["events.k8s.io"] for v in rule["verbs"]}
+    assert not writes & {"create", "patch", "escalate", "bind"}
 
 
 def test_rbac_reaper_equals_the_chart_rendered_reaper_role(render):

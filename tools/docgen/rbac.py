@@ -68,8 +68,8 @@ def reaper_identity() -> str:
         generated_by("reaper-rules.yaml")
         + "# Identity of the reaper: `areal-workers reap`, run by the chart's reaper CronJob\n"
         "# (reaper.serviceAccountName defaults to this ServiceAccount) or by hand. It ends trials, it never starts\n"
-        "# one: no create on anything, no patch, and no access to logs, events, scaling or Kueue. Apply into the\n"
-        "# namespace the releases live in: kubectl apply -n <ns> -f rbac/\n"
+        "# one: it creates and patches nothing but its own Events, and reads no logs, events, scaling or Kueue.\n"
+        "# Apply into the namespace the releases live in: kubectl apply -n <ns> -f rbac/\n"
         "apiVersion: v1\n"
         "kind: ServiceAccount\n"
         "metadata:\n"

@@ -31,6 +31,7 @@ from ..runtime.backend import StatefulSets
 from ..runtime.loop_thread import LoopThread
 from . import preflight
 from .authorship import Authorship, is_own_failed_upgrade
+from .decision_events import DecisionEvents
 from .pod_cleanup import PodCleanup
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class ReleaseDriver:
         self.good_revision: int | None = None
         self.held_record: ready_pods.Record = {}  # the worker pods AReaL holds, as recorded on the ConfigMap
         self.authorship = Authorship()  # which revisions this driver may undo
+        self.events = DecisionEvents(None, name)  # the decisions as Events, when the scheduler records them
         self.observer: Observer = NO_OBSERVER  # the scheduler's metrics, when it serves them
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
         self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
@@ -206,8 +208,12 @@ class ReleaseDriver:
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
         if nodes or before is None or (workloads and self.config.kueue_queue):
             manifests = self.helm(self.releases.render(self.name, values), key)
-            preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
-            preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
+            try:
+                preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
+                preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
+            except WorkerCreationError as refused:
+                self.events.refused(self.model, key, refused, manifests)
+                raise
             if before is None:
                 preflight.clear_name_records(manifests, key)
         self.requeue(values)
@@ -216,9 +222,13 @@ class ReleaseDriver:
         except HelmError as error:
             failure = WorkerCreationError(key, "helm upgrade failed", helm_error_text(error))
             self._restore(before, failure)
+            self.events.refused(self.model, key, failure)
             raise failure from error
         self.authorship.wrote(written[0])
-        return self._forget_changed(self.model, self.reload(written))
+        previous = self.model
+        self._forget_changed(previous, self.reload(written))
+        self.events.revision_written(previous, self.model, key, description)
+        return self.model
 
     def requeue(self, values: dict[str, Any]) -> list[str]:
         """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
@@ -262,8 +272,9 @@ class ReleaseDriver:
         else:
             self.authorship.wrote(current.revision + 1)
 
-    def uninstall(self) -> None:
+    def uninstall(self, why: str = "delete_workers() deleted the trial's workers") -> None:
         own = self.model.own_selector()
+        self.events.uninstalling(why)
         self.helm(self.releases.uninstall(self.name))
         if own:  # the chart's own labels: another chart's pods may carry the same instance label (Argo CD's too)
             self.cleanup.delete_test_pods(own)
@@ -339,7 +350,7 @@ class ReleaseDriver:
         """After a change whose workers failed: back to the last revision whose workers were all ready, with the
         pods stuck on the failed revision replaced (a StatefulSet rollback alone leaves them broken). Revisions of
         another controller since then are not undone: the release is left as it is, and the error says why."""
-        target = self.good_revision
+        target, failed_model = self.good_revision, self.model
         current = self.helm(self.releases.current(self.name))
         foreign = self.authorship.foreign(target, current.revision) if current is not None else []
         self.observer.rolled_back("left" if foreign else "uninstalled" if target is None else "rolled_back", error)
@@ -349,7 +360,7 @@ class ReleaseDriver:
                 f"{', '.join(map(str, foreign))} since then were written by another controller"
             )
         elif target is None:
-            self.uninstall()
+            self.uninstall("no revision ever had all workers ready")
             note = f"uninstalled release {self.name}: no revision ever had all workers ready"
         else:
             failed, why = self.model.revision, failure_reason(error)
@@ -368,6 +379,8 @@ class ReleaseDriver:
         # that prints the error, as areal-workers up does, leaves this record out).
         headline = str(error).splitlines()[0] if str(error) else type(error).__name__
         logger.warning("%s after: %s", note, headline, extra={"in_raised_error": True})
+        why = f"after revision {failed_model.revision} failed: {failure_reason(error)}"
+        self.events.rolled_back(failed_model, error, f"{note}, {why}", not foreign)
         add_note(error, note)
 
     def restore(self, target: int) -> list[str]:
@@ -399,4 +412,6 @@ class ReleaseDriver:
         if own is None:
             logger.warning("release %s has no topology naming its selector labels: no pod replaced", self.name)
             return []
-        return self.cleanup.replace_stuck_pods(own)
+        replaced = self.cleanup.replace_stuck_pods(own)
+        self.events.stuck_pods_replaced(replaced)
+        return replaced

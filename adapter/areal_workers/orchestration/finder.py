@@ -94,6 +94,7 @@ class WorkerFinder:
         error = self.inspector.failure(role, pod, ready_pod, nodes, restarted_pod=restarted_pod)
         if error is not None:
             self.driver.observer.worker_failed(role, error)
+            self.driver.events.worker_failed(self.driver.model, role, error)
             raise error
 
     def unreachable_note(self, worker: Worker) -> str:

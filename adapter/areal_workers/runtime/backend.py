@@ -16,6 +16,7 @@ from ..pods.admission import AdmissionReader
 from ..pods.inspector import ReleaseInspector
 from ..pods.watch import PodWatch
 from ..release.client import Releases
+from .events import EventRecorder
 from .lease import ReleaseLease
 
 
@@ -39,6 +40,7 @@ class Backend:
     statefulsets: StatefulSets
     guard: GuardClient
     lease: ReleaseLease | None = None  # the trainer's heartbeat for the release (None: not kept)
+    events: EventRecorder | None = None  # the scheduler's decisions as Events (None: not recorded)
     # Raises ClusterAccessError unless the namespace exists and this identity may work in it.
     check_access: Callable[[], None] = lambda: None
 
@@ -64,13 +66,15 @@ def connect(
     """`api_client`: an existing client of the same cluster (None: one from the config's kubeconfig)."""
     api_client = api_client or kube_client(config)
     core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    events = EventRecorder(client.EventsV1Api(api_client), config.namespace, release, core, apps)
     return Backend(
         releases=Releases(config),
         pods=PodWatch(core, config.namespace),
         inspector=ReleaseInspector(
             core, config.namespace, release, AdmissionReader(client.CustomObjectsApi(api_client), config.namespace)
         ),
-        statefulsets=client.AppsV1Api(api_client),
+        statefulsets=apps,
         # A pod check costs an API request: made before retries and after connection errors, not per call.
         guard=GuardClient(liveness=liveness, check_first_attempt=False),
         lease=ReleaseLease(
@@ -79,8 +83,10 @@ def connect(
             release,
             config.lease_grace_seconds,
             takeover=config.lease_takeover,
+            events=events,
         )
         if config.lease_grace_seconds > 0 and config.ownership == "managed"
         else None,
         check_access=lambda: cluster_access.check_namespace(core, config.namespace),
+        events=events,
     )

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -27,7 +28,11 @@ from urllib3.exceptions import HTTPError
 
 from .. import cluster_access, naming
 from ..errors import ClusterAccessError, LeaseHeldError, LeaseLostError, attach_diagnosis
+from ..reasons import Reason
 from .lease_record import being_reaped, record_of
+
+if TYPE_CHECKING:
+    from .events import EventRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +106,10 @@ class ReleaseLease:
         grace_seconds: float,
         takeover: bool = False,
         sleep: Callable[[float], None] = time.sleep,
+        events: EventRecorder | None = None,
     ) -> None:
         self.coordination, self.namespace, self.release = coordination, namespace, release
-        self.grace_seconds, self.takeover, self._sleep = grace_seconds, takeover, sleep
+        self.grace_seconds, self.takeover, self._sleep, self.events = grace_seconds, takeover, sleep, events
         self.name = lease_name(release)
         self.holder = holder_identity()
         self.timeout = request_timeout(grace_seconds)
@@ -257,6 +263,13 @@ class ReleaseLease:
         body.spec.lease_transitions = (current.spec.lease_transitions or 0) + int(taken_over)
         self.coordination.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.timeout)
         self._renewed_at = self._clock()
+        if taken_over and self.events is not None:
+            self.events.record(
+                Reason.LEASE_TAKEN_OVER,
+                "TakeOver",
+                f"Lease {self.name} taken over by {self.holder} "
+                f"from {current.spec.holder_identity}{'' if self.takeover else ', which stopped renewing it'}",
+            )
 
     def renew(self) -> None:
         """Takes the Lease (see start), or renews the one this scheduler holds; one that is lost is recorded in

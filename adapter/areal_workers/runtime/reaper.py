@@ -17,6 +17,8 @@ from email.utils import parsedate_to_datetime
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from ..reasons import Reason
+from .events import EventRecorder
 from .lease import LEASE_LABEL, lease_name
 from .lease_record import (
     OBSERVED_ANNOTATION,
@@ -88,6 +90,7 @@ class Outcome:
 
 
 Uninstall = Callable[[str], None]
+Recorders = Callable[[str], EventRecorder]  # release -> the recorder of its Events
 
 
 class UninstallFailed(Exception):
@@ -101,18 +104,20 @@ def reap(
     dry_run: bool = False,
     now: datetime | None = None,
     max_gap: float | None = None,
+    events: Recorders | None = None,
 ) -> list[Outcome]:
     """Every trainer Lease of the namespace with what was done about it; `uninstall(release)` removes a release and
     waits for its pods to go, or raises UninstallFailed. A dry run writes nothing (not even the observations the
     next look needs). `now`: the time of the look (default: the apiserver's, from its answer); `max_gap`: seconds
-    after which a previous look no longer counts (see lease_record.judge)."""
+    after which a previous look no longer counts (see lease_record.judge); `events`: each reaped release's Event
+    (ReleaseReaped, or ReapFailed) is recorded with the recorder it gives."""
     listing, _, headers = coordination.list_namespaced_lease_with_http_info(
         namespace, label_selector=LEASE_LABEL, _request_timeout=REQUEST_TIMEOUT
     )
     leases = listing.items
     now = now or server_time(headers) or datetime.now(timezone.utc)
     looks = [
-        Look(coordination, namespace, lease, state, now, max_gap)
+        Look(coordination, namespace, lease, state, now, max_gap, events)
         for lease in leases
         if (state := lease_state(lease)) is not None
     ]
@@ -130,9 +135,11 @@ class Look:
         state: LeaseState,
         now: datetime,
         max_gap: float | None = None,
+        events: Recorders | None = None,
     ) -> None:
         self.coordination, self.namespace, self.lease, self.state, self.now = coordination, namespace, lease, state, now
         self.verdict = verdict(lease, now, max_gap)
+        self.events = events(state.release) if events is not None else None
 
     def _outcome(self, action: str, error: str = "") -> Outcome:
         return Outcome(self.state, action, self.verdict.silent_seconds, error)
@@ -172,6 +179,14 @@ class Look:
     def _finish(self, uninstall: Uninstall) -> Outcome:
         """Uninstalls the release, then deletes its Lease. A failure is reported, not raised: the other releases
         are still looked at, and the marked Lease makes the next reap try again."""
+        # The Event is about the release's topology ConfigMap, found before the uninstall deletes it.
+        regarding = self.events.release_object() if self.events is not None else None
+        outcome = self._uninstall(uninstall)
+        if self.events is not None:
+            self.events.record(*self._event(outcome), regarding=regarding, warning=outcome.action != "reaped")
+        return outcome
+
+    def _uninstall(self, uninstall: Uninstall) -> Outcome:
         try:
             uninstall(self.state.release)
         except UninstallFailed as error:
@@ -182,3 +197,12 @@ class Look:
             if error.status != 404:
                 return self._outcome("failed", f"deleting Lease {self.state.name}: {error.status} {error.reason}")
         return self._outcome("reaped")
+
+    def _event(self, outcome: Outcome) -> tuple[Reason, str, str]:
+        if outcome.action == "reaped":
+            note = (
+                f"reaped release {self.state.release}: its trainer ({self.state.holder}) left Lease {self.state.name} "
+                f"unrenewed for {outcome.silent_seconds:.0f}s, past its grace of {self.state.grace_seconds}s"
+            )
+            return Reason.RELEASE_REAPED, "Uninstall", note
+        return Reason.REAP_FAILED, "Uninstall", f"{outcome.error}; the next reap tries again"

@@ -10,52 +10,13 @@ import pytest
 import yaml
 
 from areal_workers.diagnosis import container_checks, pod_checks
+from areal_workers.reasons import DECISIONS, DIAGNOSES
 from docslib import DOCS, LANGUAGES, REPO, parse
 
 DIAGNOSIS = REPO / "adapter" / "areal_workers" / "diagnosis"
-# Every Problem.reason the diagnosis can produce: Kubernetes' waiting, termination, pod and event reasons it
-# passes through, and its own (RestartedAfterReady, NodeGone, NodeNotReady, Disrupted, Terminating, Failed).
-EMITTED_REASONS = (
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "CrashLoopBackOff",
-    "OOMKilled",
-    "Error",
-    "Completed",
-    "RestartedAfterReady",
-    "Unknown",
-    "ContainerStatusUnknown",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "StartError",
-    "ContainerCannotRun",
-    "PreStartHookError",
-    "PostStartHookError",
-    "PreCreateHookError",
-    "FailedMount",
-    "FailedAttachVolume",
-    "FailedCreatePodSandBox",
-    "ProbeFailing",
-    "Unschedulable",
-    "SchedulingGated",
-    "NodeNotReady",
-    "NodeGone",
-    "Evicted",
-    "Preempted",
-    "Disrupted",
-    "Terminating",
-    "DeadlineExceeded",
-    "OutOfcpu",
-    "OutOfmemory",
-    "Shutdown",
-    "Terminated",
-    "NodeShutdown",
-    "NodeAffinity",
-    "Failed",
-)
+# Every Problem.reason the diagnosis can produce: the diagnosis members of the one enumeration (areal_workers.reasons),
+# Kubernetes' waiting, termination, pod and event reasons it passes through, and its own.
+EMITTED_REASONS = tuple(sorted(str(reason) for reason in DIAGNOSES))
 # Reasons the diagnosis compares against but reports under another name, or reads as evidence only.
 READ_NOT_REPORTED = {
     "": "an empty pod reason: the container statuses say more",
@@ -102,8 +63,8 @@ def test_the_list_of_reasons_is_the_codes():
     )
     unknown = sorted(from_code - known)
     assert not unknown, (
-        f"the diagnosis knows reasons this test does not: {unknown}; add each to EMITTED_REASONS "
-        "(and to docs/*/troubleshooting.md) or to READ_NOT_REPORTED"
+        f"the diagnosis knows reasons the enumeration does not: {unknown}; add each to areal_workers/reasons.py "
+        "(and to docs/*/troubleshooting.md), or here to READ_NOT_REPORTED"
     )
 
 
@@ -116,6 +77,14 @@ def test_troubleshooting_has_an_entry_for_every_reason(lang):
         if not any(re.search(rf"(?<!\w){re.escape(reason)}(?!\w)", text) for text in headings)
     ]
     assert not missing, f"docs/{lang}/troubleshooting.md has no ### entry for {missing}"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_troubleshooting_has_a_row_for_every_decision_event(lang):
+    """The Events section's table: one row per decision reason of the enumeration, and no reason it does not know."""
+    text = (DOCS / lang / "troubleshooting.md").read_text()
+    rows = set(re.findall(r"^\| `(\w+)` \| (?:Normal|Warning) \|", text, re.M))
+    assert rows == {str(reason) for reason in DECISIONS}, f"docs/{lang}/troubleshooting.md: Event rows {sorted(rows)}"
 
 
 def _role_verbs() -> set[tuple[str, str, str]]:

@@ -14,6 +14,7 @@ from ... import naming
 from ...pods.watch import WaitTimedOut, none_left
 from ...release.model import ReleaseModel
 from ...runtime import reaper
+from ...runtime.events import REAPER_RULES, EventRecorder
 from ...runtime.lease import LEASE_LABEL
 from ...runtime.schedule import ScheduleError, longest_interval
 from ..command import Command, Invocation, duration_option
@@ -83,6 +84,9 @@ def reap(session: Session, dry_run: bool, timeout: float, schedule: str | None, 
         uninstall,
         dry_run,
         max_gap=gap,
+        events=lambda release: EventRecorder(
+            client.EventsV1Api(session.api), session.namespace, release, session.core, rules=REAPER_RULES
+        ),
     )
     failed = [o for o in outcomes if o.action == "failed"]
     for outcome in failed:
