@@ -28,6 +28,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidSchedulerSetupError",
     "ClusterAccessError",
+    "InputError",
     "LeaseHeldError",
     "LeaseLostError",
     "add_note",
@@ -138,6 +139,10 @@ class InvalidRequestError(WorkerCreationError, ValueError):
 
 class InvalidSchedulerSetupError(SchedulerError, ValueError):
     """The scheduler cannot be constructed as asked (e.g. no experiment or trial name): AReaL raises ValueError."""
+
+
+class InputError(ValueError):
+    """A submit file, a job file or a setting in them that is not valid; nothing was done (`areal-workers`: exit 2)."""
 
 
 class ClusterAccessError(SchedulerError):

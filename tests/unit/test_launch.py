@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from areal_workers import launch
-from areal_workers.cli.trainer_job import TrainerSpec, launched, trainer_job
+from areal_workers.trainer.job import TrainerSpec, launched, trainer_job
 
 
 @pytest.mark.parametrize(

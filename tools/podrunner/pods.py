@@ -26,7 +26,7 @@ READINESS_ANNOTATION = "areal-workers.dev/readiness"
 KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (benchmarks)
 HOOK_ANNOTATION = "helm.sh/hook"
 COMPONENT_LABEL = "app.kubernetes.io/component"
-TRAINER_COMPONENT = "trainer"  # pods of `areal-workers submit` (adapter/areal_workers/cli/trainer_job.py)
+TRAINER_COMPONENT = "trainer"  # pods of `areal-workers submit` (adapter/areal_workers/trainer/job.py)
 AREAL_SERVER_MODULE = "areal.infra.rpc.rpc_server"
 DEFAULT_MODULE_MAP = {AREAL_SERVER_MODULE: "areal_workers_testing.reference_guard"}
 # Where the stand-ins of module maps live: test infrastructure, not part of the installed areal_workers package.

@@ -20,7 +20,7 @@ from urllib3.exceptions import HTTPError
 
 from .._version import __version__
 from ..config import BUNDLED_CHART
-from ..errors import SchedulerError
+from ..errors import InputError, SchedulerError
 from ..release.ownership import UntrustedRevisionError
 from .command import Command, Invocation
 from .commands import completion, doctor, logs, reap, release, render, submit, up, workers
@@ -162,6 +162,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except CliError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except InputError as error:  # a submit or job file the product's parsers refused
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except UntrustedRevisionError as error:  # a recorded revision not the chart's, refused before helm acted on it
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from .trainer_job import JOB_NAME_LABEL
+from ..trainer.job import JOB_NAME_LABEL
 
 
 def ended(pod: client.V1Pod | None) -> str:

@@ -16,7 +16,7 @@ from areal_workers import KubernetesSchedulerConfig
 from areal_workers.cli.commands import submit, workers
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_CLUSTER, CliError, Session
-from areal_workers.cli.trainer_network import Endpoint
+from areal_workers.trainer.network import Endpoint
 
 SERVER = "https://127.0.0.1:6443"
 FORBIDDEN_CONFIGMAPS = (

@@ -12,8 +12,8 @@ from kubernetes import client
 
 from areal_workers.cli.commands import submit
 from areal_workers.cli.session import EXIT_PROBLEM, EXIT_TIMEOUT, CliError
-from areal_workers.cli.trainer_network import Endpoint
 from areal_workers.pods.watch import WaitTimedOut
+from areal_workers.trainer.network import Endpoint
 
 POD_SECURITY = (
     'Error creating: pods "trainer-t-8st9m" is forbidden: violates PodSecurity "restricted:latest": privileged '

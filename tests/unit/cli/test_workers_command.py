@@ -1,7 +1,7 @@
-"""`areal-workers status`, `diagnose` and `logs` (cli/commands/workers.py, logs.py) over a fake session: the trainer's Lease
-in words, a role or worker id resolved against the trial's model, the pod of a worker (a process fork's is its
-target's), a release re-read when a workload it did not know shows up, and the exit codes of a log read the API
-refuses."""
+"""`areal-workers status`, `diagnose` and `logs` (cli/commands/workers.py, logs.py) over a fake session: the
+trainer's Lease in words, a role or worker id resolved against the trial's model, the pod of a worker (a process
+fork's is its target's), a release re-read when a workload it did not know shows up, and the exit codes of a log
+read the API refuses."""
 
 from __future__ import annotations
 

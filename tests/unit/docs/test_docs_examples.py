@@ -173,7 +173,7 @@ def job_file_problems(job_text: str, tmp_path: Path) -> list[str]:
 
 def submit_file_problems(submit_text: str, tmp_path: Path) -> list[str]:
     """A submit file of `areal-workers submit`: the Job it makes, validated."""
-    from areal_workers.cli.trainer_job import load_spec, trainer_job
+    from areal_workers.trainer.job import load_spec, trainer_job
 
     submit_file = tmp_path / "trainer.yaml"
     submit_file.write_text(submit_text)

@@ -20,20 +20,20 @@ from urllib3.exceptions import HTTPError
 
 from ... import diagnosis
 from ...pods.watch import WaitTimedOut
-from .. import log_stream
-from ..command import Command, Invocation, duration_option
-from ..output import Format, console, emit
-from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
-from ..trainer_attempts import ended
-from ..trainer_env import env_references
-from ..trainer_job import TrainerSpec, load_spec, trainer_job
-from ..trainer_network import (
+from ...trainer.env import env_references
+from ...trainer.job import TrainerSpec, load_spec, trainer_job
+from ...trainer.network import (
     apiserver_from_env,
     discover_apiserver,
     opens_all_egress,
     parse_endpoint,
     trainer_network_policy,
 )
+from .. import log_stream
+from ..command import Command, Invocation, duration_option
+from ..output import Format, console, emit
+from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
+from ..trainer_attempts import ended
 
 FINISHED = ("Succeeded", "Failed")
 LOG_DRAIN_SECONDS = 2.0  # for the last lines after the pod has finished

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .session import EXIT_USAGE, CliError
+from ..errors import InputError
 
 # A submit file's env value from a key of a Secret or a ConfigMap: the field of Kubernetes' EnvVarSource, what it reads.
 ENV_SOURCES = {"secretKeyRef": "Secret", "configMapKeyRef": "ConfigMap"}
@@ -24,34 +24,28 @@ def _env_reference(name: str, value: dict[str, Any], where: str) -> dict[str, An
     value = value["valueFrom"] if set(value) == {"valueFrom"} and isinstance(value["valueFrom"], dict) else value
     example = ENV_EXAMPLE.replace("X:", f"{name}:")
     if len(value) != 1 or next(iter(value)) not in ENV_SOURCES:
-        raise CliError(
+        raise InputError(
             f"{where}: env.{name}: a mapping names one of {', '.join(ENV_SOURCES)} (a key of a Secret or a ConfigMap "
-            f"of the namespace), got {', '.join(map(str, value)) or 'nothing'}; {example}",
-            EXIT_USAGE,
+            f"of the namespace), got {', '.join(map(str, value)) or 'nothing'}; {example}"
         )
     source, reference = next(iter(value.items()))
     path = f"env.{name}.{source}"
     if not isinstance(reference, dict) or not all(isinstance(reference.get(k), str) for k in ("name", "key")):
-        raise CliError(
-            f"{where}: {path} needs name and key (strings) of a {ENV_SOURCES[source]}, got {reference!r}; {example}",
-            EXIT_USAGE,
+        raise InputError(
+            f"{where}: {path} needs name and key (strings) of a {ENV_SOURCES[source]}, got {reference!r}; {example}"
         )
     unknown = sorted(set(reference) - set(ENV_REFERENCE_FIELDS))
     if unknown:
-        raise CliError(
+        raise InputError(
             f"{where}: {path}: unknown field(s) {', '.join(unknown)}; it has {', '.join(ENV_REFERENCE_FIELDS)} "
-            f"(the {ENV_SOURCES[source]} is one of the trainer's namespace); {example}",
-            EXIT_USAGE,
+            f"(the {ENV_SOURCES[source]} is one of the trainer's namespace); {example}"
         )
     if "optional" in reference and not isinstance(reference["optional"], bool):
-        raise CliError(
-            f"{where}: {path}: optional is true or false, got {reference['optional']!r}; {example}", EXIT_USAGE
-        )
+        raise InputError(f"{where}: {path}: optional is true or false, got {reference['optional']!r}; {example}")
     if not reference["name"] or not DATA_KEY.match(reference["key"]):
-        raise CliError(
+        raise InputError(
             f"{where}: {path}: name {reference['name']!r}, key {reference['key']!r} is not a key of a "
-            f"{ENV_SOURCES[source]} (letters, digits, '-', '_', '.'); {example}",
-            EXIT_USAGE,
+            f"{ENV_SOURCES[source]} (letters, digits, '-', '_', '.'); {example}"
         )
     return {source: dict(reference)}
 
@@ -59,25 +53,23 @@ def _env_reference(name: str, value: dict[str, Any], where: str) -> dict[str, An
 def check_env(env: Any, where: Path | str | None) -> dict[str, Any]:
     """A submit file's `env`: NAME to a literal (a string or a number) or a Secret's or ConfigMap's key."""
     if not isinstance(env, dict) or not all(isinstance(name, str) and name for name in env):
-        raise CliError(f"{where}: env is a mapping of variable names to values; {ENV_EXAMPLE}", EXIT_USAGE)
+        raise InputError(f"{where}: env is a mapping of variable names to values; {ENV_EXAMPLE}")
     checked: dict[str, Any] = {}
     for name, value in env.items():
         example = ENV_EXAMPLE.replace("X:", f"{name}:")
         if isinstance(value, dict):
             checked[name] = _env_reference(name, value, str(where))
         elif value is None:
-            raise CliError(
+            raise InputError(
                 f"{where}: env.{name} has no value: give one ('' for an empty string), or the key that holds it; "
-                f"{example}",
-                EXIT_USAGE,
+                f"{example}"
             )
         elif isinstance(value, (str, int, float)):
             checked[name] = value
         else:
-            raise CliError(
+            raise InputError(
                 f"{where}: env.{name} is a string or a mapping naming a Secret's or ConfigMap's key, got "
-                f"{type(value).__name__}; {example}",
-                EXIT_USAGE,
+                f"{type(value).__name__}; {example}"
             )
     return checked
 
@@ -94,10 +86,9 @@ def env_references(secrets: list[str], configmaps: list[str]) -> dict[str, dict[
             name, _, rest = text.partition("=")
             holder, _, key = rest.partition(":")
             if not (name and holder and key):
-                raise CliError(
+                raise InputError(
                     f"{flag} {text}: give {form}, e.g. {flag} WANDB_API_KEY=wandb:api-key (the variable, the "
-                    f"{ENV_SOURCES[source]} of the namespace, its key)",
-                    EXIT_USAGE,
+                    f"{ENV_SOURCES[source]} of the namespace, its key)"
                 )
             found[name] = _env_reference(name, {source: {"name": holder, "key": key}}, f"{flag} {text}")
     return found

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from . import trainer_network
-from .session import EXIT_USAGE, CliError
-from .trainer_env import check_env, env_var
+from ..errors import InputError
+from . import network
+from .env import check_env, env_var
 
 CONTROLLER_LABEL = "areal.io/controller"
 # The labels the Job controller puts on its pods (Kubernetes >= 1.27): the Job's name and uid, for the downward API.
@@ -83,9 +83,9 @@ class TrainerSpec:
     container_security_context: dict[str, Any] = field(
         default_factory=lambda: copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
     )
-    # The trainer pod's NetworkPolicy (cli/trainer_network.py): enabled, apiserver (IP:port list; empty: found by
+    # The trainer pod's NetworkPolicy (trainer/network.py): enabled, apiserver (IP:port list; empty: found by
     # submit), egress (more NetworkPolicy egress rules).
-    network_policy: dict[str, Any] = field(default_factory=lambda: trainer_network.settings({}, None))
+    network_policy: dict[str, Any] = field(default_factory=lambda: network.settings({}, None))
 
 
 def _merged(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -120,18 +120,16 @@ def _security_context(name: str, value: Any, where: Path | None) -> dict[str, An
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise CliError(
+        raise InputError(
             f"{where}: {name} is a mapping of {model.__name__.removeprefix('V1')} fields (camelCase, e.g. "
-            f"runAsUser: 2000), merged over the default; null removes it",
-            EXIT_USAGE,
+            f"runAsUser: 2000), merged over the default; null removes it"
         )
     unknown = _unknown_keys(value, model, name)
     if unknown:
         known = ", ".join(sorted(model.attribute_map.values()))
-        raise CliError(
+        raise InputError(
             f"{where}: unknown field(s) {', '.join(unknown)}; {name} has {known} (Kubernetes' "
-            f"{model.__name__.removeprefix('V1')}, camelCase)",
-            EXIT_USAGE,
+            f"{model.__name__.removeprefix('V1')}, camelCase)"
         )
     return _merged(default, value)
 
@@ -139,11 +137,11 @@ def _security_context(name: str, value: Any, where: Path | None) -> dict[str, An
 def _check_tolerations(value: Any, where: Path | None) -> None:
     example = "e.g. [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        raise CliError(f"{where}: tolerations is a list of Kubernetes Tolerations ({example})", EXIT_USAGE)
+        raise InputError(f"{where}: tolerations is a list of Kubernetes Tolerations ({example})")
     unknown = [key for item in value for key in _unknown_keys(item, client.V1Toleration, "tolerations[]")]
     if unknown:
         known = ", ".join(sorted(client.V1Toleration.attribute_map.values()))
-        raise CliError(f"{where}: unknown field(s) {', '.join(unknown)}; a toleration has {known}", EXIT_USAGE)
+        raise InputError(f"{where}: unknown field(s) {', '.join(unknown)}; a toleration has {known}")
 
 
 def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
@@ -153,15 +151,13 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
         try:
             data = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as error:
-            raise CliError(f"cannot read submit file {path}: {error}", EXIT_USAGE) from None
+            raise InputError(f"cannot read submit file {path}: {error}") from None
         if not isinstance(data, dict):
-            raise CliError(f"{path}: a submit file is a mapping of trainer settings", EXIT_USAGE)
+            raise InputError(f"{path}: a submit file is a mapping of trainer settings")
     known = {f.name for f in fields(TrainerSpec)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise CliError(
-            f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}", EXIT_USAGE
-        )
+        raise InputError(f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}")
     for name in SECURITY_CONTEXTS:
         if name in data:
             data[name] = _security_context(name, data[name], path)
@@ -173,23 +169,20 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
     if overrides.get("env"):  # the command line's entries over the file's, name by name
         data["env"] = {**(data.get("env") or {}), **overrides.pop("env")}
     if "network_policy" in data:
-        data["network_policy"] = trainer_network.settings(data["network_policy"], path)
+        data["network_policy"] = network.settings(data["network_policy"], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
-        raise CliError(
-            "the trainer needs an image (image: in the submit file, or --image): one with AReaL, "
-            "areal-workers and helm",
-            EXIT_USAGE,
+        raise InputError(
+            "the trainer needs an image (image: in the submit file, or --image): one with AReaL, areal-workers and helm"
         )
     if spec.lease_grace_seconds < 0:
-        raise CliError("lease_grace_seconds must be >= 0", EXIT_USAGE)
+        raise InputError("lease_grace_seconds must be >= 0")
     if not isinstance(spec.restarts, int) or isinstance(spec.restarts, bool) or spec.restarts < 0:
-        raise CliError(f"restarts must be an integer >= 0 (0: one attempt), got {spec.restarts!r}", EXIT_USAGE)
+        raise InputError(f"restarts must be an integer >= 0 (0: one attempt), got {spec.restarts!r}")
     if spec.restarts and not spec.lease_grace_seconds:
-        raise CliError(
+        raise InputError(
             "restarts need the trainer's Lease (lease_grace_seconds > 0): a restarted trainer takes its "
-            "predecessor's Lease to know it is dead before it reclaims the workers",
-            EXIT_USAGE,
+            "predecessor's Lease to know it is dead before it reclaims the workers"
         )
     return spec
 
@@ -197,9 +190,8 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
 def job_name(spec: TrainerSpec, command: list[str]) -> str:
     if spec.name:
         if not NAME.match(spec.name) or len(spec.name) > 52:
-            raise CliError(
-                f"name {spec.name!r} must be a DNS label of at most 52 characters (lowercase letters, digits, '-')",
-                EXIT_USAGE,
+            raise InputError(
+                f"name {spec.name!r} must be a DNS label of at most 52 characters (lowercase letters, digits, '-')"
             )
         return spec.name
     scripts = [Path(word).stem for word in command if word.endswith(".py")]
@@ -242,9 +234,8 @@ def _owner_env(restarts: int) -> list[dict[str, Any]]:
 
 def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[str, Any]:
     if not command:
-        raise CliError(
-            "nothing to run: give the trainer's command after --, e.g. -- python train.py --config gsm8k.yaml",
-            EXIT_USAGE,
+        raise InputError(
+            "nothing to run: give the trainer's command after --, e.g. -- python train.py --config gsm8k.yaml"
         )
     name = job_name(spec, command)
     labels = {

@@ -15,8 +15,8 @@ from typing import Any
 
 from kubernetes import client
 
+from ..errors import InputError
 from ..naming import LABEL_JOB_NAME, LABEL_NAME
-from .session import EXIT_USAGE, CliError
 
 KEYS = ("enabled", "apiserver", "egress")
 EXAMPLE = "network_policy: {apiserver: ['192.0.2.10:6443'], egress: [{to: [{ipBlock: {cidr: 192.0.2.128/25}}]}]}"
@@ -45,10 +45,9 @@ def parse_endpoint(text: str, where: str) -> Endpoint:
     except ValueError:
         number = 0
     if not host or not 0 < number < 65536:
-        raise CliError(
+        raise InputError(
             f"{where}: {text!r} is not an API server endpoint; give IP:port or CIDR:port (e.g. 192.0.2.10:6443, "
-            "[fd00::1]:443), as the trainer's pod reaches the API server",
-            EXIT_USAGE,
+            "[fd00::1]:443), as the trainer's pod reaches the API server"
         )
     return Endpoint(host, number)
 
@@ -56,35 +55,32 @@ def parse_endpoint(text: str, where: str) -> Endpoint:
 def settings(value: Any, where: Path | None) -> dict[str, Any]:
     """A submit file's `network_policy` mapping, checked, with its defaults."""
     if not isinstance(value, dict):
-        raise CliError(f"{where}: network_policy is a mapping ({EXAMPLE})", EXIT_USAGE)
+        raise InputError(f"{where}: network_policy is a mapping ({EXAMPLE})")
     unknown = sorted(set(value) - set(KEYS))
     if unknown:
-        raise CliError(
-            f"{where}: unknown field(s) network_policy.{', network_policy.'.join(unknown)}; it has {', '.join(KEYS)}",
-            EXIT_USAGE,
+        raise InputError(
+            f"{where}: unknown field(s) network_policy.{', network_policy.'.join(unknown)}; it has {', '.join(KEYS)}"
         )
     enabled = value.get("enabled", True)
     if not isinstance(enabled, bool):
-        raise CliError(f"{where}: network_policy.enabled is true or false", EXIT_USAGE)
+        raise InputError(f"{where}: network_policy.enabled is true or false")
     apiserver = value.get("apiserver") or []
     if not isinstance(apiserver, list):
-        raise CliError(f"{where}: network_policy.apiserver is a list of IP:port ({EXAMPLE})", EXIT_USAGE)
+        raise InputError(f"{where}: network_policy.apiserver is a list of IP:port ({EXAMPLE})")
     for item in apiserver:
         parse_endpoint(item, f"{where}: network_policy.apiserver")
     egress = value.get("egress") or []
     if not isinstance(egress, list) or not all(isinstance(rule, dict) for rule in egress):
-        raise CliError(
+        raise InputError(
             f"{where}: network_policy.egress is a list of NetworkPolicy egress rules, camelCase ({EXAMPLE}); "
-            "[{}] lets the trainer reach anything",
-            EXIT_USAGE,
+            "[{}] lets the trainer reach anything"
         )
     for rule in egress:
         unknown_fields = sorted(set(rule) - set(client.V1NetworkPolicyEgressRule.attribute_map.values()))
         if unknown_fields:
-            raise CliError(
+            raise InputError(
                 f"{where}: unknown field(s) {', '.join(unknown_fields)} in a network_policy.egress rule; a rule has "
-                "to and ports",
-                EXIT_USAGE,
+                "to and ports"
             )
     return {"enabled": enabled, "apiserver": list(apiserver), "egress": list(egress)}
 
