@@ -4,16 +4,13 @@ the values render builds from it, the namespace fallback of the kubeconfig."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
 
-from areal_workers.cli.commands.render import job_file_values, load_job_file
-from areal_workers.cli.session import EXIT_USAGE, CliError, Selection, kubeconfig_namespace
+from areal_workers.cli.session import CliError, Selection, kubeconfig_namespace
 from areal_workers.cli.status_view import pod_state, trial_status
-from areal_workers.config import KubernetesSchedulerConfig
 from areal_workers.release.model import ReleaseModel
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -109,56 +106,6 @@ def test_a_missing_pod_is_a_row_and_a_terminating_pod_gives_way_to_its_successor
         rows["actor/1"].pod is None and rows["actor/1"].state == "Missing" and "StatefulSet" in rows["actor/1"].reason
     )
     assert pod_state(old) == "Terminating"
-
-
-def write(tmp_path: Path, data: object) -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def test_a_job_file_becomes_the_values_create_workers_would_install(tmp_path):
-    names, jobs = load_job_file(
-        write(
-            tmp_path,
-            {
-                "experiment": "e",
-                "trial": "t",
-                "jobs": [
-                    {"role": "actor", "replicas": 2, "tasks": [{"cpu": 2, "gpu": 1, "mem": 8, "cmd": "python -m x"}]},
-                    {
-                        "role": "ref",
-                        "replicas": 2,
-                        "scheduling_strategy": {"type": "colocation", "target": "actor", "fork": True},
-                    },
-                ],
-            },
-        )
-    )
-    assert names == {"experiment": "e", "trial": "t"} and [j.role for j in jobs] == ["actor", "ref"]
-    pod_mode = job_file_values(jobs, KubernetesSchedulerConfig(fork_mode="pod", image="reg/img:1"), "e", "t")
-    assert pod_mode["roles"]["actor"]["resources"] == {"cpu": "2", "memory": "8Gi", "gpu": 1}
-    assert pod_mode["forks"] == {"ref": {"target": "actor", "mode": "pod"}} and pod_mode["image"]["tag"] == "1"
-    process_mode = job_file_values(jobs, KubernetesSchedulerConfig(), "e", "t")
-    assert "forks" not in process_mode  # forked at run time; their ports come with a later revision
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ({"role": "actor", "replicas": 1, "tasks": [{"gpus": 1}]}, "unknown field(s) gpus"),
-        ({"role": "actor", "replicas": 0}, "replicas must be an integer >= 1"),
-        ({"replicas": 1}, "a job needs a role"),
-        ({"jobs": [], "trail": "x"}, "unknown key(s) trail"),
-        ({"role": "actor", "scheduling_strategy": {"type": "colocation", "target": "critic"}}, "created earlier"),
-        ({"role": "Actor", "replicas": 1}, "must be lowercase"),
-    ],
-)
-def test_bad_job_files_are_usage_errors_that_say_what_to_change(tmp_path, data, message):
-    with pytest.raises(CliError) as refused:
-        _, jobs = load_job_file(write(tmp_path, data))
-        job_file_values(jobs, KubernetesSchedulerConfig(), "e", "t")
-    assert refused.value.exit_code == EXIT_USAGE and message in str(refused.value)
 
 
 def test_selection_and_the_kubeconfig_namespace(tmp_path):

@@ -21,12 +21,13 @@ from ...config import CAPACITY_CHECKS
 from ...errors import SchedulerError, WorkerFailedError, WorkerTimeoutError
 from ...orchestration import driver as release_driver
 from ...release import values as job_values
+from ...release.job_file import load_job_file
 from ...runtime.lease import lease_name
 from ...scheduler import KubernetesScheduler
 from ..command import NAMES_AGREE, Command, Invocation, chart_options, duration_option
 from ..output import Format, console, emit, table
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session
-from .render import load_job_file, trial_names
+from .render import trial_names
 
 
 def _entry(job: Job, session: Session) -> dict[str, Any] | None:
