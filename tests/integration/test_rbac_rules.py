@@ -5,6 +5,7 @@ Role of a scheduler that runs as the controller's ServiceAccount; rbac/README.md
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -136,8 +137,12 @@ def drop_rule(make_scheduler, kube_client, namespace) -> Iterator[Callable[[str]
     authorization = client.AuthorizationV1Api(kube_client)
     user = f"system:serviceaccount:{namespace}:{ROLE}"
 
-    def drop(resource: str) -> None:
-        rule = next(rule for rule in FULL_RULES if resource in rule["resources"])
+    def drop(resource: str, group: str | None = None) -> None:
+        rule = next(
+            rule
+            for rule in FULL_RULES
+            if resource in rule["resources"] and (group is None or group in rule["apiGroups"])
+        )
         role = rbac.read_namespaced_role(ROLE, namespace)
         role.rules = [
             client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
@@ -185,3 +190,27 @@ def test_without_the_rule_its_adapter_operation_fails(make_scheduler, drop_rule,
         text = str(raised.value).replace('\\"', '"')  # an ApiException shows the API's JSON, quotes escaped
         rule = next(rule for rule in FULL_RULES if case.resource in rule["resources"])
         assert "forbidden" in text and any(f'resource "{name}"' in text for name in rule["resources"]), text
+
+
+def test_without_the_events_rule_the_scheduler_works_records_nothing_and_logs_once(
+    make_scheduler, drop_rule, core, namespace, caplog
+):
+    """Events are best-effort: with the rule the controller records its decisions; without it every call still
+    works, no Event is written, and one warning names the rule to add."""
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+
+    def recorded() -> list[str]:
+        selector = "reportingComponent=areal-workers"
+        return [e.reason for e in core.list_namespaced_event(namespace, field_selector=selector).items]
+
+    assert recorded() == ["RevisionWritten"]
+    drop_rule("events", group="events.k8s.io")
+    with caplog.at_level(logging.WARNING, logger="areal_workers.runtime.events"):
+        scheduler.scale_workers("actor", 2)
+        assert len(scheduler.get_workers("actor")) == 2
+        scheduler.delete_workers("actor")
+    assert recorded() == ["RevisionWritten"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "areal_workers.runtime.events"]
+    assert "forbidden" in line.lower() and "create and patch on events in API group events.k8s.io" in line, line

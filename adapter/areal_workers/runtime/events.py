@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 10.0
 MAX_SERIES = 256  # the repeats remembered; the oldest is forgotten (its next repeat starts a new Event)
-OWNER_POD_VARIABLE = "AREAL_K8S_OWNER_POD"  # the trainer pod's name (cli/trainer_job.py sets it)
+OWNER_POD_VARIABLE = "AREAL_K8S_OWNER_POD"  # the trainer pod's name, in the Job `areal-workers submit` writes
 CONTROLLER_RULES = "rbac/role.yaml, from charts/areal-workers/files/controller-rules.yaml"
 REAPER_RULES = "rbac/reaper.yaml, from charts/areal-workers/files/reaper-rules.yaml"
 

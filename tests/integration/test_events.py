@@ -1,0 +1,116 @@
+"""The scheduler's decisions as Kubernetes Events on the real apiserver, read back as a person reads them: with the
+real kubectl (`get events --field-selector involvedObject.name=<statefulset>`, `describe statefulset`). A bad update
+shows the worker's failure and the rollback with its cause on the role's StatefulSet; a repeated refusal is one
+Event with a series; a Lease taken over and the reaper's uninstall are on the release's topology ConfigMap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from areal_workers import WorkerCreationError, WorkerFailedError
+from areal_workers.cli.main import main
+from areal_workers.reasons import DIAGNOSES
+from clusterlib import job, spec
+from repo_paths import TOOLS_BIN
+
+pytestmark = pytest.mark.reference_guard_only
+CRASH = "python -c 'import sys; sys.exit(4)'"
+
+
+def kubectl(kubeconfig: Path, namespace: str, *args: str) -> str:
+    done = subprocess.run(
+        [str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def events(kubeconfig: Path, namespace: str, selector: str) -> list[dict]:
+    """The namespace's Events of areal-workers that `selector` selects, as kubectl shows them (core/v1), oldest
+    first."""
+    listed = json.loads(kubectl(kubeconfig, namespace, "get", "events", "--field-selector", selector, "-o", "json"))
+    ours = [e for e in listed["items"] if e.get("reportingComponent") == "areal-workers"]
+    return sorted(ours, key=lambda e: e["eventTime"])
+
+
+def test_a_bad_update_shows_the_worker_failure_and_the_rollback_with_its_cause(make_scheduler, kubeconfig, namespace):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    scheduler.update_workers(job("actor", 1, [spec(cmd=CRASH)]))
+    with pytest.raises(WorkerFailedError):
+        scheduler.get_workers("actor", timeout=60)
+    statefulset = scheduler.driver.model.roles["actor"]["statefulset"]
+
+    seen = events(kubeconfig, namespace, f"involvedObject.name={statefulset}")
+    reasons = [e["reason"] for e in seen]
+    assert reasons[:2] == ["RevisionWritten", "RevisionWritten"], reasons
+    assert [e["action"] for e in seen[:2]] == ["Create", "Update"]
+    assert seen[1]["message"] == f"release {scheduler.release} revision 2: update actor: command changed"
+    failure = next(e for e in seen if e["reason"] in {str(r) for r in DIAGNOSES})
+    assert failure["type"] == "Warning" and failure["message"].startswith("worker actor/0 failed: ")
+    assert "exit code: 4" in failure["message"], failure["message"]
+    rollback = next(e for e in seen if e["reason"] == "RolledBack")
+    assert rollback["message"].startswith(f"rolled back release {scheduler.release} to revision 1")
+    assert f"after revision 2 failed: {failure['reason']} (actor/0)" in rollback["message"], rollback["message"]
+    for event in seen:
+        assert event["reportingInstance"] and event["involvedObject"]["kind"] == "StatefulSet"
+        assert event["involvedObject"]["uid"], event  # so that describe finds it
+    described = kubectl(kubeconfig, namespace, "describe", "statefulset", statefulset)
+    assert "RolledBack" in described and "RevisionWritten" in described, described
+    assert "areal-workers" in kubectl(
+        kubeconfig, namespace, "get", "events", "--field-selector", "reportingComponent=areal-workers"
+    )
+
+
+def test_a_repeated_refusal_is_one_event_with_a_series(make_scheduler, kubeconfig, namespace):
+    scheduler = make_scheduler()
+    for _ in range(3):
+        with pytest.raises(WorkerCreationError, match="No node can hold a worker"):
+            scheduler.create_workers(job("huge", 1, [spec(cpu=4096)]))
+
+    (refused,) = events(kubeconfig, namespace, "reason=ChangeRefused")
+    assert refused["involvedObject"]["name"] == f"{scheduler.release}-areal-workers-huge"  # never created
+    assert refused["series"]["count"] == 3 and refused["type"] == "Warning"
+    assert "No node can hold a worker" in refused["message"]
+
+
+def test_a_lease_taken_over_is_recorded_on_the_topology_configmap(make_scheduler, kubeconfig, namespace):
+    first = make_scheduler(lease_grace_seconds=30)
+    first.create_workers(job("actor", 1))
+    first.close()  # its Lease stays, renewed no more
+    second = make_scheduler(lease_grace_seconds=30, lease_takeover=True)
+
+    (taken,) = events(kubeconfig, namespace, "reason=LeaseTakenOver")
+    assert taken["involvedObject"]["kind"] == "ConfigMap" and taken["involvedObject"]["name"].endswith("-topology")
+    assert first.lease.holder in taken["message"] and second.lease.holder in taken["message"]
+
+
+def test_the_reapers_uninstall_leaves_its_event(make_scheduler, kubeconfig, namespace, capsys):
+    scheduler = make_scheduler(lease_grace_seconds=3)
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    scheduler.lease.stop()  # the trainer stalls
+    configmap = scheduler.driver.inspector._topology_configmap().metadata.name
+    actions = []
+    try:
+        for wait in (0, 4):  # the first look, then one past the grace
+            time.sleep(wait)
+            argv = ["--kubeconfig", str(kubeconfig), "-n", namespace, "reap", "-o", "json", "--timeout", "120"]
+            assert main(argv) == 0
+            actions += [lease["action"] for lease in json.loads(capsys.readouterr().out)["leases"]]
+    finally:
+        scheduler.close()
+
+    assert actions == ["alive", "reaped"]
+    (reaped,) = events(kubeconfig, namespace, "reason=ReleaseReaped")
+    assert reaped["involvedObject"] == {**reaped["involvedObject"], "kind": "ConfigMap", "name": configmap}
+    assert reaped["message"].startswith(f"reaped release {scheduler.release}: its trainer")
