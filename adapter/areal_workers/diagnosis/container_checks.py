@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from kubernetes.client import CoreV1Event, V1Container, V1ContainerStateTerminated, V1ContainerStatus, V1Pod
 
-from .problem import _EPOCH, Problem, _event_count, _event_time, _name
+from .problem import EPOCH, Problem, event_count, event_time, pod_name
 
 _SIGNALS = {
     1: "SIGHUP",
@@ -56,7 +56,7 @@ _MISSING_OBJECT = re.compile(
 
 
 @dataclass(frozen=True)
-class _Readiness:
+class Readiness:
     """Whether the worker was ready, and each main container's restartCount that is accounted for: at the moment it
     was ready, or when the scheduler had restarted it in place (restarts up to these are not problems)."""
 
@@ -118,7 +118,7 @@ def _exit_advice(
 def _kubectl_pod(pod: V1Pod) -> str:
     """The pod as a kubectl command names it: with -n, since the reader's context may default to another namespace."""
     namespace = pod.metadata.namespace if pod.metadata is not None else None
-    return f"-n {namespace} {_name(pod)}" if namespace else _name(pod)
+    return f"-n {namespace} {pod_name(pod)}" if namespace else pod_name(pod)
 
 
 def _memory_limit(pod: V1Pod, container: str) -> str | None:
@@ -141,7 +141,7 @@ def _image_of(pod: V1Pod, status: V1ContainerStatus) -> str:
     return (spec.image if spec is not None else None) or status.image or "?"
 
 
-def _container_problem_of(pod: V1Pod, readiness: _Readiness) -> Problem | None:
+def container_problem_of(pod: V1Pod, readiness: Readiness) -> Problem | None:
     status = pod.status
     found = [
         problem
@@ -152,7 +152,7 @@ def _container_problem_of(pod: V1Pod, readiness: _Readiness) -> Problem | None:
     return next((problem for problem in found if problem.fatal), found[0] if found else None)
 
 
-def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, readiness: _Readiness) -> Problem | None:
+def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, readiness: Readiness) -> Problem | None:
     state = status.state
     last = status.last_state.terminated if status.last_state is not None else None
     after_ready = readiness.was_ready and not init and readiness.new_restarts(status) > 0
@@ -170,19 +170,19 @@ def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, rea
         return _terminated_problem(pod, status, last, init=init, after_ready=after_ready, current=False)
     if after_ready:
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             container=status.name,
             reason="RestartedAfterReady",
             fatal=True,
             node=pod.spec.node_name,
             message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready: its engines are "
             "lost",
-            advice=_LOST_ENGINES + "; check the events for why it restarted",
+            advice=LOST_ENGINES + "; check the events for why it restarted",
         )
     return None
 
 
-_LOST_ENGINES = "the worker was ready, so its engines are gone and AReaL cannot reattach them: restart the role"
+LOST_ENGINES = "the worker was ready, so its engines are gone and AReaL cannot reattach them: restart the role"
 
 
 def _what(status: V1ContainerStatus, init: bool) -> str:
@@ -201,9 +201,9 @@ def _waiting_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, after
     )
     advice = _waiting_advice(pod, status, reason, message)
     if after_ready:
-        advice = f"{advice}; {_LOST_ENGINES}"
+        advice = f"{advice}; {LOST_ENGINES}"
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         container=status.name,
         reason=reason,
         message=message,
@@ -223,9 +223,9 @@ def _crash_loop_problem(
     summary += f": {last.message.strip()}" if last.message and last.message.strip() else ""
     advice = _exit_advice(pod, status.name, last.exit_code, signal, last.reason or "")
     if after_ready:
-        advice = f"{advice}; {_LOST_ENGINES}"
+        advice = f"{advice}; {LOST_ENGINES}"
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         container=status.name,
         reason="OOMKilled" if oom else "CrashLoopBackOff",
         message=summary,
@@ -261,11 +261,11 @@ def _terminated_problem(
     message += f": {terminated.message.strip()}" if terminated.message and terminated.message.strip() else ""
     advice = _exit_advice(pod, status.name, code, signal, k8s_reason, previous=not current)
     if after_ready:
-        advice = f"{advice}; {_LOST_ENGINES}"
+        advice = f"{advice}; {LOST_ENGINES}"
     # A container lost to a runtime or node restart before readiness is not the program's fault: let it come back.
     fatal = current or after_ready or k8s_reason not in _RUNTIME_LOST
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         container=status.name,
         reason=reason,
         message=message,
@@ -337,7 +337,7 @@ def pull_secret_race(problem: Problem, events: Sequence[CoreV1Event]) -> Problem
         return problem
     secret_unread = any(e.reason == "FailedToRetrieveImagePullSecret" for e in events)
     failed_pulls = sum(
-        _event_count(e) for e in events if e.reason == "Failed" and (e.message or "").startswith("Failed to pull")
+        event_count(e) for e in events if e.reason == "Failed" and (e.message or "").startswith("Failed to pull")
     )
     if not secret_unread or failed_pulls > 1:
         return problem
@@ -371,7 +371,7 @@ def _config_advice(pod: V1Pod, message: str) -> str:
     return "the container's configuration cannot be resolved: fix the Secret/ConfigMap references or securityContext"
 
 
-def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
+def mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     """A pod stuck in ContainerCreating because a volume or the sandbox cannot be set up."""
     if not pod.spec.node_name or pod.status.phase != "Pending":
         return None
@@ -381,7 +381,7 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
         if e.reason
         in ("FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "Pulling", "Pulled", "Created", "Started")
     ]
-    latest = max(relevant, key=lambda event: _event_time(event) or _EPOCH, default=None)
+    latest = max(relevant, key=lambda event: event_time(event) or EPOCH, default=None)
     if latest is None or not (latest.reason or "").startswith("Failed"):
         return None
     message = latest.message or latest.reason
@@ -394,7 +394,7 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     else:
         advice = "the volume cannot be attached or mounted yet: check the PVC, its StorageClass and the CSI driver"
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason=latest.reason,
         message=message,
         fatal=bool(match and match.group(1)),
@@ -403,17 +403,17 @@ def _mount_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     )
 
 
-def _probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
+def probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
     """A running container the kubelet's readiness or startup probe keeps failing: not fatal (the worker may still be
     starting), but the kubelet's own words are the first thing to read when the wait times out."""
     if pod.status.phase != "Running":
         return None
     failures = [e for e in events if e.reason == "Unhealthy" and "probe failed" in (e.message or "")]
-    latest = max(failures, key=lambda event: _event_time(event) or _EPOCH, default=None)
+    latest = max(failures, key=lambda event: event_time(event) or EPOCH, default=None)
     if latest is None:
         return None
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason="ProbeFailing",
         message=latest.message or "",
         fatal=False,

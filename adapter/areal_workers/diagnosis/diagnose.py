@@ -8,10 +8,10 @@ from datetime import datetime
 
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
-from .container_checks import _container_problem_of, _mount_problem, _probe_problem, _Readiness, pull_secret_race
-from .pod_checks import _deletion_problem, _disruption_problem, _phase_problem, _replaced_problem, node_problem
-from .problem import Problem, _pod_events, _tail, event_lines
-from .scheduling import _scheduling_problem
+from .container_checks import Readiness, container_problem_of, mount_problem, probe_problem, pull_secret_race
+from .pod_checks import deletion_problem, disruption_problem, node_problem, phase_problem, replaced_problem
+from .problem import Problem, event_lines, events_of, last_lines
+from .scheduling import scheduling_problem
 
 
 def diagnose_pod(
@@ -44,23 +44,23 @@ def diagnose_pod(
         return None
     same_pod = restarted_pod is not None and restarted_pod.metadata.uid == pod.metadata.uid
     accounted = ready_pod if ready_pod is not None else (restarted_pod if same_pod else None)
-    readiness = _Readiness(was_ready or ready_pod is not None, _restart_counts(accounted))
-    pod_events = _pod_events(pod, events)
+    readiness = Readiness(was_ready or ready_pod is not None, _restart_counts(accounted))
+    pod_events = events_of(pod, events)
     problem = (
-        _replaced_problem(pod, ready_pod)
-        or _phase_problem(pod, readiness)
-        or _disruption_problem(pod)
+        replaced_problem(pod, ready_pod)
+        or phase_problem(pod, readiness)
+        or disruption_problem(pod)
         or node_problem(pod, nodes)
-        or _deletion_problem(pod, readiness.was_ready)
-        or _container_problem_of(pod, readiness)
-        or _mount_problem(pod, pod_events)
-        or _scheduling_problem(pod, nodes, pod_events, pods_by_node)
-        or _probe_problem(pod, pod_events)
+        or deletion_problem(pod, readiness.was_ready)
+        or container_problem_of(pod, readiness)
+        or mount_problem(pod, pod_events)
+        or scheduling_problem(pod, nodes, pod_events, pods_by_node)
+        or probe_problem(pod, pod_events)
     )
     if problem is None:
         return None
     problem = pull_secret_race(problem, pod_events)
-    return replace(problem, events=event_lines(pod_events, now=now), log_tail=_tail(log_tail))
+    return replace(problem, events=event_lines(pod_events, now=now), log_tail=last_lines(log_tail))
 
 
 def _restart_counts(pod: V1Pod | None) -> dict[str, int]:

@@ -9,10 +9,10 @@ from decimal import Decimal
 from kubernetes.client import V1Node, V1NodeSelectorRequirement, V1NodeSelectorTerm, V1Pod, V1Taint, V1Toleration
 from kubernetes.utils import parse_quantity
 
-from .resources import _add_to, pod_requests
+from .resources import add_to, pod_requests
 
 # Taints that node lifecycle, cordon and pressure set and remove on their own.
-_TRANSIENT_TAINT_PREFIX = "node.kubernetes.io/"
+TRANSIENT_TAINT_PREFIX = "node.kubernetes.io/"
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _GONE_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -29,7 +29,7 @@ class NodeFit:
     free: Mapping[str, Decimal] | None  # None: pods on the node unknown
 
 
-def _is_ready(node: V1Node) -> tuple[bool, str]:
+def is_ready(node: V1Node) -> tuple[bool, str]:
     conditions = node.status.conditions if node.status is not None else None
     ready = next((condition for condition in conditions or [] if condition.type == "Ready"), None)
     if ready is None:
@@ -128,9 +128,9 @@ def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod
         for taint in (node.spec.taints if node.spec is not None else None) or []
         if taint.effect in _BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in tolerations)
     ]
-    hard = tuple(_taint_text(t) for t in untolerated if not t.key.startswith(_TRANSIENT_TAINT_PREFIX))
-    soft = [_taint_text(t) for t in untolerated if t.key.startswith(_TRANSIENT_TAINT_PREFIX)]
-    ready, why = _is_ready(node)
+    hard = tuple(_taint_text(t) for t in untolerated if not t.key.startswith(TRANSIENT_TAINT_PREFIX))
+    soft = [_taint_text(t) for t in untolerated if t.key.startswith(TRANSIENT_TAINT_PREFIX)]
+    ready, why = is_ready(node)
     if node.spec is not None and node.spec.unschedulable:
         soft.insert(0, "cordoned")
     if not ready:
@@ -144,7 +144,7 @@ def node_fit(pod: V1Pod, node: V1Node, pods_by_node: Mapping[str, Sequence[V1Pod
         for other in pods_by_node.get(name, ()):
             if _same_pod(other, pod) or (other.status is not None and other.status.phase in _GONE_PHASES):
                 continue
-            _add_to(used, pod_requests(other))
+            add_to(used, pod_requests(other))
         free = {key: value - used.get(key, Decimal(0)) for key, value in allocatable.items()}
     return NodeFit(
         name=name,

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from kubernetes.client import V1Node, V1Pod, V1PodCondition
 
-from .container_checks import _LOST_ENGINES, _container_problem_of, _Readiness
-from .nodes import _is_ready
-from .problem import Problem, _name, _timestamp
+from .container_checks import LOST_ENGINES, Readiness, container_problem_of
+from .nodes import is_ready
+from .problem import Problem, pod_name, timestamp
 
 _DISRUPTIONS = {
     "PreemptionByScheduler": "Preempted",
@@ -22,17 +22,17 @@ _DISRUPTIONS = {
 }
 
 
-def _condition(pod: V1Pod, kind: str) -> V1PodCondition | None:
+def pod_condition(pod: V1Pod, kind: str) -> V1PodCondition | None:
     conditions = pod.status.conditions if pod.status is not None else None
     return next((condition for condition in conditions or [] if condition.type == kind), None)
 
 
-def _replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
+def replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
     old, new = (ready_pod.metadata.uid if ready_pod is not None else None), pod.metadata.uid
     if not old or not new or old == new:
         return None
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason="RestartedAfterReady",
         fatal=True,
         node=pod.spec.node_name,
@@ -40,11 +40,11 @@ def _replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
             "the pod was deleted and recreated after the worker was ready, so its engines are lost "
             f"(uid {old} -> {new})"
         ),
-        advice=_LOST_ENGINES + "; check the events and the old pod's node for why it was deleted",
+        advice=LOST_ENGINES + "; check the events and the old pod's node for why it was deleted",
     )
 
 
-def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
+def phase_problem(pod: V1Pod, readiness: Readiness) -> Problem | None:
     status = pod.status
     if (
         pod.metadata.deletion_timestamp is not None
@@ -52,11 +52,11 @@ def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
         and (status.reason or "Error") == "Error"
     ):
         # The kubelet gives a pod being deleted a terminal phase once its containers stopped (a SIGKILL after the
-        # grace period is exit code 137): that is the deletion's doing, which _deletion_problem judges.
+        # grace period is exit code 137): that is the deletion's doing, which deletion_problem judges.
         return None
     if status.phase == "Succeeded":
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             reason="Completed",
             fatal=True,
             exit_code=0,
@@ -65,7 +65,7 @@ def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
         )
     if status.phase == "Unknown":
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             reason="NodeNotReady",
             fatal=True,
             message=status.message or "pod phase Unknown: its node stopped reporting",
@@ -76,8 +76,8 @@ def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
     reason = status.reason or ""
     if reason in ("", "Error"):
         # An ordinary container failure: the container statuses carry the exit code.
-        return _container_problem_of(pod, readiness) or Problem(
-            pod=_name(pod),
+        return container_problem_of(pod, readiness) or Problem(
+            pod=pod_name(pod),
             reason="Failed",
             fatal=True,
             message=status.message or "pod phase Failed",
@@ -86,7 +86,7 @@ def _phase_problem(pod: V1Pod, readiness: _Readiness) -> Problem | None:
     advice = _failed_pod_advice(reason, status.message or "")
     reason = "Preempted" if reason == "Preempting" else reason  # the kubelet's word for making room for a critical pod
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason=reason,
         fatal=True,
         message=status.message or f"pod failed: {reason}",
@@ -138,8 +138,8 @@ def _eviction_advice(message: str) -> str:
     return "evicted: check the node's conditions and events, then restart the role"
 
 
-def _disruption_problem(pod: V1Pod) -> Problem | None:
-    condition = _condition(pod, "DisruptionTarget")
+def disruption_problem(pod: V1Pod) -> Problem | None:
+    condition = pod_condition(pod, "DisruptionTarget")
     if condition is None or condition.status != "True":
         return None
     reason = _DISRUPTIONS.get(condition.reason or "", "Disrupted")
@@ -151,11 +151,11 @@ def _disruption_problem(pod: V1Pod) -> Problem | None:
         "NodeGone": _NODE_GONE_ADVICE,
     }.get(reason, "the pod is being terminated: restart the role")
     message = condition.message or f"DisruptionTarget: {condition.reason}"
-    return Problem(pod=_name(pod), reason=reason, fatal=True, message=message, advice=advice, node=node)
+    return Problem(pod=pod_name(pod), reason=reason, fatal=True, message=message, advice=advice, node=node)
 
 
-def _deletion_problem(pod: V1Pod, was_ready: bool) -> Problem | None:
-    deleted_at = _timestamp(pod.metadata.deletion_timestamp)
+def deletion_problem(pod: V1Pod, was_ready: bool) -> Problem | None:
+    deleted_at = timestamp(pod.metadata.deletion_timestamp)
     if deleted_at is None:
         return None
     advice = (
@@ -165,7 +165,7 @@ def _deletion_problem(pod: V1Pod, was_ready: bool) -> Problem | None:
         else "the StatefulSet recreates it; if this repeats, find who deletes it (events, audit log)"
     )
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason="Terminating",
         fatal=was_ready,
         node=pod.spec.node_name,
@@ -193,7 +193,7 @@ def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
     node_name = pod.spec.node_name
     if pod.status.reason == "NodeLost":
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             reason="NodeNotReady",
             fatal=True,
             node=node_name,
@@ -205,18 +205,18 @@ def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
     node = next((node for node in nodes if node.metadata.name == node_name), None)
     if node is None:
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             reason="NodeGone",
             fatal=True,
             node=node_name,
             message=f"node {node_name} no longer exists",
             advice=_NODE_GONE_ADVICE,
         )
-    ready, why = _is_ready(node)
+    ready, why = is_ready(node)
     if ready:
         return None
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason="NodeNotReady",
         fatal=True,
         node=node_name,

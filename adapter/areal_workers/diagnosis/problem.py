@@ -15,7 +15,7 @@ MAX_MESSAGE_LINES = 6
 MAX_ADVICE_LINES = 4
 EVENT_LIMIT = 10
 LOG_LIMIT = 20
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,7 @@ def summarize_role(problems: Sequence[Problem]) -> str:
     return text + "\n" + _clip(f"and {len(others)} other worker(s): " + "; ".join(described), 2 * MAX_LINE_CHARS)
 
 
-def _name(pod: V1Pod) -> str:
+def pod_name(pod: V1Pod) -> str:
     return pod.metadata.name if pod.metadata is not None and pod.metadata.name else "?"
 
 
@@ -105,13 +105,13 @@ def _name(pod: V1Pod) -> str:
 # Events and logs
 
 
-def _timestamp(value: datetime | None) -> datetime | None:
+def timestamp(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
-def _event_time(event: CoreV1Event) -> datetime | None:
+def event_time(event: CoreV1Event) -> datetime | None:
     candidates = (
         event.series.last_observed_time if event.series is not None else None,
         event.last_timestamp,
@@ -119,10 +119,10 @@ def _event_time(event: CoreV1Event) -> datetime | None:
         event.first_timestamp,
         event.metadata.creation_timestamp if event.metadata is not None else None,
     )
-    return next((_timestamp(value) for value in candidates if value is not None), None)
+    return next((timestamp(value) for value in candidates if value is not None), None)
 
 
-def _event_count(event: CoreV1Event) -> int:
+def event_count(event: CoreV1Event) -> int:
     if event.series is not None and event.series.count:
         return event.series.count
     return event.count or 1
@@ -143,18 +143,18 @@ def event_lines(
 ) -> tuple[str, ...]:
     """The last `limit` events by time, oldest first, as
     "12s ago  Warning  FailedScheduling (x3)  0/2 nodes are available: ..."."""
-    now = _timestamp(now) or datetime.now(timezone.utc)
-    ordered = sorted(events, key=lambda event: _event_time(event) or _EPOCH)
+    now = timestamp(now) or datetime.now(timezone.utc)
+    ordered = sorted(events, key=lambda event: event_time(event) or EPOCH)
     lines = []
     for event in ordered[-limit:] if limit > 0 else []:
-        count = _event_count(event)
+        count = event_count(event)
         reason = (event.reason or "?") + (f" (x{count})" if count > 1 else "")
         message = " ".join((event.message or "").split())
-        lines.append(_clip(f"{_age(_event_time(event), now)} ago  {event.type or 'Normal'}  {reason}  {message}"))
+        lines.append(_clip(f"{_age(event_time(event), now)} ago  {event.type or 'Normal'}  {reason}  {message}"))
     return tuple(lines)
 
 
-def _pod_events(pod: V1Pod, events: Iterable[CoreV1Event]) -> list[CoreV1Event]:
+def events_of(pod: V1Pod, events: Iterable[CoreV1Event]) -> list[CoreV1Event]:
     """Events of this pod incarnation (StatefulSets reuse names, so a known uid must match) and of its node."""
     meta = pod.metadata
     node = pod.spec.node_name if pod.spec is not None else None
@@ -171,7 +171,7 @@ def _pod_events(pod: V1Pod, events: Iterable[CoreV1Event]) -> list[CoreV1Event]:
     return kept
 
 
-def _tail(lines: Iterable[str], limit: int = LOG_LIMIT) -> tuple[str, ...]:
+def last_lines(lines: Iterable[str], limit: int = LOG_LIMIT) -> tuple[str, ...]:
     flat = [line.rstrip() for chunk in lines for line in chunk.splitlines()]
     while flat and not flat[-1]:
         flat.pop()

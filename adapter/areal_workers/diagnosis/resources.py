@@ -42,15 +42,15 @@ def pod_requests(pod: V1Pod) -> dict[str, Decimal]:
     sidecars = [c for c in spec.init_containers or [] if c.restart_policy == "Always"]
     total: dict[str, Decimal] = {}
     for container in [*(spec.containers or []), *sidecars]:
-        _add_to(total, _container_requests(container))
+        add_to(total, _container_requests(container))
     for container in spec.init_containers or []:
         if container.restart_policy != "Always":
             for name, value in _container_requests(container).items():
                 total[name] = max(total.get(name, Decimal(0)), value)
-    _add_to(total, {name: parse_quantity(value) for name, value in (spec.overhead or {}).items()})
+    add_to(total, {name: parse_quantity(value) for name, value in (spec.overhead or {}).items()})
     return {name: value for name, value in total.items() if value > 0}
 
 
-def _add_to(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+def add_to(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
     for name, value in more.items():
         total[name] = total.get(name, Decimal(0)) + value

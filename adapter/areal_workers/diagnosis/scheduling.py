@@ -10,9 +10,9 @@ from decimal import Decimal
 
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
-from .nodes import _TRANSIENT_TAINT_PREFIX, NodeFit, describe_selector, node_fit
-from .pod_checks import _condition
-from .problem import _EPOCH, Problem, _event_time, _name
+from .nodes import TRANSIENT_TAINT_PREFIX, NodeFit, describe_selector, node_fit
+from .pod_checks import pod_condition
+from .problem import EPOCH, Problem, event_time, pod_name
 from .resources import format_quantity, pod_requests
 
 
@@ -51,7 +51,7 @@ def _is_permanent_reason(reason: str) -> bool:
     if "didn't match Pod's node affinity/selector" in reason or "didn't match node selector" in reason:
         return True
     taint = re.search(r"taint \{([^:}]+):", reason)
-    return taint is not None and not taint.group(1).strip().startswith(_TRANSIENT_TAINT_PREFIX)
+    return taint is not None and not taint.group(1).strip().startswith(TRANSIENT_TAINT_PREFIX)
 
 
 def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, Decimal]) -> str | None:
@@ -68,8 +68,8 @@ def _reason_advice(pod: V1Pod, count: int, reason: str, requests: Mapping[str, D
     taint = re.search(r"taint \{([^:}]+):\s*([^}]*)\}", reason)
     if taint:
         key, value = taint.group(1).strip(), taint.group(2).strip()
-        if key.startswith(_TRANSIENT_TAINT_PREFIX):
-            return f"{count} node(s) are {key.removeprefix(_TRANSIENT_TAINT_PREFIX)}: wait or repair them"
+        if key.startswith(TRANSIENT_TAINT_PREFIX):
+            return f"{count} node(s) are {key.removeprefix(TRANSIENT_TAINT_PREFIX)}: wait or repair them"
         shown = f"{key}={value}" if value else key
         return f"add tolerations for {shown} or choose other nodes ({count} node(s) tainted)"
     if "node affinity/selector" in reason or "node selector" in reason:
@@ -233,31 +233,31 @@ def _scheduling_verdict(
     return verdict
 
 
-def _scheduling_problem(
+def scheduling_problem(
     pod: V1Pod,
     nodes: Sequence[V1Node],
     events: Sequence[CoreV1Event],
     pods_by_node: Mapping[str, Sequence[V1Pod]] | None,
 ) -> Problem | None:
-    condition = _condition(pod, "PodScheduled")
+    condition = pod_condition(pod, "PodScheduled")
     if condition is None or condition.status != "False":
         return None
     if condition.reason == "SchedulingGated":
         gates = ", ".join(gate.name for gate in pod.spec.scheduling_gates or []) or "?"
         return Problem(
-            pod=_name(pod),
+            pod=pod_name(pod),
             reason="SchedulingGated",
             fatal=False,
             message=condition.message or f"scheduling gates: {gates}",
             advice=f"waiting for a controller (a queue such as Kueue?) to remove the gates {gates}",
         )
     latest = max(
-        (e for e in events if e.reason == "FailedScheduling"), key=lambda e: _event_time(e) or _EPOCH, default=None
+        (e for e in events if e.reason == "FailedScheduling"), key=lambda e: event_time(e) or EPOCH, default=None
     )
     message = condition.message or (latest.message if latest is not None else "") or "unschedulable"
     verdict = _scheduling_verdict(pod, message, nodes, pods_by_node, events)
     return Problem(
-        pod=_name(pod),
+        pod=pod_name(pod),
         reason=condition.reason or "Unschedulable",
         message=message,
         fatal=verdict.fatal,
