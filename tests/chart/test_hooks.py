@@ -106,8 +106,8 @@ def test_notes(tmp_path):
 
 
 def test_skip_tests_leaves_exactly_the_test_pod_out_of_a_plain_render_as_the_gitops_page_says():
-    # `helm template | kubectl apply` would start the test Pod with the workers, before they are ready (issue 35,
-    # point 9): docs/en/gitops.md and docs/zh/gitops.md tell that path to render with --skip-tests.
+    # `helm template | kubectl apply` would start the test Pod with the workers, before they are ready, and it
+    # fails: docs/en/gitops.md and docs/zh/gitops.md tell that path to render with --skip-tests.
     values = {"roles": {"actor": role(2)}}
     full = [d for d in yaml.safe_load_all(template_text(values).stdout) if d]
     skipped = [d for d in yaml.safe_load_all(template_text(values, extra=("--skip-tests",)).stdout) if d]

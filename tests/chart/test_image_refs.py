@@ -40,7 +40,8 @@ def test_every_valid_form_renders_back_as_the_release_image(render, image):
     assert container(sts(docs, "actor"))["image"] == _same_reference(image)
 
 
-# (repository, tag) the chart renders into a reference the CLI refuses (issue 35, point 9: the chart once rendered them)
+# (repository, tag) the chart renders into a reference the CLI refuses: the chart once rendered them, and the kubelet
+# then failed each pod with InvalidImageName
 REFUSED = [
     ("ghcr.io/InclusionAI/areal-runtime", "v1.0.4"),
     ("AREAL", "v1"),

@@ -1,4 +1,4 @@
-"""Kueue values (issue 16) where they cross into Python: the topology the adapter reads, the schema, and the name
+"""Kueue values where they cross into Python: the topology the adapter reads, the schema, and the name
 limit Kueue's pod labels need. (The labels on the StatefulSet: the helm-unittest suite
 charts/areal-workers/tests/kueue_test.yaml.)"""
 

@@ -13,7 +13,8 @@ SHA = "sha256:" + "0123456789abcdef" * 4
 
 # (values, the exact message `fail` prints: it names the value to change)
 FAILURES = {
-    # Quantities: the value's path and an example, not the schema's 100-character pattern (issue 35, point 9).
+    # Quantities: the value's path and an example, not the schema's 100-character pattern, which
+    # tells a person nothing.
     "bad memory quantity": (
         {"roles": {"actor": role(resources={"memory": "1Gii"})}},
         f'roles.actor.resources.memory: "1Gii" is not a Kubernetes quantity: write a number with an optional unit, e.g. '
@@ -271,7 +272,8 @@ FAILURES = {
 def test_preflight_fails_with_a_message_naming_the_value(values, message, render_error):
     err = render_error(values)
     assert "execution error at " in err and message in err, err
-    # Helm names the template that failed: one of the release's objects, never the helm test hook (issue 35, point 9).
+    # Helm names the template that failed: one of the release's objects, never the helm test hook,
+    # which would send a person to the wrong file.
     assert "templates/tests/" not in err, err
 
 

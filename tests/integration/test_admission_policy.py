@@ -680,7 +680,7 @@ def guide_rbac_commands(verb: str) -> list[str]:
 def test_the_deployment_guides_removal_of_one_namespace_leaves_the_policy_in_force_in_another(
     kubeconfig, core, make_namespace, tmp_path
 ):
-    # Issue 35, point 3: the guide's removal step `kubectl delete -n rl -f rbac/` once deleted the cluster-scoped policy
+    # A regression: the guide's removal step `kubectl delete -n rl -f rbac/` once deleted the cluster-scoped policy
     # too, leaving the controllers of every other namespace free to mint tokens. The guide's own commands, in a copy
     # of the checkout's rbac/ whose policy (rbac/cluster/) is bound to the two namespaces of this test alone and owned
     # by the one that stays (the garbage collector removes it with that namespace).

@@ -550,7 +550,8 @@ def test_a_failed_up_prints_its_diagnosis_once_and_no_exit_code_when_no_containe
     cli, pod_runner, namespace, tmp_path, worker_lane
 ):
     """An image that never pulls (the local cluster fails images of registry.invalid as a kubelet does): the
-    diagnosis once, then one line for the rollback; no "exit code -1" or "Stderr output:" (issue 35, point 4)."""
+    diagnosis once, then one line for the rollback; no "exit code -1" or "Stderr output:", which
+    only repeated the diagnosis as noise."""
     from clusterlib import RUN_PODS, lane_values
 
     pod_runner(namespace)

@@ -277,7 +277,7 @@ def test_an_identity_without_a_binding_gets_one_row_and_fixes_naming_its_own_nam
 ):
     """A ServiceAccount of another namespace, bound to nothing in the trial's: one FAIL row for the missing binding
     instead of one per rule of rbac/role.yaml, and every fix names that ServiceAccount in its own namespace, as the
-    API server names it (issue 35, point 7)."""
+    API server names it (a fix naming the trial's namespace would bind the wrong account)."""
     from areal_workers.cli.main import main
     from localkube.pki import service_account_kubeconfig
 

@@ -1,4 +1,4 @@
-"""Trials on a shared GPU cluster under Kueue (issue 16): the local cluster's Kueue (`localcluster.py up --kueue`)
+"""Trials on a shared GPU cluster under Kueue: the local cluster's Kueue (`localcluster.py up --kueue`)
 admits each queued role as one group; the scheduler reports where a role waits, fails a role that never fits, names
 a preemption, and re-creates a queued role to resize or update it.
 

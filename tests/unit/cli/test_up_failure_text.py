@@ -1,5 +1,5 @@
 """How `areal-workers up` prints a scheduler error: the diagnosis once, then the rollback in one line, and an exit
-code only when a container exited (issue 35, point 4)."""
+code only when a container exited (a repeated diagnosis or an "exit code -1" only hid the cause)."""
 
 from __future__ import annotations
 

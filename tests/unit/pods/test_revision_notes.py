@@ -1,5 +1,6 @@
 """pods/inspector.py: what became of a revision (its workers failed, a rollback after that), recorded on the
-topology ConfigMap for `areal-workers history` (issue 35, point 8)."""
+topology ConfigMap for `areal-workers history`, so a
+revision's line says why it was superseded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What two revisions' values differ in, for people: the description of an update (history) and what a rollback
-would do (rollback --dry-run) (issue 35, point 8)."""
+would do (rollback --dry-run), so neither shows raw values a person must compare by eye."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def kinds(directory) -> dict[str, set[str]]:
 
 def test_rbac_holds_only_namespaced_objects_and_rbac_cluster_the_cluster_scoped_ones():
     # The deployment guide prepares and removes a namespace with kubectl apply/delete -n NS -f rbac/: a cluster-scoped
-    # object in rbac/ would be deleted for every namespace by one namespace's removal (issue 35, point 3).
+    # object in rbac/ would be deleted for every namespace by one namespace's removal.
     namespaced = kinds(RBAC)
     assert namespaced and all(found <= NAMESPACED_KINDS for found in namespaced.values()), namespaced
     assert kinds(CLUSTER_RBAC) == {POLICY_FILE.name: CLUSTER_KINDS}
