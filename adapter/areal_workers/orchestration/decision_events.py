@@ -4,9 +4,12 @@ of the role it concerns, as the release's rendered topology names it, else the r
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .. import naming
+from ..errors import WorkerCreationError
 from ..pods.inspector import failure_reason
 from ..reasons import Reason, diagnosis_reason
 from ..release.model import ReleaseModel
@@ -80,6 +83,15 @@ class DecisionEvents:
         note = f"change of {key} refused: {error}"
         self.recorder.on_statefulset(statefulset, Reason.CHANGE_REFUSED, "Refuse", note, warning=True)
 
+    @contextmanager
+    def refusal(self, model: ReleaseModel, key: str, manifests: list[dict[str, Any]]) -> Iterator[None]:
+        """Checks that refuse the change of `key` with WorkerCreationError (the preflight's)."""
+        try:
+            yield
+        except WorkerCreationError as refused:
+            self.refused(model, key, refused, manifests)
+            raise
+
     def worker_failed(self, model: ReleaseModel, role: str, error: BaseException) -> None:
         if self.recorder is None:
             return
@@ -90,12 +102,14 @@ class DecisionEvents:
         self.recorder.on_statefulset(statefulset, reason, "Diagnose", note, warning=True)
 
     def rolled_back(self, failed: ReleaseModel, error: BaseException, note: str, rolled: bool) -> None:
-        """`note`: what was done (rolled back to which revision, uninstalled, or why not), with its cause."""
+        """After `error` made revision `failed` fail; `note`: what was done (rolled back to which revision,
+        uninstalled, or why not)."""
         if self.recorder is None:
             return
         workload = workload_of(error)
         statefulset = statefulset_of(failed, workload) if workload else None
         reason = Reason.ROLLED_BACK if rolled else Reason.ROLLBACK_SKIPPED
+        note = f"{note}, after revision {failed.revision} failed: {failure_reason(error)}"
         self.recorder.on_statefulset(statefulset, reason, "Rollback", note, warning=True)
 
     def stuck_pods_replaced(self, pods: list[str]) -> None:

@@ -208,12 +208,9 @@ class ReleaseDriver:
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
         if nodes or before is None or (workloads and self.config.kueue_queue):
             manifests = self.helm(self.releases.render(self.name, values), key)
-            try:
+            with self.events.refusal(self.model, key, manifests):
                 preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
                 preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
-            except WorkerCreationError as refused:
-                self.events.refused(self.model, key, refused, manifests)
-                raise
             if before is None:
                 preflight.clear_name_records(manifests, key)
         self.requeue(values)
@@ -226,8 +223,7 @@ class ReleaseDriver:
             raise failure from error
         self.authorship.wrote(written[0])
         previous = self.model
-        self._forget_changed(previous, self.reload(written))
-        self.events.revision_written(previous, self.model, key, description)
+        self.events.revision_written(previous, self._forget_changed(previous, self.reload(written)), key, description)
         return self.model
 
     def requeue(self, values: dict[str, Any]) -> list[str]:
@@ -379,8 +375,7 @@ class ReleaseDriver:
         # that prints the error, as areal-workers up does, leaves this record out).
         headline = str(error).splitlines()[0] if str(error) else type(error).__name__
         logger.warning("%s after: %s", note, headline, extra={"in_raised_error": True})
-        why = f"after revision {failed_model.revision} failed: {failure_reason(error)}"
-        self.events.rolled_back(failed_model, error, f"{note}, {why}", not foreign)
+        self.events.rolled_back(failed_model, error, note, rolled=not foreign)
         add_note(error, note)
 
     def restore(self, target: int) -> list[str]:
