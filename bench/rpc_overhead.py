@@ -190,7 +190,7 @@ def measure_sync(
     ids = list(by_id)
     clients: dict[str, Callable[[str], Any]] = {
         "adapter": lambda w: scheduler.call_engine(w, "value"),
-        "guard": lambda w: timer.call(by_id[w], "value", w, [], {}, None),
+        "guard": lambda w: timer.call(by_id[w], "value", w, [], {}),
         "plain": plain.call,
     }
     try:
@@ -217,7 +217,7 @@ async def measure_async(
     ids = list(by_id)
     clients: dict[str, Callable[[str], Awaitable[Any]]] = {
         "adapter": lambda w: scheduler.async_call_engine(w, "value"),
-        "guard": lambda w: timer.async_call(by_id[w], "value", w, [], {}, None),
+        "guard": lambda w: timer.async_call(by_id[w], "value", w, [], {}),
         "plain": plain.call,
     }
     work: dict[str, Callable[[str], Awaitable[Any]]] = {

@@ -25,6 +25,7 @@ from .errors import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
+from .guard.client import CallOptions
 from .observer import NO_OBSERVER, Observer, timed
 from .orchestration.decision_events import DecisionEvents
 from .orchestration.deletion import Deletion
@@ -402,10 +403,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             engine_name,
             args,
             kwargs,
-            rpc_meta,
-            http_timeout=http_timeout,
-            max_retries=max_retries,
-            retry_delay=retry_delay,
+            CallOptions(rpc_meta, http_timeout, max_retries, retry_delay),
         )
 
     async def async_call_engine(
@@ -427,10 +425,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             engine_name,
             args,
             kwargs,
-            rpc_meta,
-            http_timeout=http_timeout,
-            max_retries=max_retries,
-            retry_delay=retry_delay,
+            CallOptions(rpc_meta, http_timeout, max_retries, retry_delay),
         )
 
     # --- introspection ---------------------------------------------------------------------------

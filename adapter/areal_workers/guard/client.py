@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -49,13 +50,26 @@ from .transport import GuardTransport, Liveness
 if TYPE_CHECKING:
     from ..areal_types import Worker
 
-__all__ = ["ForkError", "GuardClient", "Liveness", "guard_url"]
+__all__ = ["CallOptions", "ForkError", "GuardClient", "Liveness", "guard_url"]
 
 UnreachableNote = Callable[["Worker"], str]
 """Why a worker whose pod is alive may not answer (the release's NetworkPolicy), for the error that says so."""
 
 HEALTH_PROBE_TIMEOUT = 2.0  # AReaL's per-probe time-out
 FORK_REQUEST_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How one engine call is sent: the keywords of AReaL's call_engine, passed down as one value."""
+
+    rpc_meta: dict[str, Any] | None = None
+    http_timeout: float = 7200.0
+    max_retries: int = 3
+    retry_delay: float = 1.0
+
+
+DEFAULT_CALL = CallOptions()
 
 
 # --------------------------------------------------------------------------- the client
@@ -128,25 +142,21 @@ class GuardClient(GuardTransport):
         engine_name: str,
         args: list[Any],
         kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float = 7200.0,
-        max_retries: int = 3,
-        retry_delay: float = 1.0,
+        options: CallOptions = DEFAULT_CALL,
     ) -> Any:
         """POST /call with AReaL's retries; blocking, never touches an event loop."""
-        payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
+        payload = call_payload(method, engine_name, args, kwargs, options.rpc_meta)
         last: Retryable | None = None
-        for attempt in range(1, max_retries + 1):
+        for attempt in range(1, options.max_retries + 1):
             if attempt > 1 or self._check_first_attempt:
                 self._check_liveness(worker)
-            outcome = self._call_attempt(worker, method, payload, attempt, http_timeout)
+            outcome = self._call_attempt(worker, method, payload, attempt, options.http_timeout)
             if not isinstance(outcome, Retryable):
                 return outcome
             last = outcome
-            if attempt < max_retries:
-                self._retry_sleep(backoff(retry_delay, attempt))
-        raise self._noted(calls_exhausted(worker, method, max_retries, last), worker, last) from (
+            if attempt < options.max_retries:
+                self._retry_sleep(backoff(options.retry_delay, attempt))
+        raise self._noted(calls_exhausted(worker, method, options.max_retries, last), worker, last) from (
             last.error if last else None
         )
 
@@ -157,25 +167,21 @@ class GuardClient(GuardTransport):
         engine_name: str,
         args: list[Any],
         kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float = 7200.0,
-        max_retries: int = 3,
-        retry_delay: float = 1.0,
+        options: CallOptions = DEFAULT_CALL,
     ) -> Any:
         """The asynchronous ``call``."""
-        payload = call_payload(method, engine_name, args, kwargs, rpc_meta)
+        payload = call_payload(method, engine_name, args, kwargs, options.rpc_meta)
         last: Retryable | None = None
-        for attempt in range(1, max_retries + 1):
+        for attempt in range(1, options.max_retries + 1):
             if attempt > 1 or self._check_first_attempt:
                 await self._acheck_liveness(worker)
-            outcome = await self._async_call_attempt(worker, method, payload, attempt, http_timeout)
+            outcome = await self._async_call_attempt(worker, method, payload, attempt, options.http_timeout)
             if not isinstance(outcome, Retryable):
                 return outcome
             last = outcome
-            if attempt < max_retries:
-                await self._async_retry_sleep(backoff(retry_delay, attempt))
-        raise self._noted(calls_exhausted(worker, method, max_retries, last), worker, last) from (
+            if attempt < options.max_retries:
+                await self._async_retry_sleep(backoff(options.retry_delay, attempt))
+        raise self._noted(calls_exhausted(worker, method, options.max_retries, last), worker, last) from (
             last.error if last else None
         )
 

@@ -15,7 +15,7 @@ from .. import naming
 from ..areal_types import Worker
 from ..config import KubernetesSchedulerConfig
 from ..errors import WorkerNotFoundError
-from ..guard.client import GuardClient
+from ..guard.client import CallOptions, GuardClient
 from ..guard.wire_format import deserialize_value, serialize_value
 from ..runtime.loop_thread import LoopThread
 from .driver import ReleaseDriver
@@ -85,11 +85,7 @@ class WorkerCalls:
         engine_name: str | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float,
-        max_retries: int,
-        retry_delay: float,
+        options: CallOptions,
     ) -> Any:
         worker = self.worker(worker_id)
         name = worker_id if engine_name is None else engine_name  # AReaL's default: the worker's own engine
@@ -99,10 +95,7 @@ class WorkerCalls:
             name,
             serialize_value(list(args)),
             serialize_value(kwargs),
-            rpc_meta,
-            http_timeout=http_timeout,
-            max_retries=max_retries,
-            retry_delay=retry_delay,
+            options,
         )
         return deserialize_value(result)
 
@@ -113,11 +106,7 @@ class WorkerCalls:
         engine_name: str | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        rpc_meta: dict[str, Any] | None,
-        *,
-        http_timeout: float,
-        max_retries: int,
-        retry_delay: float,
+        options: CallOptions,
     ) -> Any:
         worker = await self.aworker(worker_id)
         name = worker_id if engine_name is None else engine_name
@@ -127,10 +116,7 @@ class WorkerCalls:
             name,
             serialize_value(list(args)),
             serialize_value(kwargs),
-            rpc_meta,
-            http_timeout=http_timeout,
-            max_retries=max_retries,
-            retry_delay=retry_delay,
+            options,
         )
         return deserialize_value(result)
 

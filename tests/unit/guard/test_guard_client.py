@@ -22,7 +22,7 @@ from areal_workers.errors import (
     SchedulerError,
     WorkerFailedError,
 )
-from areal_workers.guard.client import ForkError, GuardClient
+from areal_workers.guard.client import CallOptions, ForkError, GuardClient
 from areal_workers.guard.replies import Reply, Retryable, call_outcome, created_engine_result
 from guardlib import (
     BROKEN,
@@ -141,8 +141,8 @@ def call(
     """client.call, or client.async_call in a fresh asyncio.run() loop."""
     kwargs = options.pop("kwargs", {})
     if mode == "sync":
-        return client.call(worker, method, engine_name, list(args), kwargs, None, **options)
-    return asyncio.run(client.async_call(worker, method, engine_name, list(args), kwargs, None, **options))
+        return client.call(worker, method, engine_name, list(args), kwargs, CallOptions(**options))
+    return asyncio.run(client.async_call(worker, method, engine_name, list(args), kwargs, CallOptions(**options)))
 
 
 # --------------------------------------------------------------------------- create_engine
@@ -156,7 +156,7 @@ def test_create_engine_returns_the_raw_result(
     result = asyncio.run(client.create_engine(worker, COUNTER, "created-by-client", [7], {}))
 
     assert result is None  # the reference guard's "result", passed through as AReaL does
-    assert client.call(worker, "value", "created-by-client", [], {}, None) == 7
+    assert client.call(worker, "value", "created-by-client", [], {}) == 7
     assert liveness.calls == [worker.id]  # only call()'s check: create_engine checks on connection errors
 
 
@@ -244,7 +244,7 @@ def test_set_env_is_visible_to_engines(shared_guard: Guard, client: GuardClient,
     asyncio.run(client.set_env(worker, {"AREAL_WORKERS_GUARD_CLIENT_TEST": "yes"}))
 
     assert liveness.calls == [worker.id]
-    assert client.call(worker, "env", engine_name, ["AREAL_WORKERS_GUARD_CLIENT_TEST"], {}, None) == "yes"
+    assert client.call(worker, "env", engine_name, ["AREAL_WORKERS_GUARD_CLIENT_TEST"], {}) == "yes"
 
 
 def test_set_env_with_an_empty_env_only_checks_liveness(client: GuardClient, liveness: LivenessProbe) -> None:
@@ -345,7 +345,7 @@ def test_call_with_zero_retries_sends_nothing(
 
     assert (raised.value.reason, raised.value.attempt) == ("Max retries exceeded", 0)
     assert liveness.calls == [] and sleeps.delays == []
-    assert client.call(worker, "value", engine_name, [], {}, None) == 0
+    assert client.call(worker, "value", engine_name, [], {}) == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -396,7 +396,7 @@ def test_sync_call_works_inside_a_running_event_loop(shared_guard: Guard, client
     worker, engine_name = shared_guard.worker(), shared_guard.new_counter()
 
     async def from_a_coroutine() -> tuple[Any, bool]:
-        result = client.call(worker, "increment", engine_name, [], {}, None)
+        result = client.call(worker, "increment", engine_name, [], {})
         return result, asyncio.get_running_loop() in client._loop_sessions
 
     assert asyncio.run(from_a_coroutine()) == (1, False)
@@ -426,7 +426,7 @@ def test_fork_two_children_concurrently_then_kill_them(guard: Guard, client: Gua
         assert health is not None and (health["role"], health["pid"]) == ("ref", forked["pid"])
         assert forked["host"] == "127.0.0.1"
         asyncio.run(client.create_engine(child, COUNTER, "counter", [], {}))
-        assert client.call(child, "env", "counter", ["AREAL_WORKERS_FORK_MARK"], {}, None) == f"fork-{index}"
+        assert client.call(child, "env", "counter", ["AREAL_WORKERS_FORK_MARK"], {}) == f"fork-{index}"
     parent_health = client.health(parent)
     assert parent_health is not None and parent_health["forked_children"] == 2
 
@@ -478,8 +478,8 @@ def test_each_event_loop_gets_its_own_session_closed_with_the_loop(
     sessions = []
 
     async def use_the_client() -> None:
-        await client.async_call(worker, "increment", engine_name, [], {}, None)
-        await client.async_call(worker, "increment", engine_name, [], {}, None)
+        await client.async_call(worker, "increment", engine_name, [], {})
+        await client.async_call(worker, "increment", engine_name, [], {})
         sessions.append(client._session())
 
     with warnings.catch_warnings(record=True) as caught:
@@ -492,7 +492,7 @@ def test_each_event_loop_gets_its_own_session_closed_with_the_loop(
         sessions.clear()
         gc.collect()
 
-    assert client.call(worker, "value", engine_name, [], {}, None) == 4
+    assert client.call(worker, "value", engine_name, [], {}) == 4
     assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
     assert "Unclosed" not in caplog.text
 
@@ -501,11 +501,11 @@ def test_aclose_closes_the_current_loops_session(shared_guard: Guard, client: Gu
     worker, engine_name = shared_guard.worker(), shared_guard.new_counter()
 
     async def scenario() -> None:
-        await client.async_call(worker, "increment", engine_name, [], {}, None)
+        await client.async_call(worker, "increment", engine_name, [], {})
         first = client._session()
         await client.aclose()
         assert first.closed
-        await client.async_call(worker, "increment", engine_name, [], {}, None)
+        await client.async_call(worker, "increment", engine_name, [], {})
         assert client._session() is not first
 
     asyncio.run(scenario())
@@ -551,10 +551,10 @@ def test_without_the_first_attempt_check_a_healthy_call_checks_nothing_but_retri
         engine = shared_guard.new_counter()
         worker = shared_guard.worker()
         call = client.call if mode == "sync" else (lambda *a, **k: asyncio.run(client.async_call(*a, **k)))
-        assert call(worker, "increment", engine, [1], {}, None) == 1
+        assert call(worker, "increment", engine, [1], {}) == 1
         assert liveness.calls == []
         with pytest.raises(EngineCallError):
-            call(worker, "value", "no-such-engine", [], {}, None, max_retries=2, retry_delay=0.01)
+            call(worker, "value", "no-such-engine", [], {}, CallOptions(max_retries=2, retry_delay=0.01))
         assert liveness.calls == [worker.id]  # before the retry only
     finally:
         client.close()
@@ -605,7 +605,7 @@ def test_no_connection_to_a_live_worker_carries_the_unreachable_note(client: Gua
         asyncio.run(client.create_engine(worker, COUNTER, "e", [], {}))
     assert f"NetworkPolicy note for {worker.id}" in connecting.value.__notes__
     with pytest.raises(EngineCallError) as calling:
-        client.call(worker, "step", "e", [], {}, None, max_retries=2, retry_delay=0.0)
+        client.call(worker, "step", "e", [], {}, CallOptions(max_retries=2, retry_delay=0.0))
     assert f"NetworkPolicy note for {worker.id}" in calling.value.__notes__
     with pytest.raises(RPCConnectionError) as allocating:
         asyncio.run(client.alloc_ports(worker, 1))

@@ -19,10 +19,11 @@ from areal_workers.errors import (
     SchedulerError,
     WorkerConfigurationError,
 )
-from areal_workers.guard.client import GuardClient
+from areal_workers.guard.client import CallOptions, GuardClient
 
 WORKER = Worker(id="actor/0", ip="10.0.0.1", worker_ports=["8000"])
 TIMEOUT = 5.0
+ONCE = CallOptions(http_timeout=TIMEOUT, max_retries=1)
 
 
 def connection(reason: str) -> RPCConnectionError:
@@ -60,7 +61,7 @@ def set_env(client: GuardClient) -> Any:
 
 
 def async_call(client: GuardClient) -> Any:
-    return asyncio.run(client.async_call(WORKER, "step", "actor/0", [], {}, None, http_timeout=TIMEOUT, max_retries=1))
+    return asyncio.run(client.async_call(WORKER, "step", "actor/0", [], {}, ONCE))
 
 
 def alloc_ports(client: GuardClient) -> Any:
@@ -68,7 +69,7 @@ def alloc_ports(client: GuardClient) -> Any:
 
 
 def call(client: GuardClient) -> Any:
-    return client.call(WORKER, "step", "actor/0", [], {}, None, http_timeout=TIMEOUT, max_retries=1)
+    return client.call(WORKER, "step", "actor/0", [], {}, ONCE)
 
 
 def configure(client: GuardClient) -> Any:

@@ -15,6 +15,7 @@ import pytest
 from areal_workers.areal_types import Worker
 from areal_workers.config import KubernetesSchedulerConfig
 from areal_workers.errors import WorkerNotFoundError
+from areal_workers.guard.client import CallOptions
 from areal_workers.guard.wire_format import serialize_value
 from areal_workers.orchestration import worker_calls
 from areal_workers.orchestration.worker_calls import WorkerCalls
@@ -56,14 +57,14 @@ class FakeGuard:
     async def set_env(self, target: Worker, env: dict[str, str]) -> None:
         self.requests.append(("set_env", target.id, env))
 
-    def call(self, target: Worker, method: str, name: str, args: Any, kwargs: Any, meta: Any, **retry: Any) -> Any:
-        self.requests.append(("call", target.id, method, name, args, kwargs, meta, retry))
+    def call(self, target: Worker, method: str, name: str, args: Any, kwargs: Any, options: CallOptions) -> Any:
+        self.requests.append(("call", target.id, method, name, args, kwargs, options))
         return self.answer
 
     async def async_call(
-        self, target: Worker, method: str, name: str, args: Any, kwargs: Any, meta: Any, **retry: Any
+        self, target: Worker, method: str, name: str, args: Any, kwargs: Any, options: CallOptions
     ) -> Any:
-        self.requests.append(("async_call", target.id, method, name, args, kwargs, meta, retry))
+        self.requests.append(("async_call", target.id, method, name, args, kwargs, options))
         return self.answer
 
     def configure(self, target: Worker, payload: Any) -> None:
@@ -106,7 +107,8 @@ def calls_for(
     )
 
 
-RETRIES = {"http_timeout": 12.0, "max_retries": 2, "retry_delay": 0.5}
+RETRIES = CallOptions(http_timeout=12.0, max_retries=2, retry_delay=0.5)
+TRACED = CallOptions({"trace": "t"}, 12.0, 2, 0.5)
 
 
 def test_a_known_worker_is_read_by_its_index_without_a_wait():
@@ -188,13 +190,11 @@ def test_call_serializes_the_arguments_and_deserializes_the_result():
     guard = FakeGuard(answer=serialize_value(answered))  # a dataclass on the wire: a typed dict
     calls = calls_for({"actor": [worker("actor/0")]}, {"actor"}, guard=guard)
     argument = worker("actor/0")
-    result = calls.call("actor/0", "step", None, (argument,), {"n": 2}, {"trace": "t"}, **RETRIES)
+    result = calls.call("actor/0", "step", None, (argument,), {"n": 2}, TRACED)
     assert result == answered and isinstance(result, Worker)
-    assert guard.requests == [
-        ("call", "actor/0", "step", "actor/0", serialize_value([argument]), {"n": 2}, {"trace": "t"}, RETRIES)
-    ]
+    assert guard.requests == [("call", "actor/0", "step", "actor/0", serialize_value([argument]), {"n": 2}, TRACED)]
     assert guard.requests[0][4][0]["type"] == "dataclass"  # the argument went as AReaL's typed dict
-    calls.call("actor/0", "step", "ref", (), {}, None, **RETRIES)
+    calls.call("actor/0", "step", "ref", (), {}, RETRIES)
     assert guard.requests[-1][3] == "ref"
 
 
@@ -202,9 +202,9 @@ def test_async_call_sends_what_call_sends_and_deserializes_the_result():
     answered = worker("actor/0")
     guard = FakeGuard(answer=serialize_value({"worker": answered}))
     calls = calls_for({"actor": [worker("actor/0")]}, {"actor"}, guard=guard)
-    result = asyncio.run(calls.async_call("actor/0", "step", None, (3,), {}, None, **RETRIES))
+    result = asyncio.run(calls.async_call("actor/0", "step", None, (3,), {}, RETRIES))
     assert result == {"worker": answered}
-    assert guard.requests == [("async_call", "actor/0", "step", "actor/0", [3], {}, None, RETRIES)]
+    assert guard.requests == [("async_call", "actor/0", "step", "actor/0", [3], {}, RETRIES)]
 
 
 def test_set_env_goes_to_the_named_worker():
