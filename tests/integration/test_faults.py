@@ -106,6 +106,18 @@ def test_crash_loop_on_create_fails_fast_and_rolls_back(make_scheduler, core):
     assert [w.id for w in scheduler.get_workers("actor")] == ["actor/0", "actor/1"]
 
 
+def test_a_worker_whose_process_exits_zero_is_failed_not_healthy(make_scheduler):
+    """Any terminal state is a dead worker (AReaL's SlurmScheduler since areal-project/AReaL#1583)."""
+    scheduler = make_scheduler()
+    done = "python -c 'print(\"nothing to serve\", flush=True)'"
+    scheduler.create_workers(job("done", 1, [spec(cmd=done)]))
+    with pytest.raises(WorkerFailedError) as failed:
+        scheduler.get_workers("done", timeout=60)
+    assert (failed.value.worker_id, failed.value.exit_code) == ("done/0", 0)
+    assert "exit code 0" in failed.value.stderr and "must keep running" in failed.value.stderr
+    assert "nothing to serve" in failed.value.stderr
+
+
 def test_image_pull_backoff_is_reported_with_the_kubelet_message_and_rolled_back(make_scheduler, core):
     scheduler = make_scheduler(extra_values=held("pulling"))
     scheduler.create_workers(job("actor", 1))

@@ -56,7 +56,16 @@ SLURM_ONLY = {
     "exclude": "keep workers off nodes with a node affinity NotIn rule or taints in the chart's values (values_files)",
     "srun_additional_args": "there is no srun on Kubernetes; set pod options through the chart's values (values_files)",
     "mount": "mount storage with the chart's workerDefaults.extraVolumes and extraVolumeMounts (values_files)",
+    # AReaL after 2.0.0 (areal-project/AReaL#1584): checked when the spec has the field, ignored when it has not.
+    "reservation": "Kubernetes has no reservations; hold capacity for the workers with a Kueue queue "
+    "(KubernetesSchedulerConfig.kueue_queue) or dedicated nodes (taints, tolerations and nodeSelector in the "
+    "chart's values, values_files)",
 }
+EXCLUSIVE_ALTERNATIVE = (
+    "Kubernetes cannot keep every other pod off a node; to keep a role's nodes to itself, set the chart's "
+    "roles.<role>.exclusiveTopology (all its workers in one domain of that node label, no other worker there) or "
+    "dedicate nodes with taints and tolerations (values_files), and leave exclusive False"
+)
 
 
 class TopologyError(ValueError):
@@ -67,10 +76,12 @@ class TopologyError(ValueError):
         self.worker_key, self.reason, self.details = worker_key, reason, details
 
 
-def _spec_defaults() -> dict[str, Any]:
+def _spec_defaults(spec: SchedulingSpec | None = None) -> dict[str, Any]:
+    """The field defaults of `spec`'s own dataclass (AReaL's of whichever version built it), else SchedulingSpec's."""
+    kind = type(spec) if spec is not None and dataclasses.is_dataclass(spec) else SchedulingSpec
     return {
         f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-        for f in dataclasses.fields(SchedulingSpec)
+        for f in dataclasses.fields(kind)
     }
 
 
@@ -108,11 +119,18 @@ def resolve_spec(job: Job) -> SchedulingSpec:
 
 def check_spec(role: str, spec: SchedulingSpec) -> None:
     """Rejects what Kubernetes cannot do, naming the Kubernetes alternative."""
-    defaults = _spec_defaults()
+    defaults = _spec_defaults(spec)
     for name, alternative in SLURM_ONLY.items():
-        value = getattr(spec, name)
-        if value not in (None, "", defaults[name]):
+        value = getattr(spec, name, None)  # fields an older AReaL's SchedulingSpec lacks are not set
+        if value not in (None, "", defaults.get(name)):
             raise TopologyError(role, f"SchedulingSpec.{name} is Slurm-only", f"got {value!r}; {alternative}")
+    exclusive = getattr(spec, "exclusive", False)  # AReaL after 2.0.0 (#1584): sbatch --exclusive
+    if exclusive not in (False, None):
+        raise TopologyError(
+            role,
+            "SchedulingSpec.exclusive is not supported on Kubernetes",
+            f"got {exclusive!r}; {EXCLUSIVE_ALTERNATIVE}",
+        )
     if spec.task_type != "worker":
         raise TopologyError(
             role,
@@ -220,7 +238,7 @@ def role_values(spec: SchedulingSpec, replicas: int, config: KubernetesScheduler
     }
     if spec.additional_bash_cmds:
         values["setupCommands"] = list(spec.additional_bash_cmds)
-    if spec.image != _spec_defaults()["image"]:
+    if spec.image != _spec_defaults(spec)["image"]:
         values["image"] = split_image(spec.image)
     return values
 

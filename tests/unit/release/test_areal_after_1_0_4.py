@@ -1,0 +1,121 @@
+"""SchedulingSpec semantics AReaL's schedulers gained after 1.0.4 (areal-project/AReaL, read at v2.0.0 and main):
+
+- #1584 (main, after v2.0.0): SchedulingSpec.reservation (sbatch --reservation) and .exclusive (sbatch --exclusive);
+  the user's env_vars are applied after the scheduler's own defaults (thread counts, AReaL's forwarding).
+- v2.0.0's inference service creates its guards with cmd="python -m areal.v2.inference_service.guard", whose parser
+  takes --host, --port, --experiment-name, --trial-name, --role, --worker-index, --name-resolve-type,
+  --nfs-record-root, --etcd3-addr and --fileroot.
+
+The dataclasses here have the shape of AReaL's own (fields and defaults), nothing of its code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from areal_workers.areal_types import Job, SchedulingSpec
+from areal_workers.config import KubernetesSchedulerConfig
+from areal_workers.errors import WorkerCreationError
+from areal_workers.guard.forks import ForkPlan
+from areal_workers.release import request_checks
+from areal_workers.release.values import RESERVED_ENV, THREAD_VARIABLES, role_values, worker_command
+
+IMAGE = "ghcr.io/inclusionai/areal-runtime:v1.0.4"
+V2_GUARD = "python -m areal.v2.inference_service.guard"
+
+
+@dataclass
+class SpecAfter204(SchedulingSpec):
+    """SchedulingSpec as AReaL's main declares it since #1584: two more fields with these defaults."""
+
+    reservation: str | None = None
+    exclusive: bool = False
+
+
+def checked(spec: SchedulingSpec, role: str = "rollout") -> SchedulingSpec:
+    return request_checks.spec(Job(role=role, replicas=2, tasks=[spec]))
+
+
+def refusal(spec: SchedulingSpec) -> WorkerCreationError:
+    with pytest.raises(WorkerCreationError) as info:
+        checked(spec)
+    return info.value
+
+
+# --- reservation and exclusive ------------------------------------------------------------------
+
+
+def test_a_newer_spec_at_its_defaults_is_accepted_and_gives_the_same_values_as_1_0_4s():
+    newer = SpecAfter204(cpu=2, mem=4, image=IMAGE, cmd=V2_GUARD)
+    older = SchedulingSpec(cpu=2, mem=4, image=IMAGE, cmd=V2_GUARD)
+    config = KubernetesSchedulerConfig()
+    assert checked(newer) is newer
+    assert role_values(newer, 2, config) == role_values(older, 2, config)
+
+
+def test_a_1_0_4_spec_without_the_fields_is_accepted():
+    spec = SchedulingSpec(cpu=2, mem=4, image=IMAGE)
+    if hasattr(spec, "reservation") or hasattr(spec, "exclusive"):
+        pytest.skip("this AReaL's SchedulingSpec has the fields")
+    assert checked(spec) is spec
+
+
+def test_reservation_is_refused_as_the_other_slurm_only_fields_are():
+    error = refusal(SpecAfter204(cpu=2, mem=4, image=IMAGE, reservation="rl-week-32"))
+    assert error.worker_key == "rollout"
+    assert error.reason == "SchedulingSpec.reservation is Slurm-only"
+    assert "'rl-week-32'" in error.details and "kueue_queue" in error.details
+
+
+@pytest.mark.parametrize("empty", [None, ""])
+def test_an_empty_reservation_is_accepted(empty):
+    checked(SpecAfter204(cpu=2, mem=4, image=IMAGE, reservation=empty))
+
+
+def test_exclusive_is_refused_naming_the_kubernetes_ways():
+    error = refusal(SpecAfter204(cpu=2, mem=4, image=IMAGE, exclusive=True))
+    assert error.reason == "SchedulingSpec.exclusive is not supported on Kubernetes"
+    assert "exclusiveTopology" in error.details and "taints" in error.details
+    assert "leave exclusive False" in error.details
+
+
+# --- env_vars win over the scheduler's defaults -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", THREAD_VARIABLES)
+def test_the_users_thread_count_wins_over_the_schedulers(name):
+    values = role_values(
+        SchedulingSpec(cpu=16, mem=4, image=IMAGE, env_vars={name: "3"}), 1, KubernetesSchedulerConfig()
+    )
+    assert values["env"][name] == "3"
+    assert all(values["env"][other] == "16" for other in THREAD_VARIABLES if other != name)
+
+
+def test_a_forks_own_variables_are_only_names_a_user_cannot_set():
+    """A fork inherits its guard's environment (the target's, with the user's env_vars already winning there); what
+    the scheduler adds to /fork's env overrides only the worker identity, which env_vars may not set."""
+    plan = ForkPlan("ref", "areal.infra.rpc.rpc_server", "python", "e", "t", (), 2, 60.0)
+    assert set(plan.env(3)) <= RESERVED_ENV
+    assert plan.env(3)["AREAL_WORKER_ID"] == "ref/3"
+
+
+# --- the v2 inference service's guard -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", [V2_GUARD, "/opt/conda/bin/python -m areal.v2.inference_service.guard"])
+def test_the_v2_guard_command_is_honoured_as_given(cmd):
+    spec = checked(SpecAfter204(cpu=2, gpu=1, mem=4, image=IMAGE, cmd=cmd))
+    assert worker_command(spec, "/usr/bin/python3") == ["/usr/bin/python3", "-m", "areal.v2.inference_service.guard"]
+    assert role_values(spec, 4, KubernetesSchedulerConfig(python_executable="python"))["command"] == [
+        "python",
+        "-m",
+        "areal.v2.inference_service.guard",
+    ]
+
+
+def test_process_forks_of_a_v2_guard_role_run_what_fork_workers_names():
+    plan = ForkPlan("router", "areal.v2.inference_service.router", "python", "e", "t", ("--fileroot", "/f"), 1, 60.0)
+    argv = plan.worker_argv(0, "10.0.0.5", 9000)
+    assert argv[:3] == ["python", "-m", "areal.v2.inference_service.router"]
+    assert argv[argv.index("--role") + 1] == "router" and argv[-2:] == ["--fileroot", "/f"]
