@@ -162,6 +162,10 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
         [(job.metadata.name, job.status.to_dict()) for job in owned],
         logs,
     )
+    # Its decision as an Event, written with the reaper Role's rule on events.k8s.io events (rbac/reaper.yaml).
+    reaped = core.list_namespaced_event(namespace, field_selector="reason=ReleaseReaped").items
+    assert [(e.reporting_component, e.involved_object.kind) for e in reaped] == [("areal-workers", "ConfigMap")]
+    assert reaped[0].message.startswith(f"reaped release {release}: its trainer"), reaped[0].message
 
 
 def wait_for_a_scheduled_run(
