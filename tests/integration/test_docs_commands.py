@@ -102,6 +102,12 @@ NOT_RUN = {
     ),
     "kubectl -n rl describe pod <pod>": "placeholders for the reader's pod",
     "kubectl -n rl get events --field-selector involvedObject.name=<pod>": "placeholders for the reader's pod",
+    "kubectl -n rl get events --field-selector involvedObject.name=<statefulset>": "placeholders for the reader's "
+    "StatefulSet; test_events.py runs it on a role's",
+    "kubectl -n rl describe statefulset <statefulset>": "placeholders for the reader's StatefulSet; test_events.py "
+    "runs it on a role's",
+    "kubectl -n rl get events --field-selector reportingComponent=areal-workers": "the reader's namespace; "
+    "test_events.py runs it in its own",
     "kubectl -n rl logs <pod> -c worker --previous": "placeholders for the reader's pod",
     "kubectl label pod gsm8k-trainer -n rl areal.io/controller=true": "the reader's trainer pod",
     (
