@@ -30,6 +30,8 @@ REQUIRED_PAGES = (
     "development.md",
 )
 INDEX = DOCS / "README.md"  # the index of both languages
+# Pages at the root of the repository, where GitHub shows them; their Chinese pages are docs/zh/<name>.
+ROOT_PAGES = ("README.md", "CONTRIBUTING.md")
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<text>.+?)\s*#*\s*$")
@@ -157,17 +159,17 @@ def pages(lang: str) -> dict[str, Path]:
 
 
 def pairs() -> list[tuple[str, Path, Path]]:
-    """(name, English page, Chinese page) for every page of docs/en; README.md at the root pairs with
-    docs/zh/README.md."""
+    """(name, English page, Chinese page) for every page of docs/en; README.md and CONTRIBUTING.md at the root pair
+    with docs/zh/README.md and docs/zh/CONTRIBUTING.md."""
     zh = pages("zh")
-    found = [("README.md", REPO / "README.md", zh.get("README.md", DOCS / "zh" / "README.md"))]
+    found = [(name, REPO / name, zh.get(name, DOCS / "zh" / name)) for name in ROOT_PAGES]
     found += [(name, path, zh.get(name, DOCS / "zh" / name)) for name, path in pages("en").items()]
     return found
 
 
 def documents() -> list[Path]:
-    """Every documentation file the docs tests read: both languages, the index and the root README."""
-    return [REPO / "README.md", INDEX, *pages("en").values(), *pages("zh").values()]
+    """Every documentation file the docs tests read: both languages, the index and the root pages."""
+    return [*(REPO / name for name in ROOT_PAGES), INDEX, *pages("en").values(), *pages("zh").values()]
 
 
 def link_problem(page: Path, target: str) -> str | None:

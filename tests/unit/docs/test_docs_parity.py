@@ -1,10 +1,11 @@
 """docs/en and docs/zh cover the same pages with the same structure, and every link in the docs resolves.
 
-Per page pair (README.md at the root pairs with docs/zh/README.md): the same sequence of heading levels, the same
-code blocks (count and info strings, in order), and a Chinese page that is a translation (it has Chinese prose).
-Links in both languages, the index docs/README.md and the root README point at files that exist, and at headings
-that exist when they carry an anchor. The index lists every page of both languages. The two READMEs link each other
-at the top, and both lead to the development page."""
+Per page pair (README.md and CONTRIBUTING.md at the root pair with docs/zh/README.md and docs/zh/CONTRIBUTING.md):
+the same sequence of heading levels, the same code blocks (count and info strings, in order), and a Chinese page that
+is a translation (it has Chinese prose). Links in both languages, the index docs/README.md and the root pages point at
+files that exist, and at headings that exist when they carry an anchor. The index lists every page of both
+languages. The two READMEs and the two CONTRIBUTING pages link each other at the top, and each leads to the
+development page."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from docslib import (
     LANGUAGES,
     REPO,
     REQUIRED_PAGES,
+    ROOT_PAGES,
     cjk_characters,
     documents,
     link_problem,
@@ -40,7 +42,7 @@ def test_every_required_page_exists(lang):
 
 
 def test_both_languages_have_the_same_pages():
-    english, chinese = set(pages("en")) | {"README.md"}, set(pages("zh"))
+    english, chinese = set(pages("en")) | set(ROOT_PAGES), set(pages("zh"))
     assert english == chinese, (
         f"only in English: {sorted(english - chinese)}; only in Chinese: {sorted(chinese - english)}"
     )
@@ -102,7 +104,7 @@ def test_the_index_lists_every_page_of_both_languages():
         if link.target and not link.target.startswith("#")
     }
     expected = {path.resolve() for lang in LANGUAGES for name, path in pages(lang).items()}
-    expected |= {(REPO / "README.md").resolve()}
+    expected |= {(REPO / name).resolve() for name in ROOT_PAGES}
     missing = sorted(str(path.relative_to(REPO)) for path in expected - linked)
     assert not missing, f"{INDEX.relative_to(REPO)} does not link {missing}"
 
@@ -112,11 +114,12 @@ def test_the_docs_directory_holds_only_the_two_languages_and_the_index():
     assert entries == ["README.md", *LANGUAGES], entries
 
 
-# The root README links its translation within its first lines, the translation links back, and each links the
-# development page of its language (the contributor material lives there, not in the README).
+# The root README and CONTRIBUTING link their translations within their first lines, the translations link back, and
+# each links the development page of its language (the contributor material lives there and in CONTRIBUTING, not in
+# the README).
 README_PAIR = [
-    (REPO / "README.md", DOCS / "zh" / "README.md", DOCS / "en" / "development.md"),
-    (DOCS / "zh" / "README.md", REPO / "README.md", DOCS / "zh" / "development.md"),
+    *((REPO / name, DOCS / "zh" / name, DOCS / "en" / "development.md") for name in ROOT_PAGES),
+    *((DOCS / "zh" / name, REPO / name, DOCS / "zh" / "development.md") for name in ROOT_PAGES),
 ]
 TOP_LINES = 5
 
