@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from ..errors import InputError
-from . import network
+from . import metrics as trainer_metrics, network
 from .env import check_env, env_var
 
 CONTROLLER_LABEL = "areal.io/controller"
@@ -86,6 +86,9 @@ class TrainerSpec:
     # The trainer pod's NetworkPolicy (trainer/network.py): enabled, apiserver (IP:port list; empty: found by
     # submit), egress (more NetworkPolicy egress rules).
     network_policy: dict[str, Any] = field(default_factory=lambda: network.settings({}, None))
+    # The scheduler's Prometheus metrics (trainer/metrics.py): enabled, port, annotations, scrapers, pod_monitor,
+    # pod_monitor_labels, interval.
+    metrics: dict[str, Any] = field(default_factory=lambda: trainer_metrics.settings({}, None))
 
 
 def _merged(default: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +173,8 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
         data["env"] = {**(data.get("env") or {}), **overrides.pop("env")}
     if "network_policy" in data:
         data["network_policy"] = network.settings(data["network_policy"], path)
+    if "metrics" in data:
+        data["metrics"] = trainer_metrics.settings(data["metrics"], path)
     spec = TrainerSpec(**{**data, **{k: v for k, v in overrides.items() if v not in (None, {}, [])}})
     if not spec.image:
         raise InputError(
@@ -218,6 +223,13 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _template_metadata(labels: dict[str, str], metrics: dict[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": {**labels, CONTROLLER_LABEL: "true"}}
+    if annotations := trainer_metrics.pod_annotations(metrics):
+        metadata["annotations"] = annotations
+    return metadata
+
+
 def _owner_env(restarts: int) -> list[dict[str, Any]]:
     """What the workers' objects are owned by: the trainer's pod (they go with it), or with restarts its Job (they
     outlive an attempt, the next one reclaims them)."""
@@ -252,6 +264,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
     ]
     if "AREAL_K8S_TRAINER_ADDRESS" not in spec.env:  # the callbacks' address: the pod's, not the host name's
         env.append(_field_env("AREAL_K8S_TRAINER_ADDRESS", "status.podIP"))
+    if "AREAL_K8S_METRICS_ADDRESS" not in spec.env:
+        env += trainer_metrics.address_env(spec.metrics)
     env += [env_var(key, value) for key, value in sorted(spec.env.items())]
     uid = {**spec.pod_security_context, **spec.container_security_context}.get("runAsUser")
     if uid not in (None, 0) and "HOME" not in spec.env:
@@ -268,6 +282,8 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         "env": env,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
     }
+    if ports := trainer_metrics.container_ports(spec.metrics):
+        container["ports"] = ports
     if spec.volume_mounts:
         container["volumeMounts"] = spec.volume_mounts
     if spec.working_dir:
@@ -294,7 +310,7 @@ def trainer_job(spec: TrainerSpec, command: list[str], namespace: str) -> dict[s
         # reclaims the workers, restarted in place (docs/en/trainer-lifetime.md).
         "backoffLimit": spec.restarts,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "template": {"metadata": {"labels": {**labels, CONTROLLER_LABEL: "true"}}, "spec": pod},
+        "template": {"metadata": _template_metadata(labels, spec.metrics), "spec": pod},
     }
     if spec.restarts:
         # The next attempt only once the last one's pod is gone: a terminating trainer still renews its Lease, and

@@ -1,5 +1,6 @@
-"""The trainer pod's NetworkPolicy, built as plain data: no ingress of its own (the chart's `<release>-trainer`
-policy admits the release's workers to AReaL's callback servers, docs/en/security.md#the-trainers-network), and
+"""The trainer pod's NetworkPolicy, built as plain data: no ingress of its own but the metrics scrapers' to the
+metrics port when the submit file serves metrics (the chart's `<release>-trainer` policy admits the release's workers
+to AReaL's callback servers, docs/en/security.md#the-trainers-network), and
 egress to the workers of its namespace, DNS and the API server only, plus the submit file's own rules.
 
 The trainer holds the controller's token; AReaL's RolloutController serves unauthenticated callbacks whose
@@ -131,9 +132,13 @@ def _apiserver_rule(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
 
 
 def trainer_network_policy(
-    job: dict[str, Any], apiserver: list[Endpoint], extra_egress: list[dict[str, Any]]
+    job: dict[str, Any],
+    apiserver: list[Endpoint],
+    extra_egress: list[dict[str, Any]],
+    ingress: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The NetworkPolicy of the pods of `job` (a Job manifest), named after it."""
+    """The NetworkPolicy of the pods of `job` (a Job manifest), named after it; `ingress`: its only ingress rules (the
+    metrics scrapers', trainer/metrics.py)."""
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     egress: list[dict[str, Any]] = [
         # The workers of the namespace's releases, every port: guards, engine servers, forks.
@@ -150,7 +155,7 @@ def trainer_network_policy(
         "spec": {
             "podSelector": {"matchLabels": {LABEL_JOB_NAME: name}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
+            "ingress": list(ingress or []),
             "egress": egress,
         },
     }

@@ -60,6 +60,7 @@ def test_the_variables_are_the_ones_from_env_reads():
         "capacity_check": "warn",
         "ownership": "external",
         "trainer_address": "127.0.0.1",
+        "metrics_address": "127.0.0.1:9090",
     }
     # The owner pod's (or Job's) name and uid are set together (from the downward API), a Kueue priority class with
     # its queue; each row still sets its own field.

@@ -1,4 +1,4 @@
-"""The Grafana dashboard (docs/grafana/areal-workers.json) queries only what the scheduler exports: every metric name
+"""The Grafana dashboard (examples/grafana-dashboard.json) queries only what the scheduler exports: every metric name
 in a panel's or variable's PromQL is one runtime/metrics.py's registry exposes, and every label a query matches or
 groups by is one of that metric's labels."""
 
@@ -13,7 +13,7 @@ import pytest
 from areal_workers.errors import WorkerTimeoutError
 from areal_workers.runtime import metrics
 
-DASHBOARD = Path(__file__).resolve().parents[3] / "docs" / "grafana" / "areal-workers.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "examples" / "grafana-dashboard.json"
 # A metric selector (a name followed by its label matchers) and the names inside label_values(); functions and
 # aggregations are followed by "(" and never match.
 SELECTOR = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")

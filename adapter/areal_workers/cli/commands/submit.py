@@ -20,6 +20,7 @@ from urllib3.exceptions import HTTPError
 
 from ... import diagnosis
 from ...pods.watch import WaitTimedOut
+from ...trainer import metrics as trainer_metrics
 from ...trainer.env import env_references
 from ...trainer.job import TrainerSpec, load_spec, trainer_job
 from ...trainer.network import (
@@ -32,6 +33,7 @@ from ...trainer.network import (
 from .. import log_stream
 from ..command import Command, Invocation, duration_option
 from ..output import Format, console, emit
+from ..pod_monitor import create_pod_monitor
 from ..session import EXIT_OK, EXIT_PROBLEM, EXIT_TIMEOUT, EXIT_USAGE, CliError, Session, api_message
 from ..trainer_attempts import ended
 
@@ -276,7 +278,7 @@ def _network_policy(session: Session, spec: TrainerSpec, job: dict[str, Any]) ->
             raise session.cluster_error(
                 error, "reading the API server's address (Service default/kubernetes)"
             ) from None
-    return trainer_network_policy(job, endpoints, settings["egress"])
+    return trainer_network_policy(job, endpoints, settings["egress"], trainer_metrics.ingress_rules(spec.metrics))
 
 
 def _create_network_policy(session: Session, policy: dict[str, Any], job: client.V1Job) -> None:
@@ -322,8 +324,9 @@ def submit(
     spec = load_spec(Path(spec_file) if spec_file else None, overrides)
     manifest = trainer_job(spec, command, session.namespace)
     policy = _network_policy(session, spec, manifest)
+    monitor = trainer_metrics.pod_monitor(manifest, spec.metrics)
     if dry_run:
-        documents = [manifest, *([policy] if policy else [])]
+        documents = [manifest, *([policy] if policy else []), *([monitor] if monitor else [])]
         if fmt == "json":
             emit({"apiVersion": "v1", "kind": "List", "items": documents}, "json")
         else:
@@ -353,6 +356,8 @@ def submit(
         _create_network_policy(session, policy, created)
     err = console(stderr=True)
     err.print(f"submitted job {name} in namespace {session.namespace}")
+    if monitor is not None and (problem := create_pod_monitor(session, monitor, created)) is not None:
+        err.print(f"{problem}; the trainer runs unscraped", markup=False)
     if detach:
         return EXIT_OK
     selector = f"job-name={name}"
