@@ -95,7 +95,10 @@ def require_colocation_target(model: ReleaseModel, role: str, replicas: int, tar
         raise WorkerCreationError(
             role,
             "Replica count mismatch",
-            f"Colocated role must have same replica count as target ({replicas} != {target_replicas})",
+            f"Colocated role must have same replica count as target ({replicas} != {target_replicas}); "
+            f"KubernetesScheduler does not yet place a colocated role of another replica count on its target's "
+            f"nodes (AReaL's AWEX colocation, areal-project/AReaL#1500): give {role} {target_replicas} replicas "
+            f"(fork=True runs each in a {target} pod, sharing its GPUs) or use the separation strategy",
         )
     return target
 

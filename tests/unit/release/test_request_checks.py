@@ -100,7 +100,8 @@ def test_a_colocation_target_is_a_role_or_fork_of_the_same_replica_count():
         request_checks.require_colocation_target(MODEL, "new", 2, "reward")  # a colocation is no target
     with pytest.raises(WorkerCreationError) as info:
         request_checks.require_colocation_target(MODEL, "new", 2, "critic")
-    assert info.value.details == "Colocated role must have same replica count as target (2 != 3)"
+    assert info.value.details.startswith("Colocated role must have same replica count as target (2 != 3); ")
+    assert "give new 3 replicas" in info.value.details and "separation" in info.value.details
 
 
 def test_a_fork_is_a_new_validly_named_role_of_an_existing_role():
