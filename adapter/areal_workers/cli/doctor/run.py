@@ -15,6 +15,7 @@ from ...config import KubernetesSchedulerConfig
 from ...runtime import backend
 from ...scheduler import KubernetesScheduler
 from .admission import NAME as ADMISSION, check_admission_policy, username
+from .areal_version import check_areal_version
 from .chart import PROBE_ROLE, render_chart
 from .check import Check, listed
 from .gpus import check_gpus
@@ -105,6 +106,7 @@ def run_doctor(
     else:
         progress(f"counting nodes with {gpus_per_worker} free GPUs")
         checks.append(check_gpus(client.CoreV1Api(api_client), manifests, PROBE_ROLE, gpus_per_worker, workers))
+    checks.append(check_areal_version())  # this machine's, not the cluster's: the trainer's AReaL when run beside it
     # The probe worker asks for no GPUs, so only the other failures would make it fail for a known cause (a policy
     # that is not in force lets it through).
     blockers = [

@@ -85,6 +85,7 @@ def apiserver():
 def test_a_missing_namespace_is_one_failed_check_with_its_fix_and_no_missing_permission(apiserver, monkeypatch):
     api_client, asked = apiserver
     monkeypatch.setattr(run, "render_chart", lambda config, gpus, workers: (Check("chart renders", "pass", "ok"), []))
+    monkeypatch.setattr(run, "check_areal_version", lambda: Check("AReaL version", "pass", "AReaL 1.0.4"))
     checks = run.run_doctor(api_client, KubernetesSchedulerConfig(namespace="bandit-demo"), probe=True)
     assert [(c.name, c.status) for c in checks] == [
         ("cluster reachable", "pass"),
@@ -94,6 +95,7 @@ def test_a_missing_namespace_is_one_failed_check_with_its_fix_and_no_missing_per
         ("chart renders", "pass"),
         ("PodSecurity", "skip"),
         ("GPU capacity", "skip"),
+        ("AReaL version", "pass"),
         ("worker reachable", "skip"),
     ]
     failed = checks[1]
