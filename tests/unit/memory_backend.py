@@ -531,3 +531,27 @@ def memory_connect(
         )  # type: ignore[arg-type]
 
     return connect
+
+
+class MemoryEvents:
+    """events.k8s.io/v1 as the apiserver keeps it: created bodies by name, merge-patched series."""
+
+    def __init__(self, fail: ApiException | Exception | None = None) -> None:
+        self.stored: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self.fail = fail
+
+    def create_namespaced_event(self, namespace: str, body: Any, **kwargs: Any) -> Any:
+        self.calls.append("create")
+        if self.fail is not None:
+            raise self.fail
+        assert kwargs.get("_request_timeout")
+        self.stored[body["metadata"]["name"]] = body
+        return body
+
+    def patch_namespaced_event(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        self.calls.append("patch")
+        if name not in self.stored:
+            raise ApiException(status=404, reason="Not Found")
+        self.stored[name] = {**self.stored[name], **body}
+        return self.stored[name]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from kubernetes.client import CoreV1Event, V1Container, V1ContainerStateTerminated, V1ContainerStatus, V1Pod
 
+from ..reasons import Reason
 from .problem import EPOCH, Problem, event_count, event_time, pod_name
 
 _SIGNALS = {
@@ -31,23 +32,23 @@ _SIGNALS = {
 _PROGRESSING_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
 _FATAL_WAITING = frozenset(
     {
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "CrashLoopBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-        "StartError",
-        "ContainerCannotRun",
-        "PreStartHookError",
-        "PostStartHookError",
-        "PreCreateHookError",
+        Reason.IMAGE_PULL_BACK_OFF,
+        Reason.INVALID_IMAGE_NAME,
+        Reason.ERR_IMAGE_NEVER_PULL,
+        Reason.CRASH_LOOP_BACK_OFF,
+        Reason.CREATE_CONTAINER_CONFIG_ERROR,
+        Reason.CREATE_CONTAINER_ERROR,
+        Reason.RUN_CONTAINER_ERROR,
+        Reason.START_ERROR,
+        Reason.CONTAINER_CANNOT_RUN,
+        Reason.PRE_START_HOOK_ERROR,
+        Reason.POST_START_HOOK_ERROR,
+        Reason.PRE_CREATE_HOOK_ERROR,
     }
 )
 _IMAGE_MISSING = re.compile(r"not found|manifest unknown|does not exist|invalid reference format", re.IGNORECASE)
 _ACCESS_DENIED = re.compile(r"unauthorized|denied|authentication required|forbidden|\b40[13]\b", re.IGNORECASE)
-_RUNTIME_LOST = frozenset({"Unknown", "ContainerStatusUnknown"})
+_RUNTIME_LOST = frozenset({Reason.UNKNOWN, Reason.CONTAINER_STATUS_UNKNOWN})
 _MISSING_OBJECT = re.compile(
     r'(secret|configmap|persistentvolumeclaim)s? "([^"]+)" not found'
     r"|couldn't find key (\S+) in (Secret|ConfigMap) ([\w.-]+)/([\w.-]+)",
@@ -172,7 +173,7 @@ def _container_problem(pod: V1Pod, status: V1ContainerStatus, *, init: bool, rea
         return Problem(
             pod=pod_name(pod),
             container=status.name,
-            reason="RestartedAfterReady",
+            reason=Reason.RESTARTED_AFTER_READY,
             fatal=True,
             node=pod.spec.node_name,
             message=f"restarted {readiness.new_restarts(status)} time(s) after the worker was ready: its engines are "
@@ -227,7 +228,7 @@ def _crash_loop_problem(
     return Problem(
         pod=pod_name(pod),
         container=status.name,
-        reason="OOMKilled" if oom else "CrashLoopBackOff",
+        reason=Reason.OOM_KILLED if oom else Reason.CRASH_LOOP_BACK_OFF,
         message=summary,
         exit_code=last.exit_code,
         signal=signal,
@@ -248,9 +249,9 @@ def _terminated_problem(
 ) -> Problem:
     code = terminated.exit_code
     signal = signal_name(code, terminated.signal)
-    k8s_reason = terminated.reason or ("Completed" if code == 0 else "Error")
+    k8s_reason = terminated.reason or (Reason.COMPLETED if code == 0 else Reason.ERROR)
     restarted_after_ready = after_ready and not current and k8s_reason != "OOMKilled"
-    reason = "RestartedAfterReady" if restarted_after_ready else k8s_reason
+    reason = Reason.RESTARTED_AFTER_READY if restarted_after_ready else k8s_reason
     verb = "terminated" if current else f"restarted ({status.restart_count or 0} restarts); it last terminated"
     if restarted_after_ready:
         restarts = status.restart_count or 0
@@ -414,7 +415,7 @@ def probe_problem(pod: V1Pod, events: Sequence[CoreV1Event]) -> Problem | None:
         return None
     return Problem(
         pod=pod_name(pod),
-        reason="ProbeFailing",
+        reason=Reason.PROBE_FAILING,
         message=latest.message or "",
         fatal=False,
         node=pod.spec.node_name,

@@ -8,17 +8,18 @@ from collections.abc import Sequence
 
 from kubernetes.client import V1Node, V1Pod, V1PodCondition
 
+from ..reasons import Reason
 from .container_checks import LOST_ENGINES, Readiness, container_problem_of
 from .nodes import is_ready
 from .problem import Problem, pod_name, timestamp
 
 _DISRUPTIONS = {
-    "PreemptionByScheduler": "Preempted",
-    "PreemptionByKubeScheduler": "Preempted",
-    "EvictionByEvictionAPI": "Evicted",
-    "TerminationByKubelet": "Evicted",
-    "DeletionByTaintManager": "NodeNotReady",
-    "DeletionByPodGC": "NodeGone",
+    "PreemptionByScheduler": Reason.PREEMPTED,
+    "PreemptionByKubeScheduler": Reason.PREEMPTED,
+    "EvictionByEvictionAPI": Reason.EVICTED,
+    "TerminationByKubelet": Reason.EVICTED,
+    "DeletionByTaintManager": Reason.NODE_NOT_READY,
+    "DeletionByPodGC": Reason.NODE_GONE,
 }
 
 
@@ -33,7 +34,7 @@ def replaced_problem(pod: V1Pod, ready_pod: V1Pod | None) -> Problem | None:
         return None
     return Problem(
         pod=pod_name(pod),
-        reason="RestartedAfterReady",
+        reason=Reason.RESTARTED_AFTER_READY,
         fatal=True,
         node=pod.spec.node_name,
         message=(
@@ -57,7 +58,7 @@ def phase_problem(pod: V1Pod, readiness: Readiness) -> Problem | None:
     if status.phase == "Succeeded":
         return Problem(
             pod=pod_name(pod),
-            reason="Completed",
+            reason=Reason.COMPLETED,
             fatal=True,
             exit_code=0,
             message=status.message or "all containers exited with code 0",
@@ -66,7 +67,7 @@ def phase_problem(pod: V1Pod, readiness: Readiness) -> Problem | None:
     if status.phase == "Unknown":
         return Problem(
             pod=pod_name(pod),
-            reason="NodeNotReady",
+            reason=Reason.NODE_NOT_READY,
             fatal=True,
             message=status.message or "pod phase Unknown: its node stopped reporting",
             advice=_node_not_ready_advice(pod.spec.node_name or "?"),
@@ -78,13 +79,15 @@ def phase_problem(pod: V1Pod, readiness: Readiness) -> Problem | None:
         # An ordinary container failure: the container statuses carry the exit code.
         return container_problem_of(pod, readiness) or Problem(
             pod=pod_name(pod),
-            reason="Failed",
+            reason=Reason.FAILED,
             fatal=True,
             message=status.message or "pod phase Failed",
             advice="read the log tail and the events",
         )
     advice = _failed_pod_advice(reason, status.message or "")
-    reason = "Preempted" if reason == "Preempting" else reason  # the kubelet's word for making room for a critical pod
+    reason = (
+        Reason.PREEMPTED if reason == "Preempting" else reason
+    )  # the kubelet's word for making room for a critical pod
     return Problem(
         pod=pod_name(pod),
         reason=reason,
@@ -142,7 +145,7 @@ def disruption_problem(pod: V1Pod) -> Problem | None:
     condition = pod_condition(pod, "DisruptionTarget")
     if condition is None or condition.status != "True":
         return None
-    reason = _DISRUPTIONS.get(condition.reason or "", "Disrupted")
+    reason = _DISRUPTIONS.get(condition.reason or "", Reason.DISRUPTED)
     node = pod.spec.node_name
     advice = {
         "Preempted": _PREEMPTION_ADVICE,
@@ -166,7 +169,7 @@ def deletion_problem(pod: V1Pod, was_ready: bool) -> Problem | None:
     )
     return Problem(
         pod=pod_name(pod),
-        reason="Terminating",
+        reason=Reason.TERMINATING,
         fatal=was_ready,
         node=pod.spec.node_name,
         message=f"the pod is being deleted (deletionTimestamp {deleted_at.isoformat()})",
@@ -194,7 +197,7 @@ def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
     if pod.status.reason == "NodeLost":
         return Problem(
             pod=pod_name(pod),
-            reason="NodeNotReady",
+            reason=Reason.NODE_NOT_READY,
             fatal=True,
             node=node_name,
             message=pod.status.message or "the pod's node is lost",
@@ -206,7 +209,7 @@ def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
     if node is None:
         return Problem(
             pod=pod_name(pod),
-            reason="NodeGone",
+            reason=Reason.NODE_GONE,
             fatal=True,
             node=node_name,
             message=f"node {node_name} no longer exists",
@@ -217,7 +220,7 @@ def node_problem(pod: V1Pod, nodes: Sequence[V1Node]) -> Problem | None:
         return None
     return Problem(
         pod=pod_name(pod),
-        reason="NodeNotReady",
+        reason=Reason.NODE_NOT_READY,
         fatal=True,
         node=node_name,
         message=f"node {node_name} is NotReady: {why}",

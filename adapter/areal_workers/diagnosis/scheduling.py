@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from kubernetes.client import CoreV1Event, V1Node, V1Pod
 
+from ..reasons import Reason
 from .nodes import TRANSIENT_TAINT_PREFIX, NodeFit, describe_selector, node_fit
 from .pod_checks import pod_condition
 from .problem import EPOCH, Problem, event_time, pod_name
@@ -246,7 +247,7 @@ def scheduling_problem(
         gates = ", ".join(gate.name for gate in pod.spec.scheduling_gates or []) or "?"
         return Problem(
             pod=pod_name(pod),
-            reason="SchedulingGated",
+            reason=Reason.SCHEDULING_GATED,
             fatal=False,
             message=condition.message or f"scheduling gates: {gates}",
             advice=f"waiting for a controller (a queue such as Kueue?) to remove the gates {gates}",
@@ -258,7 +259,7 @@ def scheduling_problem(
     verdict = _scheduling_verdict(pod, message, nodes, pods_by_node, events)
     return Problem(
         pod=pod_name(pod),
-        reason=condition.reason or "Unschedulable",
+        reason=condition.reason or Reason.UNSCHEDULABLE,
         message=message,
         fatal=verdict.fatal,
         advice=verdict.advice,

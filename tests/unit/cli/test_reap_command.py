@@ -10,7 +10,7 @@ from areal_workers.cli.session import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CliErro
 from areal_workers.pods.watch import none_left
 from areal_workers.runtime.lease import lease_body, lease_name
 from areal_workers.runtime.lease_record import OBSERVED_ANNOTATION, Observation, observation_text, record_of
-from memory_backend import MemoryLeases
+from memory_backend import MemoryEvents, MemoryLeases
 
 LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)  # on the reaper's clock: the previous look
 
@@ -27,6 +27,8 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
     seen_dead(leases, "aw-a")
     seen_dead(leases, "aw-b")
     monkeypatch.setattr(reap.client, "CoordinationV1Api", lambda api: leases)
+    events = MemoryEvents()
+    monkeypatch.setattr(reap.client, "EventsV1Api", lambda api: events)
 
     def helm(coroutine, doing):
         coroutine.close()
@@ -35,6 +37,7 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
 
     session = SimpleNamespace(
         api=None,
+        core=None,
         namespace="rl",
         foreign_chart=lambda release: None,
         untrusted=lambda release: None,
@@ -48,6 +51,11 @@ def test_a_failed_uninstall_is_reported_the_others_reaped_and_the_exit_code_is_1
     captured = capsys.readouterr()
     assert "aw-a: uninstalling aw-a: helm uninstall aw-a: Kubernetes cluster unreachable" in captured.err
     assert '"action": "reaped"' in captured.out and list(leases.leases) == [lease_name("aw-a")]
+    recorded = {e["reason"]: e for e in events.stored.values()}
+    assert set(recorded) == {"ReapFailed", "ReleaseReaped"}
+    assert recorded["ReleaseReaped"]["note"].startswith("reaped release aw-b: its trainer (laptop/1)")
+    assert "Kubernetes cluster unreachable" in recorded["ReapFailed"]["note"]
+    assert recorded["ReapFailed"]["type"] == "Warning" and recorded["ReleaseReaped"]["type"] == "Normal"
     assert reap.reap(session, dry_run=True, timeout=10, schedule=None, fmt="json") == EXIT_OK  # it would try aw-a again
 
 

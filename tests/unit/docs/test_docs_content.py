@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from areal_workers.diagnosis import container_checks, pod_checks
-from areal_workers.reasons import DECISIONS, DIAGNOSES
+from areal_workers.reasons import DECISIONS, DIAGNOSES, Reason
 from docslib import DOCS, LANGUAGES, REPO, parse
 
 DIAGNOSIS = REPO / "adapter" / "areal_workers" / "diagnosis"
@@ -34,10 +34,13 @@ READ_NOT_REPORTED = {
 
 
 def _compared_reasons() -> set[str]:
-    """String constants the diagnosis compares a `reason` with, or passes as `reason=`."""
+    """String constants the diagnosis compares a `reason` with, or passes as `reason=`, and the members of the
+    enumeration it names."""
     found: set[str] = set()
     for path in DIAGNOSIS.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Reason":
+                found.add(str(Reason[node.attr]))
             if isinstance(node, ast.keyword) and node.arg == "reason" and isinstance(node.value, ast.Constant):
                 found.add(node.value.value)
             if isinstance(node, ast.Compare):

@@ -21,35 +21,11 @@ from areal_workers.runtime import event_body
 from areal_workers.runtime.event_body import NOTE_BYTES, ObjectRef, note_of, scrub
 from areal_workers.runtime.events import EventRecorder
 from areal_workers.runtime.lease import ReleaseLease
-from memory_backend import MemoryLeases
+from memory_backend import MemoryEvents, MemoryLeases
 
 START = datetime(2026, 12, 6, 10, 0, 0, 123456, tzinfo=UTC)
 STS = "aw-x-areal-workers-actor"
 JWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IngifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6cmw6YSJ9.c2lnbmF0dXJlX3BhcnQ"
-
-
-class MemoryEvents:
-    """events.k8s.io/v1 as the apiserver keeps it: created bodies by name, merge-patched series."""
-
-    def __init__(self, fail: ApiException | Exception | None = None) -> None:
-        self.stored: dict[str, dict[str, Any]] = {}
-        self.calls: list[str] = []
-        self.fail = fail
-
-    def create_namespaced_event(self, namespace: str, body: Any, **kwargs: Any) -> Any:
-        self.calls.append("create")
-        if self.fail is not None:
-            raise self.fail
-        assert kwargs.get("_request_timeout")
-        self.stored[body["metadata"]["name"]] = body
-        return body
-
-    def patch_namespaced_event(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
-        self.calls.append("patch")
-        if name not in self.stored:
-            raise ApiException(status=404, reason="Not Found")
-        self.stored[name] = {**self.stored[name], **body}
-        return self.stored[name]
 
 
 class Clock:
