@@ -17,6 +17,7 @@ from urllib3.exceptions import HTTPError
 
 from .. import cluster_access, naming
 from ..config import ConfigError, KubernetesSchedulerConfig
+from ..orchestration.decision_events import DecisionEvents
 from ..orchestration.driver import ReleaseDriver
 from ..pods.inspector import ReleaseInspector
 from ..pods.watch import PodWatch
@@ -337,6 +338,7 @@ class Session:
         driver = ReleaseDriver(
             release, self.config, parts.releases, parts.inspector, parts.pods, parts.statefulsets, self.loop
         )
+        driver.events = DecisionEvents(parts.events, release)  # a person's rollback or down, as the trainer's
         driver.adopt()
         return driver
 

@@ -112,6 +112,12 @@ class DecisionEvents:
         note = f"{note}, after revision {failed.revision} failed: {failure_reason(error)}"
         self.recorder.on_statefulset(statefulset, reason, "Rollback", note, warning=True)
 
+    def rolled_back_by_hand(self, before: int | None, written: int | None, target: int) -> None:
+        """A person's `areal-workers rollback`: about the release."""
+        if self.recorder is not None:
+            note = f"rolled back release {self.release} from revision {before} to {target} (revision {written}) by hand"
+            self.recorder.record(Reason.ROLLED_BACK, "Rollback", note, warning=True)
+
     def stuck_pods_replaced(self, pods: list[str]) -> None:
         """`pods` (a StatefulSet's pods are named `<statefulset>-<index>`) were deleted for their StatefulSet to
         start them again on its current revision."""

@@ -17,10 +17,12 @@ from areal_workers import naming
 from areal_workers.cli.commands import release
 from areal_workers.cli.session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError
 from areal_workers.errors import LeaseLostError
+from areal_workers.orchestration.decision_events import DecisionEvents
 from areal_workers.pods.watch import WaitTimedOut
 from areal_workers.release.model import ReleaseModel
+from areal_workers.runtime.events import EventRecorder
 from areal_workers.runtime.lease import ReleaseLease, lease_body, lease_name
-from memory_backend import MemoryLeases
+from memory_backend import MemoryEvents, MemoryLeases
 
 SELECTOR = {naming.LABEL_NAME: naming.CHART_NAME, naming.LABEL_INSTANCE: RELEASE}
 
@@ -83,6 +85,8 @@ class FakeDriver:
         self.pods = pods or FakePods()
         self.inspector = SimpleNamespace(timeout_diagnosis=lambda workload, replicas, pods: f"{workload}: Pending")
         self.steps: list[tuple[Any, ...]] = []
+        self.recorded = MemoryEvents()
+        self.events = DecisionEvents(EventRecorder(self.recorded, "rl", RELEASE, instance="laptop"), RELEASE)
 
     def restore(self, target: int) -> list[str]:
         self.steps.append(("restore", target))
@@ -95,7 +99,7 @@ class FakeDriver:
     def scale_down_to_rank_zero(self, role: str) -> None:
         self.steps.append(("scale_down_to_rank_zero", role))
 
-    def uninstall(self) -> None:
+    def uninstall(self, why: str = "") -> None:
         self.steps.append(("uninstall",))
 
 
@@ -265,6 +269,8 @@ def test_rollback_restores_the_default_target_after_checking_it_is_this_charts(c
     session = FakeSession(HISTORY, driver=driver, ready_revision=1)
     assert release.rollback(session, None, wait=False, timeout=60, force=False, fmt="json") == EXIT_OK
     assert driver.steps == [("restore", 1)]  # no wait: not marked all-ready
+    (event,) = driver.recorded.stored.values()  # about the release: the Lease, as no topology ConfigMap is read
+    assert event["reason"] == "RolledBack" and event["note"].endswith("from revision 3 to 1 (revision 4) by hand")
     assert session.refused == [("foreign", "roll back", None), ("foreign", "roll back", 1)]
     assert json.loads(capsys.readouterr().out) == {
         "release": RELEASE,

@@ -158,6 +158,7 @@ def _roll_back(session: Session, release: str, target: int, wait: bool, timeout:
     err = console(stderr=True)
     with err.status(f"rolling back {release} from revision {before} to {target}"):
         replaced = driver.restore(target)
+    driver.events.rolled_back_by_hand(before, driver.model.revision, target)
     outcome: dict[str, Any] = {
         "release": release,
         "from_revision": before,
@@ -234,7 +235,7 @@ def down(session: Session, yes: bool, rank_zero_last: bool, force: bool, fmt: Fo
             if rank_zero_last:
                 for role in sorted(model.roles):
                     driver.scale_down_to_rank_zero(role)
-            driver.uninstall()
+            driver.uninstall("areal-workers down")
     finally:
         give_up(lease)
     outcome = {
