@@ -21,6 +21,7 @@ from ..errors import SchedulerError
 from .client import GuardClient
 
 EXIT_POLL_INTERVAL = 1.0  # seconds between looks at the parent's log while a fork starts
+FORK_SLOT = 0  # a process fork's slot among its pod's GPUs: one fork of a role per pod
 ForkExitProbe = Callable[[int, str], Awaitable["ForkExit | None"]]
 """(worker index, the fork's exit marker) -> how the fork's process ended, or None while it runs."""
 
@@ -84,8 +85,14 @@ class ForkPlan:
         return {"AREAL_ROLE": self.role, "AREAL_WORKER_INDEX": str(index), "AREAL_WORKER_ID": f"{self.role}/{index}"}
 
     def argv(self, index: int, host: str, port: int) -> list[str]:
-        """The worker's command line under a wrapper that reports its exit code in the log."""
-        script = f'"$@"; code=$?; echo "{self.exit_marker(index)}$code"; exit $code'
+        """The worker's command line under a wrapper that reports its exit code in the log. The wrapper also makes the
+        fork slot 0 of its pod's GPUs (SLURM_LOCALID, unless its guard's environment, e.g. the user's env_vars, sets
+        it): AReaL's colocated SGLang (main, areal-project/AReaL#1500) takes `SLURM_LOCALID x gpus_per_server` as its
+        first GPU, and a pod holds one fork of a role, its GPUs numbered from 0 in the container."""
+        script = (
+            f'export SLURM_LOCALID="${{SLURM_LOCALID:-{FORK_SLOT}}}"; '
+            f'"$@"; code=$?; echo "{self.exit_marker(index)}$code"; exit $code'
+        )
         return ["bash", "-c", script, "areal-fork", *self.worker_argv(index, host, port)]
 
 

@@ -10,6 +10,9 @@ The dataclasses here have the shape of AReaL's own (fields and defaults), nothin
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -119,3 +122,29 @@ def test_process_forks_of_a_v2_guard_role_run_what_fork_workers_names():
     argv = plan.worker_argv(0, "10.0.0.5", 9000)
     assert argv[:3] == ["python", "-m", "areal.v2.inference_service.router"]
     assert argv[argv.index("--role") + 1] == "router" and argv[-2:] == ["--fileroot", "/f"]
+
+
+# --- colocation: a fork is slot 0 of its pod's GPUs -----------------------------------------------
+
+
+def fork_slot(inherited: dict[str, str]) -> tuple[str, str]:
+    """SLURM_LOCALID as the forked process sees it under the wrapper, and the wrapper's exit marker line."""
+    plan = ForkPlan("rollout", "areal.infra.rpc.rpc_server", "python", "e", "t", (), 2, 60.0)
+    wrapper = plan.argv(0, "10.0.0.5", 9000)[:4]  # bash -c SCRIPT $0, then the worker's argv: here a probe
+    probe = [sys.executable, "-c", "import os; print(os.environ.get('SLURM_LOCALID'))"]
+    env = {key: value for key, value in os.environ.items() if key != "SLURM_LOCALID"} | inherited
+    done = subprocess.run([*wrapper, *probe], env=env, capture_output=True, text=True, timeout=60, check=True)
+    seen, marker = done.stdout.splitlines()
+    return seen, marker
+
+
+def test_a_fork_is_the_first_slot_of_its_pods_gpus_for_areals_colocated_sglang():
+    """AReaL main's RolloutController (#1500) gives colocated servers base_gpu_id = (rank % slots_per_node) x
+    gpus_per_server for a whole node, which SGLang replaces with SLURM_LOCALID x gpus_per_server when it is set."""
+    seen, marker = fork_slot({})
+    assert seen == "0"
+    assert marker.endswith("exited with code 0")
+
+
+def test_a_slot_the_guards_environment_sets_wins():
+    assert fork_slot({"SLURM_LOCALID": "3"})[0] == "3"
