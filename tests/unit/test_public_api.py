@@ -96,6 +96,7 @@ CONFIG_FIELDS = [
     "kueue_queue",
     "kueue_priority_class",
     "trainer_address",
+    "metrics_address",
 ]
 # Modules the docs, the examples or the chart tell users to import or run.
 PUBLIC_MODULES = [
