@@ -1,19 +1,25 @@
 """The scheduler's Prometheus endpoint on the local cluster: a scheduler with metrics_address set goes through a real
 failed update and its rollback, and what it serves over HTTP is valid exposition (prometheus_client's parser) whose
 counters moved by exactly what happened: one rollback, one worker failure by its diagnosed reason, the waits by
-outcome, the guard requests, and each role's workers ready again at the revision the release rolled back to."""
+outcome, the guard requests, and each role's workers ready again at the revision the release rolled back to. And
+`submit` with a submit file's `metrics`: what it renders is accepted by the real apiserver."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import urllib.request
 
 import pytest
+import yaml
+from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from areal_workers import WorkerFailedError
 from areal_workers.runtime.metrics import failure_kind
-from clusterlib import job, spec
+from clusterlib import job, spec, submit_trainer
+from localkube.rbac import apply_rbac
+from repo_paths import REPO
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -80,3 +86,42 @@ def test_counters_move_across_a_real_failed_update_and_its_rollback(make_schedul
     scheduler.close()
     with pytest.raises(OSError):  # the endpoint goes with the scheduler
         scrape(scheduler)
+
+
+@pytest.fixture
+def trainer_namespace(namespace, pod_runner, kubeconfig, monkeypatch):
+    """The namespace with rbac/ applied (the trainer's ServiceAccount), its pods run by a podrunner of the test."""
+    apply_rbac(kubeconfig, namespace)
+    pod_runner(namespace)
+    monkeypatch.setenv("PATH", f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    return namespace
+
+
+def test_submit_with_metrics_creates_the_port_the_scrapers_rule_and_reports_a_missing_pod_monitor_api(
+    trainer_namespace, kubeconfig, kube_client, capsys, tmp_path
+):
+    """On the real apiserver: the Job with its named port and annotations and the policy with its one ingress rule are
+    accepted; the local cluster has no Prometheus Operator, so the PodMonitor is reported missing and the trainer runs
+    on (the local trainer environment lacks the metrics extra, so this trainer does not start a scheduler)."""
+    namespace = trainer_namespace
+    submit_file = tmp_path / "trainer.yaml"
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}}
+    submit_file.write_text(
+        yaml.safe_dump({"metrics": {"enabled": True, "port": 9464, "pod_monitor": True, "scrapers": [scraper]}})
+    )
+    command = ["python", "-c", "import os; print('metrics at', os.environ['AREAL_K8S_METRICS_ADDRESS'])"]
+    code, out, err = submit_trainer(
+        capsys, kubeconfig, namespace, "-f", str(submit_file), "--name", "trainer-metrics", "--", *command
+    )
+    assert code == 0, err
+    assert "metrics at 0.0.0.0:9464" in out
+    assert "PodMonitor trainer-metrics not created: the cluster has no PodMonitor API" in err
+    job = client.BatchV1Api(kube_client).read_namespaced_job("trainer-metrics", namespace)
+    template = job.spec.template
+    assert template.metadata.annotations["prometheus.io/port"] == "9464"
+    [port] = template.spec.containers[0].ports
+    assert (port.name, port.container_port) == ("metrics", 9464)
+    policy = client.NetworkingV1Api(kube_client).read_namespaced_network_policy("trainer-metrics", namespace)
+    [rule] = policy.spec.ingress
+    assert [p.port for p in rule.ports] == [9464]
+    assert rule._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "obs"}
