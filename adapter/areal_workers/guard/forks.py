@@ -54,6 +54,7 @@ class ForkPlan:
     worker_flags: tuple[str, ...]  # name-resolve and fileroot flags exactly as the chart gives the pods
     port_count: int
     ready_timeout: float
+    pods: int = 0  # the target's pods, one fork in each (SLURM_NNODES); 0: not said
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # tells this attempt's exit from older ones
 
     def exit_marker(self, index: int) -> str:
@@ -84,15 +85,22 @@ class ForkPlan:
         """The fork's own identity: a guard's children inherit its environment, which names the parent's role."""
         return {"AREAL_ROLE": self.role, "AREAL_WORKER_INDEX": str(index), "AREAL_WORKER_ID": f"{self.role}/{index}"}
 
+    def slurm_defaults(self, index: int) -> dict[str, str]:
+        """Where the fork sits, in the variables AReaL's colocation reads (main, areal-project/AReaL#1500): its slot
+        among its pod's GPUs (SLURM_LOCALID: a pod holds one fork of a role, its GPUs numbered from 0 in the
+        container), and its pod among the target's (SLURM_NODEID, SLURM_NNODES), as AReaL's Ray scheduler gives a
+        colocated worker its slot, node and node count (#1575). Colocated SGLang takes `SLURM_LOCALID x
+        gpus_per_server` as its first GPU; the AWEX plugin its transfer rank from the node and node count."""
+        defaults = {"SLURM_LOCALID": str(FORK_SLOT)}
+        if self.pods > 0:
+            defaults |= {"SLURM_NODEID": str(index), "SLURM_NNODES": str(self.pods)}
+        return defaults
+
     def argv(self, index: int, host: str, port: int) -> list[str]:
-        """The worker's command line under a wrapper that reports its exit code in the log. The wrapper also makes the
-        fork slot 0 of its pod's GPUs (SLURM_LOCALID, unless its guard's environment, e.g. the user's env_vars, sets
-        it): AReaL's colocated SGLang (main, areal-project/AReaL#1500) takes `SLURM_LOCALID x gpus_per_server` as its
-        first GPU, and a pod holds one fork of a role, its GPUs numbered from 0 in the container."""
-        script = (
-            f'export SLURM_LOCALID="${{SLURM_LOCALID:-{FORK_SLOT}}}"; '
-            f'"$@"; code=$?; echo "{self.exit_marker(index)}$code"; exit $code'
-        )
+        """The worker's command line under a wrapper that reports its exit code in the log. The wrapper also exports
+        `slurm_defaults`, each unless the guard's environment (e.g. the user's env_vars) sets it."""
+        exports = " ".join(f'{name}="${{{name}:-{value}}}"' for name, value in self.slurm_defaults(index).items())
+        script = f'export {exports}; "$@"; code=$?; echo "{self.exit_marker(index)}$code"; exit $code'
         return ["bash", "-c", script, "areal-fork", *self.worker_argv(index, host, port)]
 
 

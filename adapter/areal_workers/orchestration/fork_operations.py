@@ -51,6 +51,7 @@ class ForkOperations:
             worker_flags=self._worker_flags(role),
             port_count=len(targets[0].worker_ports) if targets else 1,
             ready_timeout=self.config.fork_ready_timeout,
+            pods=len(targets),
         )
         results = self.loop.run(forks.fork_all(self.guard, plan, targets, self._exit_probe(target_role)))
         failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]

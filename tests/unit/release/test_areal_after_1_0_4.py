@@ -124,27 +124,35 @@ def test_process_forks_of_a_v2_guard_role_run_what_fork_workers_names():
     assert argv[argv.index("--role") + 1] == "router" and argv[-2:] == ["--fileroot", "/f"]
 
 
-# --- colocation: a fork is slot 0 of its pod's GPUs -----------------------------------------------
+# --- colocation: where a fork sits, in the variables AReaL's colocation reads ------------------------
+
+SLURM = ("SLURM_LOCALID", "SLURM_NODEID", "SLURM_NNODES")
 
 
-def fork_slot(inherited: dict[str, str]) -> tuple[str, str]:
-    """SLURM_LOCALID as the forked process sees it under the wrapper, and the wrapper's exit marker line."""
-    plan = ForkPlan("rollout", "areal.infra.rpc.rpc_server", "python", "e", "t", (), 2, 60.0)
-    wrapper = plan.argv(0, "10.0.0.5", 9000)[:4]  # bash -c SCRIPT $0, then the worker's argv: here a probe
-    probe = [sys.executable, "-c", "import os; print(os.environ.get('SLURM_LOCALID'))"]
-    env = {key: value for key, value in os.environ.items() if key != "SLURM_LOCALID"} | inherited
+def fork_sees(inherited: dict[str, str], pods: int = 4, index: int = 2) -> tuple[list[str], str]:
+    """SLURM_LOCALID, SLURM_NODEID and SLURM_NNODES as fork `index` of `pods` sees them under the wrapper, and the
+    wrapper's exit marker line."""
+    plan = ForkPlan("rollout", "areal.infra.rpc.rpc_server", "python", "e", "t", (), 2, 60.0, pods=pods)
+    wrapper = plan.argv(index, "10.0.0.5", 9000)[:4]  # bash -c SCRIPT $0, then the worker's argv: here a probe
+    probe = [sys.executable, "-c", f"import os; print(*(os.environ.get(n) for n in {SLURM!r}))"]
+    env = {key: value for key, value in os.environ.items() if key not in SLURM} | inherited
     done = subprocess.run([*wrapper, *probe], env=env, capture_output=True, text=True, timeout=60, check=True)
     seen, marker = done.stdout.splitlines()
-    return seen, marker
+    return seen.split(), marker
 
 
-def test_a_fork_is_the_first_slot_of_its_pods_gpus_for_areals_colocated_sglang():
-    """AReaL main's RolloutController (#1500) gives colocated servers base_gpu_id = (rank % slots_per_node) x
-    gpus_per_server for a whole node, which SGLang replaces with SLURM_LOCALID x gpus_per_server when it is set."""
-    seen, marker = fork_slot({})
-    assert seen == "0"
+def test_a_fork_is_slot_0_of_its_pod_and_its_pod_is_its_node_for_areals_colocation():
+    """AReaL main (#1500): colocated SGLang starts at GPU SLURM_LOCALID x gpus_per_server (else at a base_gpu_id the
+    controller counts over a whole node); the AWEX plugin's transfer rank is SLURM_NODEID x (world / SLURM_NNODES)
+    + its GPU, which pairs fork 2 of 4 one-GPU pods with rank 2."""
+    seen, marker = fork_sees({})
+    assert seen == ["0", "2", "4"]
     assert marker.endswith("exited with code 0")
 
 
-def test_a_slot_the_guards_environment_sets_wins():
-    assert fork_slot({"SLURM_LOCALID": "3"})[0] == "3"
+def test_what_the_guards_environment_sets_wins():
+    assert fork_sees({"SLURM_LOCALID": "3", "SLURM_NNODES": "8"})[0] == ["3", "2", "8"]
+
+
+def test_without_the_number_of_pods_only_the_slot_is_given():
+    assert fork_sees({}, pods=0)[0] == ["0", "None", "None"]
