@@ -291,6 +291,11 @@ def test_workers_and_forks_know_their_identity_and_get_areals_base_environment(m
     assert (env("actor/1", "AREAL_EXPERIMENT_NAME"), env("actor/1", "AREAL_TRIAL_NAME")) == ("exp", "trial0")
     assert (env("actor/1", "TOKENIZERS_PARALLELISM"), env("actor/1", "CUDA_DEVICE_MAX_CONNECTIONS")) == ("true", "1")
     assert env("actor/1", "PYTORCH_KERNEL_CACHE_PATH") == "/tmp/areal-areal/.cache/areal/torch/kernels/"
+    # Where a fork sits, as AReaL main's colocation reads it (#1500; the Ray scheduler's contract, #1575): slot 0 of
+    # its pod, which is node 1 of 2. The pods themselves set none of it.
+    slurm = ("SLURM_LOCALID", "SLURM_NODEID", "SLURM_NNODES")
+    assert [env("ref/1", n) for n in slurm] == ["0", "1", "2"]
+    assert [env("actor/1", n) for n in slurm] == [None, None, None]
 
 
 def test_create_workers_with_an_experiment_config_configures_every_worker(make_scheduler):
