@@ -26,16 +26,13 @@ CONTROLLER_SERVICE_ACCOUNT = "areal-controller"  # rbac/serviceaccount.yaml
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 LAUNCHER = ["-m", "areal_workers.launch"]
-# The chart's workerDefaults.podSecurityContext and containerSecurityContext (charts/areal-workers/values.yaml; a
-# unit test keeps them equal): the trainer passes PodSecurity `restricted` in the namespace of its workers.
-POD_SECURITY_CONTEXT: dict[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": 1000,
-    "runAsGroup": 1000,
-    "fsGroup": 1000,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# What the bundled chart gives its workers by default (its values.yaml, read, not copied): the trainer runs as they
+# do, so it passes PodSecurity `restricted` in their namespace and shares their USER.
+WORKER_DEFAULTS: dict[str, Any] = yaml.safe_load((Path(__file__).parents[1] / "chart" / "values.yaml").read_text())[
+    "workerDefaults"
+]
+POD_SECURITY_CONTEXT: dict[str, Any] = WORKER_DEFAULTS["podSecurityContext"]
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = WORKER_DEFAULTS["containerSecurityContext"]
 # Submit file field -> the Kubernetes type it holds (its keys are checked against it) and the default it is merged on.
 SECURITY_CONTEXTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "pod_security_context": (client.V1PodSecurityContext, POD_SECURITY_CONTEXT),
@@ -44,10 +41,9 @@ SECURITY_CONTEXTS: dict[str, tuple[Any, dict[str, Any]]] = {
 # A uid the image may not know has no home directory: helm (run by the adapter) keeps its cache and configuration
 # under HOME, as the chart's reaper CronJob does for its uid 1000.
 HOME = "/tmp"
-# The chart's workerDefaults.env.USER (a unit test keeps them equal). AReaL keys its name_resolve records by
-# getpass.getuser(), which reads USER (and fails for a uid without a passwd entry when it is unset): the trainer gets
-# the workers' user, so both sides read and write the same records.
-USER = "areal"
+# AReaL keys its name_resolve records by getpass.getuser(), which reads USER (and fails for a uid without a passwd
+# entry when it is unset): the trainer gets the workers' user, so both sides read and write the same records.
+USER: str = WORKER_DEFAULTS["env"]["USER"]
 
 
 @dataclass
