@@ -58,6 +58,17 @@ NOT_RUN = {
         "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel"
     ),
     "pip install -e .": "installs into the reader's environment (`make venv` does it for this checkout)",
+    "pip install './[metrics]'": (
+        "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel, and "
+        "the dev extra has the metrics extra's prometheus-client"
+    ),
+    (
+        "AREAL_K8S_METRICS_ADDRESS=0.0.0.0:9090 python -m areal_workers.launch train.py --config gsm8k_grpo.yaml "
+        "scheduler.type=kubernetes"
+    ): f"{REAL_CLUSTER} and an AReaL trainer: test_metrics.py serves a scheduler's metrics and scrapes them here",
+    "curl -s localhost:9090/metrics | grep '^areal_workers_'": (
+        "the reader's trainer: test_metrics.py fetches and parses a scheduler's endpoint"
+    ),
     "pip install .": (
         "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel"
     ),
@@ -117,8 +128,8 @@ NOT_RUN = {
     "AREAL_WORKERS_HELM=.tools/bin/helm4 make test-integration": "a test lane: `make test` runs it",
     "make test-areal": "a test lane: `make test` runs it",
     (
-        "AREAL_WORKERS_WORKER=areal .venv/bin/pytest tests/integration/test_scheduler.py "
-        'tests/integration/test_areal_worker.py -m "not reference_guard_only" -k "not rbac"'
+        'AREAL_WORKERS_WORKER=areal .venv/bin/pytest -m "integration and (areal_worker or both_workers) and not rbac '
+        'and not serial_cluster and not restarts_control_plane"'
     ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",
     "make release REGISTRY=registry.example.com/areal REGISTRY_USER=ci REGISTRY_PASSWORD_FILE=token.txt": (
