@@ -5,6 +5,7 @@ scheduler is asked to serve metrics (metrics_address)."""
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -48,12 +49,16 @@ def timed(operation: str) -> Callable[[Method], Method]:
     """Reports each call of a scheduler method to its `observer` (`waited`), with its first argument's role."""
 
     def decorate(method: Method) -> Method:
+        # AReaL's controllers pass it by keyword (`create_workers(job=job)`): found by name as well as by position.
+        first = list(inspect.signature(method).parameters)[1]
+
         @functools.wraps(method)
-        def wrapper(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             observer: Observer = getattr(self, "observer", NO_OBSERVER)
+            request = args[0] if args else kwargs.get(first)
             start, outcome = time.monotonic(), "error"
             try:
-                result = method(self, request, *args, **kwargs)
+                result = method(self, *args, **kwargs)
                 outcome = "ok"
                 return result
             except WorkerTimeoutError:

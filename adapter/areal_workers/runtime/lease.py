@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 LEASE_LABEL = "areal-workers.dev/lease-of"  # the release a Lease keeps alive
 MAX_RENEW_SECONDS = 10.0
 WATCH_POLL_SECONDS = 0.5  # how often a starting scheduler reads another holder's Lease
+TAKEOVER_ATTEMPTS = 5  # writes a takeover tries, each on the Lease read again, while its live holder renews it
 # Only for a Lease this identity may not use: without one, the scheduler needs no rule on leases.
 WITHOUT_LEASE_ADVICE = (
     "or set lease_grace_seconds=0 (AREAL_K8S_LEASE_GRACE_SECONDS=0) to run without a Lease (and without the "
@@ -207,14 +208,21 @@ class ReleaseLease:
             )
         if current is not None and current.spec.holder_identity != self.holder and not self.takeover:
             current = self._watch_holder(current)
-        try:
-            self._write(current)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            raise self._refused(
-                "another controller took the trial's Lease at the same moment", f"Lease {self.name}"
-            ) from error
+        # A takeover races the live holder's renewals (each changes the resourceVersion it writes on): it reads the
+        # Lease again and retries. Without takeover, a write after the last look is another controller's: refused.
+        attempts = TAKEOVER_ATTEMPTS if self.takeover else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                self._write(current)
+                break
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                if attempt == attempts:
+                    raise self._refused(
+                        "another controller took the trial's Lease at the same moment", f"Lease {self.name}"
+                    ) from error
+            current = self._read()
         self._held = True
 
     def _watch_holder(self, current: client.V1Lease) -> client.V1Lease | None:

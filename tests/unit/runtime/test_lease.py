@@ -86,6 +86,28 @@ def test_a_lease_marked_by_a_reaper_or_taken_over_is_lost():
     assert NAME in api.leases
 
 
+def test_a_takeover_wins_over_a_live_holder_renewing_between_its_read_and_its_write():
+    api = MemoryLeases()
+    live = trainer(api)
+    live.renew()
+    renewals = iter(range(2))  # the holder writes between the taker's read and its write, twice, then not
+    api.before_write = lambda name: next(renewals, None) is not None and api._stored(api.leases[name])
+    taker = trainer(api, takeover=True)
+    taker.start()
+    taker.stop()
+    assert api.leases[NAME].spec.holder_identity == taker.holder
+
+    # Without takeover, a write after the last look is another controller's: refused, the Lease left as it is.
+    api = MemoryLeases()
+    first = trainer(api)
+    first.renew()
+    api.before_write = lambda name: api._stored(api.leases[name])
+    late = trainer(api, sleep=lambda seconds: None)
+    with pytest.raises(LeaseHeldError, match="at the same moment"):
+        late.start()
+    assert api.leases[NAME].spec.holder_identity == first.holder
+
+
 def test_a_live_holder_is_refused_and_its_lease_left_alone():
     api = MemoryLeases()
     live = trainer(api)

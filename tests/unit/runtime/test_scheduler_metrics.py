@@ -176,11 +176,17 @@ def test_timed_reports_each_call_with_its_role_and_outcome_and_keeps_the_result_
         calls.get_workers("critic", WorkerFailedError("critic/0", 1))
     with pytest.raises(ValueError):
         calls.create_workers(Job(role="ref", replicas=1, tasks=[SchedulingSpec()]))
+    # AReaL's controllers pass the job by keyword (RolloutController: `create_workers(job=job)`).
+    with pytest.raises(ValueError):
+        calls.create_workers(job=Job(role="rollout", replicas=1, tasks=[SchedulingSpec()]))
+    assert calls.get_workers(role="ref") == "ref"
     assert calls.observer.waits == [
         ("get_workers", "actor", "ok"),
         ("get_workers", "actor", "timeout"),
         ("get_workers", "critic", "failed"),
         ("create_workers", "ref", "error"),
+        ("create_workers", "rollout", "error"),
+        ("get_workers", "ref", "ok"),
     ]
 
 
