@@ -98,7 +98,7 @@ class KubernetesSchedulerConfig:
             RolloutController's callback server, its proxy gateway): one the worker pods can reach. None: AReaL's
             own choice (gethostip: the host name's address), right inside a pod, often not outside the cluster.
         metrics_address: host:port on which the scheduler serves its Prometheus metrics (docs/en/observability.md),
-            e.g. `0.0.0.0:9090` in a pod, `127.0.0.1:0` for any free port; needs the `metrics` extra
+            e.g. the pod's IP and a port in a pod, `127.0.0.1:0` for any free port; needs the `metrics` extra
             (prometheus-client). None: no metrics.
     """
 
@@ -263,15 +263,15 @@ def _read_namespace(path: Path) -> str | None:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """`host:port` (`[v6]:port`; an empty host: every interface), e.g. `0.0.0.0:9090`."""
+    """`host:port` (`[v6]:port`; an empty host: loopback), e.g. `10.1.2.3:9090` (a pod's IP), `127.0.0.1:0`."""
     host, sep, port = address.strip().rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"metrics_address must be host:port (port 0-65535, 0: any free one), got {address!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def parse_address(raw: str, source: str = "metrics_address") -> str:
-    """`host:port`, e.g. `0.0.0.0:9090` (port 0: any free one)."""
+    """`host:port`, e.g. `127.0.0.1:9090` (port 0: any free one)."""
     split_address(raw)
     return raw.strip()
 

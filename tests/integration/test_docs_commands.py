@@ -63,7 +63,7 @@ NOT_RUN = {
         "the dev extra has the metrics extra's prometheus-client"
     ),
     (
-        "AREAL_K8S_METRICS_ADDRESS=0.0.0.0:9090 python -m areal_workers.launch train.py --config gsm8k_grpo.yaml "
+        "AREAL_K8S_METRICS_ADDRESS=127.0.0.1:9090 python -m areal_workers.launch train.py --config gsm8k_grpo.yaml "
         "scheduler.type=kubernetes"
     ): f"{REAL_CLUSTER} and an AReaL trainer: test_metrics.py serves a scheduler's metrics and scrapes them here",
     "curl -s localhost:9090/metrics | grep '^areal_workers_'": (

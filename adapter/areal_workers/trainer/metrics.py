@@ -33,6 +33,9 @@ DEFAULT_SCRAPERS: list[dict[str, Any]] = [
 POD_MONITOR_API = ("monitoring.coreos.com", "v1", "podmonitors")
 
 
+POD_IP_VARIABLE = "AREAL_K8S_METRICS_POD_IP"
+
+
 def settings(value: Any, where: Path | None) -> dict[str, Any]:
     """A submit file's `metrics` mapping, checked, with its defaults."""
     if not isinstance(value, dict):
@@ -75,8 +78,12 @@ def settings(value: Any, where: Path | None) -> dict[str, Any]:
 
 
 def address_env(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The scheduler's setting: every interface of the pod, at the port."""
-    return [{"name": "AREAL_K8S_METRICS_ADDRESS", "value": f"0.0.0.0:{metrics['port']}"}] if metrics["enabled"] else []
+    """The scheduler's setting: the pod's own IP (from the downward API, defined first so Kubernetes expands it), at
+    the port; not every interface, so a pod run on a host's network never listens beyond its address."""
+    if not metrics["enabled"]:
+        return []
+    pod_ip = {"name": POD_IP_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    return [pod_ip, {"name": "AREAL_K8S_METRICS_ADDRESS", "value": f"$({POD_IP_VARIABLE}):{metrics['port']}"}]
 
 
 def container_ports(metrics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -223,7 +223,7 @@ def test_each_sync_guard_attempt_is_reported_with_its_endpoint():
 
 
 @pytest.mark.parametrize(
-    ("address", "bound"), [("0.0.0.0:9090", ("0.0.0.0", 9090)), (":0", ("0.0.0.0", 0)), ("[::1]:9400", ("::1", 9400))]
+    ("address", "bound"), [("0.0.0.0:9090", ("0.0.0.0", 9090)), (":0", ("127.0.0.1", 0)), ("[::1]:9400", ("::1", 9400))]
 )
 def test_the_metrics_address_is_host_and_port(address, bound):
     assert split_address(address) == bound

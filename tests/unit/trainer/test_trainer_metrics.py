@@ -58,7 +58,11 @@ def test_enabled_metrics_set_the_address_name_the_port_and_annotate_the_pod(tmp_
     job, _ = job_with(tmp_path, {"enabled": True, "port": 9400})
     template, container = pod_of(job)
     env = {e["name"]: e for e in container["env"]}
-    assert env["AREAL_K8S_METRICS_ADDRESS"] == {"name": "AREAL_K8S_METRICS_ADDRESS", "value": "0.0.0.0:9400"}
+    assert env["AREAL_K8S_METRICS_ADDRESS"] == {
+        "name": "AREAL_K8S_METRICS_ADDRESS",
+        "value": "$(AREAL_K8S_METRICS_POD_IP):9400",
+    }
+    assert env["AREAL_K8S_METRICS_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert KubernetesSchedulerConfig(metrics_address=env["AREAL_K8S_METRICS_ADDRESS"]["value"]).metrics_address
     assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     assert template["metadata"]["annotations"] == {
