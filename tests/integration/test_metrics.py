@@ -114,7 +114,9 @@ def test_submit_with_metrics_creates_the_port_the_scrapers_rule_and_reports_a_mi
         capsys, kubeconfig, namespace, "-f", str(submit_file), "--name", "trainer-metrics", "--", *command
     )
     assert code == 0, err
-    [pod] = client.CoreV1Api(kube_client).list_namespaced_pod(namespace, label_selector="job-name=trainer-metrics").items
+    [pod] = (
+        client.CoreV1Api(kube_client).list_namespaced_pod(namespace, label_selector="job-name=trainer-metrics").items
+    )
     assert pod.status.pod_ip, "the trainer pod has no IP"
     assert f"metrics at {pod.status.pod_ip}:9464" in out  # the pod's own address (downward API), not every interface
     assert "PodMonitor trainer-metrics not created: the cluster has no PodMonitor API" in err
