@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 
-from harness import Result, Table, save
+from harness import Table, real_node_result, save
 from repo_paths import REPO
 
 TEST = "tests/integration/test_areal_trainer_job.py"
@@ -54,10 +54,10 @@ def main() -> int:
         runs.append(one_run())
         print(f"cold start {runs[-1][0]}s, pod deleted -> resumed {runs[-1][1]}s, SIGKILL -> resumed {runs[-1][2]}s")
     medians = [statistics.median(run[i] for run in runs) for i in range(3)]
-    result = Result(
-        name="areal_recover",
-        title="AReaL's recover: a killed trainer's next attempt against a cold start",
-        summary=(
+    result = real_node_result(
+        "areal_recover",
+        "AReaL's recover: a killed trainer's next attempt against a cold start",
+        (
             "The stock AReaL SFT trainer as an `areal-workers submit` Job on the real node (one FSDP worker on CPU, "
             "recover.mode on, a recover checkpoint after every step, lease grace 8 s, restarts 2). Cold start: "
             "submit to the first step done. Then its pod is deleted (1 s grace) after that step, and the next "
@@ -65,15 +65,12 @@ def main() -> int:
             "(the Job's back-off, 10 s then 20 s, the Lease watch, 4 s, the trainer's start and AReaL's recover, and "
             "the worker restarted in place). The worker pod is scheduled once for the whole run."
         ),
-        command=f".venv/bin/python bench/areal_recover.py --repeats {args.repeats}",
-        profile="real-node",
-        tables=[
-            Table(
-                caption=f"seconds (median of {args.repeats})",
-                columns=["cold start", "pod deleted -> resumed", "SIGKILL -> resumed"],
-                rows=[medians],
-            )
-        ],
+        f"areal_recover.py --repeats {args.repeats}",
+        Table(
+            caption=f"seconds (median of {args.repeats})",
+            columns=["cold start", "pod deleted -> resumed", "SIGKILL -> resumed"],
+            rows=[medians],
+        ),
     )
     print(save(result))
     return 0

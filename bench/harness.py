@@ -43,6 +43,20 @@ class Result:
     machine: dict[str, Any] = field(default_factory=lambda: machine_info())
 
 
+def real_node_result(name: str, title: str, summary: str, command: str, table: Table) -> Result:
+    """A benchmark on the real node, with its one table: profile `real-node`, which `make bench` does not run (the
+    real node needs root and runs one per machine); `command` is its script under bench/ and that script's arguments,
+    run by the virtualenv's python."""
+    return Result(
+        name=name,
+        title=title,
+        summary=summary,
+        command=f".venv/bin/python bench/{command}",
+        profile="real-node",
+        tables=[table],
+    )
+
+
 def machine_info() -> dict[str, Any]:
     memory_kib = 0
     meminfo = Path("/proc/meminfo")

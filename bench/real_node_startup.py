@@ -32,7 +32,7 @@ from kubernetes import (
 )
 
 from areal_workers import Job, KubernetesScheduler, KubernetesSchedulerConfig, SchedulingSpec
-from harness import Result, Table, save
+from harness import Result, Table, real_node_result, save
 from localkube.cluster import LocalCluster
 from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, TOOLS_BIN
@@ -121,26 +121,23 @@ def result(seconds: dict[str, list[float]], repeats: int, cpu: float, date: str 
     """The samples as a Result named real-node-startup-cpu<cpu> (profile `real-node`: not run by `make bench`)."""
     medians = {where: statistics.median(values) for where, values in seconds.items()}
     ratio = medians["real"] / medians["kwok"]
-    outcome = Result(
-        name=f"real-node-startup-cpu{cpu:g}",
-        title=f"Time to the first Ready worker: real node against KWOK + podrunner, {cpu:g} CPU",
-        summary=(
+    outcome = real_node_result(
+        f"real-node-startup-cpu{cpu:g}",
+        f"Time to the first Ready worker: real node against KWOK + podrunner, {cpu:g} CPU",
+        (
             f"create_workers + get_workers of 1 worker running AReaL's rpc_server, {cpu:g} CPU (request and limit), "
             f"{repeats} samples on each node, alternating, side by side in one run. Median ratio real / KWOK: "
             f"{ratio:.2f}."
         ),
-        command=f".venv/bin/python bench/real_node_startup.py --repeats {repeats} --cpu {cpu:g}",
-        profile="real-node",
-        tables=[
-            Table(
-                caption=f"1 worker, {cpu:g} CPU, seconds",
-                columns=["node", "samples (s)", "median (s)"],
-                rows=[
-                    [where, ", ".join(f"{v:.1f}" for v in values), round(medians[where], 1)]
-                    for where, values in seconds.items()
-                ],
-            )
-        ],
+        f"real_node_startup.py --repeats {repeats} --cpu {cpu:g}",
+        Table(
+            caption=f"1 worker, {cpu:g} CPU, seconds",
+            columns=["node", "samples (s)", "median (s)"],
+            rows=[
+                [where, ", ".join(f"{v:.1f}" for v in values), round(medians[where], 1)]
+                for where, values in seconds.items()
+            ],
+        ),
     )
     if date is not None:
         outcome.date = date

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec
-from harness import Result, Table, save
+from harness import Table, real_node_result, save
 from real_node_startup import alternate, trial_config
 
 COMMAND = "python -m areal.infra.rpc.rpc_server"
@@ -78,10 +78,10 @@ def main() -> int:
                 round(median["restarted"] / median["cold"], 2),
             ]
         )
-    result = Result(
-        name="trainer_restart",
-        title="A restarted trainer's workers against a cold start",
-        summary=(
+    result = real_node_result(
+        "trainer_restart",
+        "A restarted trainer's workers against a cold start",
+        (
             f"Cold: a new trial's create_workers + get_workers of {args.workers} AReaL workers (new pods). Restarted: "
             "the trainer died (Lease unrenewed, nothing deleted) and a new scheduler of the same trial builds "
             f"(watching the dead Lease for two renewal intervals, grace {LEASE_GRACE_SECONDS:g} s), then "
@@ -93,15 +93,12 @@ def main() -> int:
             "AReaL once, under a second, while a restarted one also waits for the old guard's exit and podrunner's "
             "1 s back-off."
         ),
-        command=f".venv/bin/python bench/trainer_restart.py --repeats {args.repeats} --workers {args.workers}",
-        profile="real-node",
-        tables=[
-            Table(
-                caption=f"{args.workers} workers, seconds (median of {args.repeats})",
-                columns=["node", "cold", "restarted", "of which Lease watch", "restart itself", "restarted / cold"],
-                rows=rows,
-            )
-        ],
+        f"trainer_restart.py --repeats {args.repeats} --workers {args.workers}",
+        Table(
+            caption=f"{args.workers} workers, seconds (median of {args.repeats})",
+            columns=["node", "cold", "restarted", "of which Lease watch", "restart itself", "restarted / cold"],
+            rows=rows,
+        ),
     )
     print(save(result))
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "LeaseLostError",
     "add_note",
     "attach_diagnosis",
+    "refuse_unknown_fields",
     "USING_AREAL_EXCEPTIONS",
 ]
 
@@ -143,6 +145,17 @@ class InvalidSchedulerSetupError(SchedulerError, ValueError):
 
 class InputError(ValueError):
     """A submit file, a job file or a setting in them that is not valid; nothing was done (`areal-workers`: exit 2)."""
+
+
+def refuse_unknown_fields(
+    value: Iterable[str], known: Sequence[str], where: object, owner: str, prefix: str = ""
+) -> None:
+    """Raises InputError when `value` (a mapping's keys) has fields `known` lacks: `{where}: unknown field(s)
+    {prefix}a, {prefix}b; {owner} has {known}`, the unknown ones sorted, `known` in its own order."""
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        names = ", ".join(prefix + name for name in unknown)
+        raise InputError(f"{where}: unknown field(s) {names}; {owner} has {', '.join(known)}")
 
 
 class ClusterAccessError(SchedulerError):

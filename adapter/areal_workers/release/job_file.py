@@ -14,7 +14,7 @@ import yaml
 from .. import naming
 from ..areal_types import Job, SchedulingSpec, SchedulingStrategy
 from ..config import KubernetesSchedulerConfig
-from ..errors import InputError
+from ..errors import InputError, refuse_unknown_fields
 from . import values as job_values
 from .model import ReleaseModel
 
@@ -28,11 +28,7 @@ def _fields(kind: type) -> set[str]:
 def _strict(data: Any, kind: type, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{where} must be a mapping of {kind.__name__} fields, got {type(data).__name__}")
-    unknown = sorted(set(data) - _fields(kind))
-    if unknown:
-        raise InputError(
-            f"{where}: unknown field(s) {', '.join(unknown)}; {kind.__name__} has {', '.join(sorted(_fields(kind)))}"
-        )
+    refuse_unknown_fields(data, sorted(_fields(kind)), where, kind.__name__)
     return data
 
 

@@ -149,40 +149,45 @@ class PrometheusObserver(Observer):
     def __init__(self, release: str) -> None:
         self.release = release
         self.registry = CollectorRegistry(auto_describe=True)
-        self.waits = Histogram(
-            f"{PREFIX}_wait_seconds",
+        self.waits = self._histogram(
+            "wait_seconds",
             "Duration of the scheduler's create_workers, scale_workers, update_workers and get_workers calls.",
-            ["release", "operation", "role", "outcome"],
-            buckets=WAIT_BUCKETS,
-            registry=self.registry,
+            ["operation", "role", "outcome"],
+            WAIT_BUCKETS,
         )
-        self.rollbacks = Counter(
-            f"{PREFIX}_rollbacks",
+        self.rollbacks = self._counter(
+            "rollbacks",
             "Changes undone after their workers failed, by what became of the release and the failure's reason.",
-            ["release", "action", "reason"],
-            registry=self.registry,
+            ["action", "reason"],
         )
-        self.failures = Counter(
-            f"{PREFIX}_worker_failures",
+        self.failures = self._counter(
+            "worker_failures",
             "Workers found with a fatal problem (by a wait or a liveness check), by role and diagnosis reason.",
-            ["release", "role", "reason"],
-            registry=self.registry,
+            ["role", "reason"],
         )
-        self.requests = Histogram(
-            f"{PREFIX}_guard_request_seconds",
+        self.requests = self._histogram(
+            "guard_request_seconds",
             "Duration of one attempt of a request to a worker's guard, by endpoint.",
-            ["release", "endpoint"],
-            buckets=REQUEST_BUCKETS,
-            registry=self.registry,
+            ["endpoint"],
+            REQUEST_BUCKETS,
         )
-        self.request_errors = Counter(
-            f"{PREFIX}_guard_request_errors",
+        self.request_errors = self._counter(
+            "guard_request_errors",
             "Attempts of guard requests without a reply or with an HTTP error status, by endpoint and kind.",
-            ["release", "endpoint", "kind"],
-            registry=self.registry,
+            ["endpoint", "kind"],
         )
         self._server: tuple[object, threading.Thread] | None = None
         self.address: tuple[str, int] | None = None
+
+    # Every series of this scheduler: named under PREFIX, labelled with its release first, in its own registry.
+
+    def _counter(self, name: str, documentation: str, labels: list[str]) -> Counter:
+        return Counter(f"{PREFIX}_{name}", documentation, ["release", *labels], registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, labels: list[str], buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(
+            f"{PREFIX}_{name}", documentation, ["release", *labels], buckets=buckets, registry=self.registry
+        )
 
     def waited(self, operation: str, role: str, outcome: str, seconds: float) -> None:
         self.waits.labels(self.release, operation, role, outcome).observe(seconds)

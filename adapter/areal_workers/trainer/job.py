@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from ..errors import InputError
+from ..errors import InputError, refuse_unknown_fields
 from . import metrics as trainer_metrics, network
 from .env import check_env, env_var
 
@@ -153,10 +153,7 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> TrainerSpec:
             raise InputError(f"cannot read submit file {path}: {error}") from None
         if not isinstance(data, dict):
             raise InputError(f"{path}: a submit file is a mapping of trainer settings")
-    known = {f.name for f in fields(TrainerSpec)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise InputError(f"{path}: unknown field(s) {', '.join(unknown)}; a submit file has {', '.join(sorted(known))}")
+    refuse_unknown_fields(data, sorted(f.name for f in fields(TrainerSpec)), path, "a submit file")
     for name in SECURITY_CONTEXTS:
         if name in data:
             data[name] = _security_context(name, data[name], path)

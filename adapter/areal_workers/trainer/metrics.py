@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from ..errors import InputError
+from ..errors import InputError, refuse_unknown_fields
 from ..naming import LABEL_JOB_NAME
 
 KEYS = ("enabled", "port", "annotations", "scrapers", "pod_monitor", "pod_monitor_labels", "interval")
@@ -40,9 +40,7 @@ def settings(value: Any, where: Path | None) -> dict[str, Any]:
     """A submit file's `metrics` mapping, checked, with its defaults."""
     if not isinstance(value, dict):
         raise InputError(f"{where}: metrics is a mapping ({EXAMPLE})")
-    unknown = sorted(set(value) - set(KEYS))
-    if unknown:
-        raise InputError(f"{where}: unknown field(s) metrics.{', metrics.'.join(unknown)}; it has {', '.join(KEYS)}")
+    refuse_unknown_fields(value, KEYS, where, "it", prefix="metrics.")
     merged = {
         "enabled": False,
         "port": 9090,

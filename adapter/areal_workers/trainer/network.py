@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from ..errors import InputError
+from ..errors import InputError, refuse_unknown_fields
 from ..naming import LABEL_JOB_NAME, LABEL_NAME
 
 KEYS = ("enabled", "apiserver", "egress")
@@ -57,11 +57,7 @@ def settings(value: Any, where: Path | None) -> dict[str, Any]:
     """A submit file's `network_policy` mapping, checked, with its defaults."""
     if not isinstance(value, dict):
         raise InputError(f"{where}: network_policy is a mapping ({EXAMPLE})")
-    unknown = sorted(set(value) - set(KEYS))
-    if unknown:
-        raise InputError(
-            f"{where}: unknown field(s) network_policy.{', network_policy.'.join(unknown)}; it has {', '.join(KEYS)}"
-        )
+    refuse_unknown_fields(value, KEYS, where, "it", prefix="network_policy.")
     enabled = value.get("enabled", True)
     if not isinstance(enabled, bool):
         raise InputError(f"{where}: network_policy.enabled is true or false")
