@@ -18,6 +18,7 @@ ROLE_MAX = 40
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_ROLE = "areal.io/role"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"  # the Job controller's label on its pods (Kubernetes >= 1.27)

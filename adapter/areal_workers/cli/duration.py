@@ -1,5 +1,5 @@
 """Time-outs as kubectl and helm take them: a Go duration (`90s`, `15m`, `1h30m`, `500ms`), or plain seconds. The
-same forms as the AREAL_K8S_* time-outs (config.parse_duration), as an argparse type."""
+same forms as the AREAL_K8S_* time-outs (config.parse_duration), as an argparse type; and ages as kubectl shows them."""
 
 from __future__ import annotations
 
@@ -14,3 +14,12 @@ def seconds(text: str) -> float:
         return parse_duration(text, source="a time-out")
     except ConfigError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("a time-out: ")) from None
+
+
+def age_text(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -23,7 +23,7 @@ from ..config import BUNDLED_CHART
 from ..errors import InputError, SchedulerError
 from ..release.ownership import UntrustedRevisionError
 from .command import Command, Invocation
-from .commands import completion, doctor, logs, reap, release, render, submit, up, workers
+from .commands import completion, doctor, events, logs, reap, release, render, submit, up, workers
 from .output import Format
 from .session import (
     EXIT_CLUSTER,
@@ -42,6 +42,7 @@ PROGRAM = "areal-workers"
 # The commands in the order of the help and the reference page; each module declares its own (cli/command.py).
 COMMANDS: tuple[Command, ...] = (
     *workers.COMMANDS,
+    *events.COMMANDS,
     *logs.COMMANDS,
     *release.COMMANDS,
     *up.COMMANDS,

@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any, Literal, TextIO, cast
 
 import yaml
@@ -13,7 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .status_view import TrialStatus, age_text
+from .duration import age_text
+from .status_view import TrialStatus
 
 Format = Literal["table", "json", "yaml"]
 
@@ -115,7 +117,14 @@ def trial_renderable(status: TrialStatus) -> Group:
             for w in status.workers
         ],
     )
-    return Group(header, Text(""), roles, Text(""), workers)
+    parts: list[Any] = [header, Text(""), roles, Text(""), workers]
+    if status.decisions:
+        now = datetime.now(timezone.utc)
+        lines = "\n".join(f"  {decision.line(now)}" for decision in status.decisions)
+        parts += [Text(""), Text("last decisions (areal-workers events for all):", style="bold"), Text(lines)]
+    elif status.decisions_note:
+        parts += [Text(""), Text(status.decisions_note)]
+    return Group(*parts)
 
 
 def status_renderable(namespace: str, statuses: list[TrialStatus]) -> Group:

@@ -13,6 +13,7 @@ from .. import diagnosis, naming
 from ..pods import ready_pods
 from ..pods.watch import is_ready, pod_index
 from ..release.model import ReleaseModel
+from .decisions_view import Decision
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class TrialStatus:
     helm_error: str = ""  # helm's description of the current revision when its operation failed
     roles: list[RoleRow] = field(default_factory=list)
     workers: list[WorkerRow] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)  # the last ones, oldest first (cli/decisions_view.py)
+    decisions_note: str = ""  # why there are none to show when they could not be read
 
     @property
     def all_ready(self) -> bool:
@@ -62,6 +65,7 @@ class TrialStatus:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["all_ready"] = self.all_ready
+        data["decisions"] = [decision.to_dict() for decision in self.decisions]
         return data
 
 
@@ -213,12 +217,3 @@ def trial_status(
         targets = [r for r in status.workers if r.role == target]
         status.roles.append(RoleRow(role, "colocated", target, len(targets), sum(r.ready for r in targets)))
     return status
-
-
-def age_text(seconds: int | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

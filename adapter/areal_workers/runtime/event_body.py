@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .. import naming
 from ..reasons import Reason
 
 REPORTING_CONTROLLER = "areal-workers"
@@ -80,6 +81,12 @@ def event_name(regarding: ObjectRef, moment: datetime) -> str:
     return regarding.name[: NAME_CHARS - len(suffix)] + suffix
 
 
+def decision_labels(release: str) -> dict[str, str]:
+    """The labels of every Event this adapter writes: `areal-workers events` and `status` list a release's
+    decisions by them (an Event's `regarding` may be a StatefulSet a later revision deleted)."""
+    return {naming.LABEL_INSTANCE: release, naming.LABEL_MANAGED_BY: REPORTING_CONTROLLER}
+
+
 def event_body(
     regarding: ObjectRef,
     reason: Reason,
@@ -87,13 +94,18 @@ def event_body(
     note: str,
     instance: str,
     moment: datetime,
+    release: str,
     warning: bool = False,
 ) -> dict[str, Any]:
-    """A new Event (`note` is scrubbed and cut here)."""
+    """A new Event of `release`'s (`note` is scrubbed and cut here)."""
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": event_name(regarding, moment), "namespace": regarding.namespace},
+        "metadata": {
+            "name": event_name(regarding, moment),
+            "namespace": regarding.namespace,
+            "labels": decision_labels(release),
+        },
         "eventTime": micro_time(moment),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance[:FIELD_CHARS],

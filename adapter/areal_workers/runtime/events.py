@@ -113,7 +113,7 @@ class EventRecorder:
         try:
             if key in self._series and self._count(key, moment):
                 return
-            body = event_body(regarding, reason, action, note, self.instance, moment, warning)
+            body = event_body(regarding, reason, action, note, self.instance, moment, self.release, warning)
             self.events.create_namespaced_event(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, HTTPError) as error:
             self._failed(error, reason)

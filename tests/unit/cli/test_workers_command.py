@@ -160,7 +160,10 @@ class FakeSession(SessionCalls):
         self.log_request = (pod_name, kwargs)
         return self.log
 
-    def _events(self, namespace: str, field_selector: str) -> SimpleNamespace:
+    def _events(self, namespace: str, field_selector: str = "", label_selector: str = "") -> SimpleNamespace:
+        """A StatefulSet's events by field (diagnose), or the release's decisions by label (status): none here."""
+        if label_selector:
+            return SimpleNamespace(items=[])
         self.event_selector = field_selector
         return SimpleNamespace(items=self.events)
 

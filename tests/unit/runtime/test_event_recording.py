@@ -82,17 +82,22 @@ def test_one_enumeration_holds_the_diagnosis_and_the_decisions_apart_and_unique(
 
 def test_an_event_body_is_what_events_k8s_io_v1_validates():
     regarding = ObjectRef("apps/v1", "StatefulSet", STS, "rl", "sts-uid")
-    body = event_body.event_body(regarding, Reason.ROLLED_BACK, "Rollback", "rolled back", "pod-0", START, True)
+    body = event_body.event_body(regarding, Reason.ROLLED_BACK, "Rollback", "rolled back", "pod-0", START, "r1", True)
     assert body["reportingController"] == "areal-workers" and body["reportingInstance"] == "pod-0"
     assert body["eventTime"] == "2026-12-06T10:00:00.123456Z" and body["type"] == "Warning"
     assert body["reason"] == "RolledBack" and body["action"] == "Rollback"
     assert body["regarding"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": STS, "namespace": "rl",
                                  "uid": "sts-uid"}  # fmt: skip
     assert body["metadata"]["name"].startswith(f"{STS}.") and body["metadata"]["namespace"] == "rl"
+    # listed by release (`areal-workers events`), also after the StatefulSet it regards is gone
+    assert body["metadata"]["labels"] == {
+        "app.kubernetes.io/instance": "r1",
+        "app.kubernetes.io/managed-by": "areal-workers",
+    }
     for legacy in ("firstTimestamp", "lastTimestamp", "count", "source", "series"):  # refused on create
         assert legacy not in body
     unread = ObjectRef("apps/v1", "StatefulSet", STS, "rl")
-    assert "uid" not in event_body.event_body(unread, Reason.ROLLED_BACK, "Rollback", "", "p", START)["regarding"]
+    assert "uid" not in event_body.event_body(unread, Reason.ROLLED_BACK, "Rollback", "", "p", START, "r1")["regarding"]
 
 
 def test_a_long_note_is_cut_to_the_apis_1_kib_in_bytes_never_inside_a_character():

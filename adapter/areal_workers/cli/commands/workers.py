@@ -22,8 +22,9 @@ from ...runtime import reaper
 from ...runtime.lease import lease_name
 from ...runtime.lease_record import being_reaped, observation_of
 from ..command import Command, Invocation, duration_option
+from ..decisions_view import Decision, decisions_in, decisions_selector, latest
 from ..output import Format, console, emit, status_renderable
-from ..session import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session
+from ..session import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_PROBLEM, CliError, Session, api_message
 from ..status_view import TrialStatus, trial_status
 from ..trainer_attempts import attempts_text, job_pods_selector, owner_job
 
@@ -109,8 +110,19 @@ class TrialReader:
                 helm_error=self.helm_errors.get(release, ""),
             )
             status.trainer = "\n".join(text for text in (self.trainer(release), self.attempts(model)) if text)
+            status.decisions, status.decisions_note = self.decisions(release)
             made.append(status)
         return made
+
+    def decisions(self, release: str) -> tuple[list[Decision], str]:
+        """The release's last decisions (its Events), or why none are shown: status goes on without them."""
+        try:
+            events = self.session.core.list_namespaced_event(
+                self.session.namespace, label_selector=decisions_selector(release)
+            ).items
+        except ApiException as error:
+            return [], f"decisions not shown: listing Events was refused ({api_message(error)})"
+        return latest(decisions_in(events)), ""
 
     def attempts(self, model: ReleaseModel) -> str:
         """A submitted trainer's attempt and why the last one ended ("" unless a Job owns the release)."""
