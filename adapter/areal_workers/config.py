@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import naming
+from .log_format import LOG_FORMATS, LogFormat
 
 BUNDLED_CHART = Path(__file__).resolve().parent / "chart"
 
@@ -100,6 +101,8 @@ class KubernetesSchedulerConfig:
         metrics_address: host:port on which the scheduler serves its Prometheus metrics (docs/en/observability.md),
             e.g. the pod's IP and a port in a pod, `127.0.0.1:0` for any free port; needs the `metrics` extra
             (prometheus-client). None: no metrics.
+        log_format: "text" (default: the scheduler's log lines go to AReaL's logging as they are) or "json" (one JSON
+            object per line on stderr, with the release and namespace, for log aggregation).
     """
 
     namespace: str = "default"
@@ -140,6 +143,7 @@ class KubernetesSchedulerConfig:
     kueue_priority_class: str | None = None
     trainer_address: str | None = None
     metrics_address: str | None = None
+    log_format: LogFormat = "text"
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -207,6 +211,8 @@ class KubernetesSchedulerConfig:
                     "metrics_address needs prometheus-client: pip install 'areal-workers[metrics]', or leave "
                     "AREAL_K8S_METRICS_ADDRESS unset"
                 )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         if self.history_max < 2:
             raise ConfigError("history_max must be >= 2, or rollback has nothing to roll back to")
 

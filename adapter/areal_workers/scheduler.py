@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from . import naming
+from . import log_format, naming
 from .areal_types import AREAL_SCHEDULER_BASE, Job, SchedulingSpec, Worker
 from .config import KubernetesSchedulerConfig
 from .errors import (
@@ -82,6 +82,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             advertise(self.config.trainer_address)
         self.release = self.config.release_name or naming.release_name(self.experiment_name, self.trial_name)
         self.namespace = self.config.namespace
+        log_format.apply(self.config.log_format, {"release": self.release, "namespace": self.namespace})
         self.loop = LoopThread(f"areal-workers-{self.release}")
         parts = None
         try:

@@ -61,6 +61,7 @@ def test_the_variables_are_the_ones_from_env_reads():
         "ownership": "external",
         "trainer_address": "127.0.0.1",
         "metrics_address": "127.0.0.1:9090",
+        "log_format": "json",
     }
     # The owner pod's (or Job's) name and uid are set together (from the downward API), a Kueue priority class with
     # its queue; each row still sets its own field.
