@@ -197,8 +197,8 @@ class ReleaseLease:
     def _refused(self, reason: str, details: str) -> LeaseHeldError:
         return LeaseHeldError(self.release, reason, f"{details}; {TAKEOVER_ADVICE}")
 
-    def _acquire(self) -> None:
-        current = self._read()
+    def _refuse_reaped(self, current: client.V1Lease | None) -> None:
+        """A reaper's mark is never written over: the replace would drop it while the reaper uninstalls."""
         if current is not None and being_reaped(current):
             raise LeaseHeldError(
                 self.release,
@@ -206,12 +206,18 @@ class ReleaseLease:
                 f"its Lease {self.name} is marked for reaping; start again once the release is gone "
                 f"(helm status {self.release} -n {self.namespace}), or delete the Lease by hand if no reaper runs",
             )
+
+    def _acquire(self) -> None:
+        current = self._read()
+        self._refuse_reaped(current)
         if current is not None and current.spec.holder_identity != self.holder and not self.takeover:
             current = self._watch_holder(current)
         # A takeover races the live holder's renewals (each changes the resourceVersion it writes on): it reads the
         # Lease again and retries. Without takeover, a write after the last look is another controller's: refused.
+        # Each write is preceded by a look at the reaper's mark, which may have been the write that raced.
         attempts = TAKEOVER_ATTEMPTS if self.takeover else 1
         for attempt in range(1, attempts + 1):
+            self._refuse_reaped(current)
             try:
                 self._write(current)
                 break

@@ -138,6 +138,34 @@ def test_a_lease_being_reaped_is_not_taken():
         trainer(api, takeover=True).start()
 
 
+def test_a_takeover_racing_a_reapers_mark_is_refused_and_leaves_the_mark():
+    api = MemoryLeases()
+    trainer(api).renew()
+
+    def mark(name: str) -> None:  # the reaper marks the Lease between the taker's read and its write
+        stored = api.leases[name]
+        if not (stored.metadata.annotations or {}).get(REAPING_ANNOTATION):
+            stored.metadata.annotations = {REAPING_ANNOTATION: "2026-11-30T12:00:00+00:00"}
+            api._stored(stored)
+
+    api.before_write = mark
+    with pytest.raises(LeaseHeldError, match="a reaper is uninstalling the release"):
+        trainer(api, takeover=True).start()
+    assert api.leases[NAME].metadata.annotations[REAPING_ANNOTATION]
+
+    # The same mark made while a successor watches a silent holder's Lease.
+    api = MemoryLeases()
+    trainer(api).renew()
+
+    def reaper_looks(seconds: float) -> None:
+        api.leases[NAME].metadata.annotations = {REAPING_ANNOTATION: "2026-11-30T12:00:00+00:00"}
+        api._stored(api.leases[NAME])
+
+    with pytest.raises(LeaseHeldError, match="a reaper is uninstalling the release"):
+        trainer(api, sleep=reaper_looks).start()
+    assert api.leases[NAME].metadata.annotations[REAPING_ANNOTATION]
+
+
 def test_renewals_go_on_after_the_apiserver_was_unreachable():
     from urllib3.exceptions import MaxRetryError
 
