@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -65,6 +66,7 @@ class EventRecorder:
         self._clock, self.rules = clock, rules
         self._series: OrderedDict[SeriesKey, tuple[str, int]] = OrderedDict()  # -> (first Event's name, count)
         self._release_object: ObjectRef | None = None
+        self._lock = threading.Lock()
         self.refused = False  # the Role lacks the rule: nothing is tried any more
 
     # --- what an Event is about ------------------------------------------------------------------
@@ -104,30 +106,38 @@ class EventRecorder:
     def record(
         self, reason: Reason, action: str, note: str, regarding: ObjectRef | None = None, warning: bool = False
     ) -> None:
-        """One decision about `regarding` (None: the release); a repeat of the same is counted on the first."""
-        if self.refused:
-            return
-        regarding = regarding or self.release_object()
-        moment = self._clock()
-        key = series_key(regarding, reason, note)
-        try:
-            if key in self._series and self._count(key, moment):
+        """One decision about `regarding` (None: the release); a repeat of the same is counted on the first. Safe
+        from several threads (a liveness check records a failure from the thread of the call that found it)."""
+        with self._lock:
+            if self.refused:
                 return
-            body = event_body(regarding, reason, action, note, self.instance, moment, self.release, warning)
-            self.events.create_namespaced_event(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
-        except (ApiException, HTTPError) as error:
-            self._failed(error, reason)
-            return
-        self._series[key] = (body["metadata"]["name"], 1)
-        while len(self._series) > MAX_SERIES:
-            self._series.popitem(last=False)
+            regarding = regarding or self.release_object()
+            moment = self._clock()
+            key = series_key(regarding, reason, note)
+            try:
+                if self._count(key, moment):
+                    return
+                if regarding.kind == "StatefulSet" and regarding.uid is None:  # read only for a new Event
+                    regarding = self.statefulset(regarding.name)
+                body = event_body(regarding, reason, action, note, self.instance, moment, self.release, warning)
+                self.events.create_namespaced_event(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            except (ApiException, HTTPError) as error:
+                self._failed(error, reason)
+                return
+            self._series[key] = (body["metadata"]["name"], 1)
+            while len(self._series) > MAX_SERIES:
+                self._series.popitem(last=False)
 
     def on_statefulset(self, name: str | None, reason: Reason, action: str, note: str, warning: bool = False) -> None:
         """`record` about StatefulSet `name` (None: about the release)."""
-        self.record(reason, action, note, self.statefulset(name) if name else None, warning)
+        regarding = ObjectRef("apps/v1", "StatefulSet", name, self.namespace) if name else None
+        self.record(reason, action, note, regarding, warning)
 
     def _count(self, key: SeriesKey, moment: datetime) -> bool:
-        """Counts a repeat on the Event that began the series; False when that Event is gone (expired)."""
+        """Counts a repeat on the Event that began the series; False when there is none, or that Event is gone
+        (expired)."""
+        if key not in self._series:
+            return False
         name, count = self._series[key]
         try:
             self.events.patch_namespaced_event(

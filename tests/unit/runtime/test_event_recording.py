@@ -5,6 +5,8 @@ API's 1 KiB, a repeat counted as the first Event's series (patched, not a new Ev
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -38,7 +40,10 @@ class Clock:
 
 
 class StatefulSets:
+    reads = 0
+
     def read_namespaced_stateful_set(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        self.reads += 1
         if name != STS:
             raise ApiException(status=404, reason="Not Found")
         return SimpleNamespace(metadata=SimpleNamespace(uid="sts-uid"))
@@ -147,9 +152,34 @@ def test_a_repeat_is_counted_on_the_first_event_and_another_note_is_a_new_event(
     assert api.stored[name]["series"]["count"] == 3
     assert api.stored[name]["series"]["lastObservedTime"] > api.stored[name]["eventTime"]
     assert api.stored[name]["regarding"]["uid"] == "sts-uid"
+    assert events.apps.reads == 1  # type: ignore[union-attr]  # the uid is read for a new Event, not for a repeat
     events.on_statefulset(STS, Reason.CHANGE_REFUSED, "Refuse", "a LocalQueue is missing", warning=True)
     events.on_statefulset(STS, Reason.REVISION_WRITTEN, "Create", "no node can hold a worker")
     assert len(api.stored) == 3
+
+
+def test_threads_recording_at_once_count_one_series_without_losing_a_repeat():
+    class SlowEvents(MemoryEvents):  # a request takes time: other threads run between a read and its write
+        def patch_namespaced_event(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+            time.sleep(0.001)
+            return super().patch_namespaced_event(name, namespace, body, **kwargs)
+
+    api = SlowEvents()
+    events = recorder(api)
+    barrier = threading.Barrier(8)
+
+    def fail() -> None:
+        barrier.wait()
+        for _ in range(25):
+            events.on_statefulset(STS, Reason.OOM_KILLED, "Diagnose", "worker actor/0 failed: OOMKilled", warning=True)
+
+    threads = [threading.Thread(target=fail) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (stored,) = api.stored.values()
+    assert stored["series"]["count"] == 200 and api.calls.count("create") == 1
 
 
 def test_a_repeat_of_an_expired_event_starts_a_new_one():
