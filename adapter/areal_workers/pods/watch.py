@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from ..naming import LABEL_POD_INDEX
 
 RECONNECT_DELAY = 0.5
+LIST_TIMEOUT_SECONDS = 30.0  # a listing the API server has not answered by then has failed
 
 
 def pod_index(pod: client.V1Pod) -> int | None:
@@ -45,7 +46,10 @@ class PodWatch:
         self.namespace = namespace
 
     def list(self, selector: str) -> tuple[list[client.V1Pod], str]:
-        listing = self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        """One listing, never waited on forever (a metrics scrape lists from the exporter's thread, too)."""
+        listing = self.core.list_namespaced_pod(
+            self.namespace, label_selector=selector, _request_timeout=LIST_TIMEOUT_SECONDS
+        )
         return listing.items, listing.metadata.resource_version
 
     def delete(self, name: str) -> None:
