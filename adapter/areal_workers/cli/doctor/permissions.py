@@ -42,6 +42,10 @@ class Access:
 
 
 NODE_LIST = Access("list", "", "nodes", namespaced=False, required=False)
+# Rules of the Role the adapter works without (best-effort): what is lost, keyed by (apiGroup, resource).
+OPTIONAL_RULES = {
+    ("events.k8s.io", "events"): "the scheduler's decisions are not recorded as Events; it works without them",
+}
 NO_BINDING = "RoleBinding"  # the one row when every permission of the Role is denied
 
 
@@ -55,8 +59,9 @@ def role_accesses(text: str) -> tuple[str, list[Access]]:
         for group in rule.get("apiGroups") or [""]:
             for resource in rule["resources"]:
                 name, _, subresource = resource.partition("/")
+                required = (group, name) not in OPTIONAL_RULES
                 for verb in rule["verbs"]:
-                    accesses[Access(verb, group, name, subresource)] = None
+                    accesses[Access(verb, group, name, subresource, required=required)] = None
     return role["metadata"]["name"], list(accesses)
 
 
@@ -97,6 +102,14 @@ def permission_check(
     if allowed:
         return Check(access.name, "pass", f"allowed {where}")
     found = f"missing: {access.verb} {access.resource_text} {where}" + (f" ({reason})" if reason else "")
+    lost = OPTIONAL_RULES.get((access.group, access.resource))
+    if lost is not None:
+        return Check(
+            access.name,
+            "warn",
+            f"{found}; optional: {lost}",
+            f"granted by {ROLE_FILE_NAME} (Role {role}); apply it: kubectl apply -n {namespace} -f {RBAC_DIR}/",
+        )
     if not access.required:  # listing nodes
         flag = subject_flag(user)
         grant = (
@@ -172,7 +185,7 @@ def check_permissions(
                 ),
             ]
         checks.append(permission_check(access, allowed, reason, namespace, role, user))
-    required = checks[: len(accesses)]
-    if required and all(check.status == "fail" for check in required):
-        return [no_binding_check(namespace, role, len(required), user), *checks[len(accesses) :]]
+    of_the_role = checks[: len(accesses)]
+    if of_the_role and all(check.status != "pass" for check in of_the_role):  # an optional one denied is a warning
+        return [no_binding_check(namespace, role, len(of_the_role), user), *checks[len(accesses) :]]
     return checks

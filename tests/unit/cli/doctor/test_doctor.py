@@ -57,7 +57,9 @@ def test_every_verb_of_every_resource_of_the_role_is_one_access():
     # What the Role deliberately lacks (rbac/README.md) is not asked for.
     assert Access("get", "", "pods") not in accesses
     assert Access("create", "", "pods") not in accesses
-    assert all(access.namespaced and access.required for access in accesses)
+    assert all(access.namespaced for access in accesses)
+    optional = {(a.verb, a.group, a.resource) for a in accesses if not a.required}
+    assert optional == {("create", "events.k8s.io", "events"), ("patch", "events.k8s.io", "events")}  # best-effort
 
 
 def test_groups_resources_and_subresources_multiply_and_duplicates_go():
@@ -120,6 +122,18 @@ def test_listing_nodes_denied_is_only_a_warning_with_a_cluster_role_for_the_call
     assert check.detail.startswith("missing: list nodes at cluster scope")
     assert "clusterrole" in check.fix and "--serviceaccount=ops:trainer" in check.fix
     assert "rl:" not in check.fix and "areal-controller" not in check.fix
+
+
+def test_a_role_without_the_events_rule_is_a_warning_the_scheduler_works_without():
+    denied = {("create", "events.k8s.io", "events", None), ("patch", "events.k8s.io", "events", None)}
+    checks = permissions.check_permissions(FakeAuthorization(denied), "rl")  # type: ignore[arg-type]
+    assert [(c.name, c.status) for c in checks if c.status != "pass"] == [
+        ("permission create events.events.k8s.io", "warn"),
+        ("permission patch events.events.k8s.io", "warn"),
+    ]
+    warned = next(c for c in checks if c.status == "warn")
+    assert "optional: the scheduler's decisions are not recorded as Events" in warned.detail
+    assert f"kubectl apply -n rl -f {permissions.RBAC_DIR}/" in warned.fix
 
 
 def test_the_fixes_bind_a_person_as_a_user_and_say_how_to_find_an_unknown_identity():
