@@ -107,7 +107,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
                 self.experiment_name,
                 self.trial_name,
             )
-            self.calls = WorkerCalls(self.driver, self.finder, self.guard, self.loop, self.config, self.get_workers)
+            self.calls = WorkerCalls(self.driver, self.finder, self.guard, self.loop, self.config, self._get_workers)
             self.deletion = Deletion(self.driver, self.forks, self.calls)
             self.reclaim = Reclaim(self.driver, self.guard, self.loop, self.held)
             self._lock = threading.RLock()
@@ -210,7 +210,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
             else:
                 self._install_role(role, replicas, values)
             if self.exp_config is not None:  # AReaL's schedulers wait for the workers and configure them here
-                self.calls.configure(self.get_workers(role), self.exp_config)
+                self.calls.configure(self._get_workers(role), self.exp_config)
             return [naming.worker_id(role, i) for i in range(replicas)]
 
     def _install_role(self, role: str, replicas: int, values: dict[str, Any]) -> None:
@@ -279,15 +279,20 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
         """Waits until every worker of `role` answers. The wait holds no lock: engine calls, and waits for other
         roles, go on meanwhile. A fatal diagnosis (WorkerFailedError) rolls a pending change back; a time-out
         changes nothing, so a retry with a longer timeout finds the role as it was (AReaL's behaviour)."""
+        return self._get_workers(role, timeout)
+
+    def _get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
+        """get_workers without its metrics: the scheduler's own waits are not AReaL's (a colocated role's one
+        call is one sample, under the role AReaL asked for)."""
         self._require_lease()
         timeout = self.config.ready_timeout if timeout is None else timeout
         model = self.driver.model
         if not model.exists(role):
             raise WorkerNotFoundError(role)
         if role in model.colocations:
-            return self.get_workers(model.colocations[role], timeout)
+            return self._get_workers(model.colocations[role], timeout)
         if model.is_process_fork(role):
-            return self.finder.process_fork_workers(role, self.get_workers(model.forks[role]["target"], timeout))
+            return self.finder.process_fork_workers(role, self._get_workers(model.forks[role]["target"], timeout))
         try:
             workers = self.finder.wait_for_pods(role, model, timeout)
         except WorkerFailedError as error:
@@ -357,7 +362,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
                 return [w.id for w in self._wait_for_fork_pods(role, target_role)]
             if inherited:  # the earlier controller's children, where their guards did not restart
                 self.forks.kill(role, reverse_order=False)
-            workers = self.forks.fork_processes(role, target_role, self.get_workers(target_role), command)
+            workers = self.forks.fork_processes(role, target_role, self._get_workers(target_role), command)
             self.reclaim.inherited.discard(role)
             if self.exp_config is not None:
                 self.calls.configure(workers, self.exp_config)
@@ -366,7 +371,7 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
     def _wait_for_fork_pods(self, role: str, target_role: str) -> list[Worker]:
         """A pod-mode fork's workers; one that does not come up is undone, as AReaL's forks are."""
         try:
-            return self.get_workers(role)  # a fatal failure rolls the release back
+            return self._get_workers(role)  # a fatal failure rolls the release back
         except WorkerFailedError as error:
             raise WorkerCreationError(role, f"Failed to fork {role} from {target_role}", str(error)) from error
         except WorkerTimeoutError as error:

@@ -12,7 +12,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
-from areal_workers.areal_types import Job, SchedulingSpec, Worker
+from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 from areal_workers.config import ConfigError, split_address
 from areal_workers.errors import WorkerFailedError, WorkerTimeoutError, attach_diagnosis
 from areal_workers.guard.replies import NoReply, Reply
@@ -289,3 +289,20 @@ class _Driven:
 
     def list(self, selector: str) -> tuple[list[client.V1Pod], str]:
         return [pod("actor", 0, True), pod("actor", 1, False)], "1"
+
+
+def test_a_colocated_roles_wait_is_one_sample_under_the_role_asked_for():
+    cluster = MemoryCluster(RELEASE)
+    config = KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE)
+    scheduler = KubernetesScheduler(config=config, experiment_name="e", trial_name="t", connect=memory_connect(cluster))
+    try:
+        scheduler.observer = recorder = _Recorder()
+        scheduler.create_workers(_job("actor", 2, "example.com/areal:1"))
+        colocated = _job("ref", 2, "example.com/areal:1")
+        colocated.scheduling_strategy = SchedulingStrategy(type="colocation", target="actor", fork=False)
+        scheduler.create_workers(colocated)
+        recorder.waits.clear()
+        scheduler.get_workers("ref")
+    finally:
+        scheduler.close()
+    assert recorder.waits == [("get_workers", "ref", "ok")]  # not also ("get_workers", "actor", "ok")
