@@ -10,7 +10,6 @@ orchestration/pod_cleanup.py's.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -21,7 +20,8 @@ from .. import naming
 from ..config import KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationError, add_note
 from ..observer import NO_OBSERVER, Observer
-from ..pods import ready_pods
+from ..pods.held_record import HeldRecord
+from ..pods.held_workers import Epochs
 from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
 from ..pods.watch import PodWatch, all_ready
 from ..release import ownership
@@ -57,14 +57,12 @@ class ReleaseDriver:
         self.cleanup = PodCleanup(config, pods, statefulsets, inspector)
         self.model = ReleaseModel()
         self.good_revision: int | None = None
-        self.held_record: ready_pods.Record = {}  # the worker pods AReaL holds, as recorded on the ConfigMap
+        self.held_record = HeldRecord(inspector)  # the worker pods AReaL holds, as recorded on the ConfigMap
         self.authorship = Authorship()  # which revisions this driver may undo
         self.events = DecisionEvents(None, name)  # the decisions as Events, when the scheduler records them
         self.observer: Observer = NO_OBSERVER  # the scheduler's metrics, when it serves them
         self._good_values: dict[int, dict[str, Any]] = {}  # a revision's values never change
-        self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
-        # Not revision numbers: helm numbers revisions from 1 again after an uninstall, epochs never repeat.
-        self._epoch_counter = itertools.count(1)
+        self._epochs = Epochs()
 
     # --- reading the release ---------------------------------------------------------------------
 
@@ -94,7 +92,7 @@ class ReleaseDriver:
                 return self._adopt_rendered()
             return self.model
         self.reload()
-        self.held_record = self.inspector.ready_pods()
+        self.held_record.read()
         logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
         recorded = self.inspector.ready_revision()
         deployed = revision.status.value == "deployed"
@@ -158,11 +156,7 @@ class ReleaseDriver:
                 ", ".join(unshared),
                 extra={UNSHARED_PATHS: unshared},
             )
-        epochs: dict[str, int] = {}
-        for workload in self.model.workloads():
-            unchanged = workload in self._epochs and self.model.fingerprint(workload) == previous.fingerprint(workload)
-            epochs[workload] = self._epochs[workload] if unchanged else next(self._epoch_counter)
-        self._epochs = epochs
+        self._epochs.advance(self.model.workloads(), lambda w: self.model.fingerprint(w) == previous.fingerprint(w))
         return self.model
 
     def epoch(self, workload: str) -> int | None:
@@ -174,7 +168,7 @@ class ReleaseDriver:
     def renew_epoch(self, workload: str) -> None:
         """`workload`'s pods kept their identity but not their processes (restarted in place): what was learnt
         about its workers no longer holds."""
-        self._epochs[workload] = next(self._epoch_counter)
+        self._epochs.renew(workload)
 
     def pending(self) -> set[str]:
         """Workloads whose pods changed since the last revision whose workers were all ready."""
@@ -230,12 +224,7 @@ class ReleaseDriver:
         """Kueue fixes a queued workload's size and pod shape while its StatefulSet exists (its webhook refuses the
         change), so the StatefulSets of queued workloads that `values` change are deleted, and their pods waited
         gone, before the revision that re-creates them: Kueue then admits each as a new group. Returns them."""
-        target = ReleaseModel(values=values)
-        changed = sorted(
-            w
-            for w in target.changed_since(self.model) & self.model.pod_workloads()
-            if self.model.kueue_queue(w) or self.config.kueue_queue
-        )
+        changed = self.model.requeued_by(ReleaseModel(values=values), self.config.kueue_queue)
         for workload in changed:
             selector = self.model.own_selector(workload)
             if selector is None:
@@ -277,7 +266,8 @@ class ReleaseDriver:
         self.cleanup.wait_gone(own or naming.release_selector(self.name))  # no topology: a reaper-only release's pods
         self.authorship.forget()
         self.reload()
-        self.good_revision, self.held_record = None, {}
+        self.good_revision = None
+        self.held_record.clear()
 
     def scale_down_to_rank_zero(self, role: str) -> None:
         """Rank 0 owns the TCPStore: stop every other worker first, then rank 0 with the role."""
@@ -308,22 +298,16 @@ class ReleaseDriver:
     def record_held(self, workload: str, pods: list[client.V1Pod]) -> None:
         """`pods` are the pods of `workload` whose workers AReaL holds now: recorded on the topology ConfigMap (only
         when that changes it), so any reader sees a later restart or replacement of one of them."""
-        record = ready_pods.with_workload(self.held_record, workload, pods, self.model.fingerprint(workload))
-        if record != self.held_record:
-            self.inspector.record_ready_pods(record)
-            self.held_record = record
+        self.held_record.hold(workload, pods, self.model.fingerprint(workload))
 
     def held_baseline(self, pod: client.V1Pod) -> client.V1Pod | None:
         """`pod` as the record says AReaL got it (None: nothing recorded for it at its workload's entry)."""
         workload = (pod.metadata.labels or {}).get(naming.LABEL_ROLE) or ""
-        return ready_pods.baseline(self.held_record, pod, self.model.fingerprint(workload))
+        return self.held_record.baseline(pod, self.model.fingerprint(workload))
 
     def _forget_changed(self, before: ReleaseModel, after: ReleaseModel) -> ReleaseModel:
         """After a revision: the recorded pods of workloads whose entry it changed are no longer held."""
-        changed = {w for w in self.held_record if before.fingerprint(w) != after.fingerprint(w)}
-        if changed:
-            self.held_record = ready_pods.without(self.held_record, changed)
-            self.inspector.record_ready_pods(self.held_record)
+        self.held_record.forget(lambda w: before.fingerprint(w) != after.fingerprint(w))
         return after
 
     def settle(self) -> None:

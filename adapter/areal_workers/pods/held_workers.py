@@ -1,13 +1,14 @@
 """What AReaL holds: the workers get_workers returned and their pods as last seen Ready.
 
-Each fact is learnt in an epoch (a number that changes whenever its workload's pods may have been replaced; see
-orchestration.driver.ReleaseDriver.epoch) and is valid only while the epoch stays the same, so no change has to
-remember to forget it: a scale, update, rollback or delete starts a new epoch for exactly the workloads it touches.
+Each fact is learnt in an epoch (a number that changes whenever its workload's pods may have been replaced: Epochs,
+which the release's driver keeps) and is valid only while the epoch stays the same, so no change has to remember to
+forget it: a scale, update, rollback or delete starts a new epoch for exactly the workloads it touches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Callable, Iterable
 
 from kubernetes import client
 
@@ -49,3 +50,29 @@ class HeldWorkers:
     def restarted_pod(self, name: str) -> client.V1Pod | None:
         """The pod as seen running again after the scheduler restarted its worker in place (None: never was)."""
         return self._restarted.get(name)
+
+
+class Epochs:
+    """Each workload's epoch, since which its pods are unchanged. Not revision numbers: helm numbers revisions from 1
+    again after an uninstall, epochs never repeat."""
+
+    def __init__(self) -> None:
+        self._epochs: dict[str, int] = {}  # workload -> the epoch since which its pods are unchanged
+        self._counter = itertools.count(1)
+
+    def get(self, workload: str) -> int | None:
+        return self._epochs.get(workload)
+
+    def renew(self, workload: str) -> None:
+        """`workload`'s pods kept their identity but not their processes (restarted in place)."""
+        self._epochs[workload] = next(self._counter)
+
+    def advance(self, workloads: Iterable[str], unchanged: Callable[[str], bool]) -> None:
+        """After the release was read: `workloads` are all it has now; each keeps its epoch when it had one and
+        `unchanged` says its entry is the same, else starts a new one."""
+        self._epochs = {
+            workload: self._epochs[workload]
+            if workload in self._epochs and unchanged(workload)
+            else next(self._counter)
+            for workload in workloads
+        }

@@ -133,6 +133,11 @@ class ReleaseModel:
         before = earlier._pod_entries() if earlier is not None else {}
         return {name for name, entry in self._pod_entries().items() if before.get(name) != entry}
 
+    def requeued_by(self, target: ReleaseModel, queue: str | None) -> list[str]:
+        """The workloads with pods that Kueue queues (by their own queue, else by `queue`, the scheduler's) and whose
+        pods `target` creates or replaces, sorted: the ones a change must re-create (ReleaseDriver.requeue)."""
+        return sorted(w for w in target.changed_since(self) & self.pod_workloads() if self.kueue_queue(w) or queue)
+
     def fingerprint(self, role: str) -> str:
         """Changes whenever a revision may replace the pods that run `role`'s workers (its entry, its fork's or
         colocation's target entry): what was learnt about those workers is valid while it stays the same."""

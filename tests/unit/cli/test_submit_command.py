@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client
 
-from areal_workers.cli.commands import submit
+from areal_workers.cli.commands import submit, trainer_creation
 from areal_workers.cli.session import EXIT_PROBLEM, EXIT_TIMEOUT, CliError
 from areal_workers.pods.watch import WaitTimedOut
 from areal_workers.trainer.network import Endpoint
@@ -56,16 +56,16 @@ def event(message: str, reason: str = "FailedCreate", minute: int = 0, count: in
     ],
 )
 def test_a_failedcreate_event_is_judged_and_given_its_fix(message, fatal, fix):
-    failure = submit.create_failure([event(message, count=3)], "trainer-t", "rl", "areal-controller")
+    failure = trainer_creation.create_failure([event(message, count=3)], "trainer-t", "rl", "areal-controller")
     assert failure is not None and failure.fatal is fatal and fix in failure.fix
     assert failure.render() == f"the Job's controller reports FailedCreate (3x): {message}\nfix: {failure.fix}"
 
 
 def test_the_latest_failedcreate_is_shown_and_other_events_do_not_count():
     events = [event(QUOTA, minute=1), event(POD_SECURITY, minute=2), event("Created pod: x", "SuccessfulCreate", 3)]
-    failure = submit.create_failure(events, "trainer-t", "rl", "areal-controller")
+    failure = trainer_creation.create_failure(events, "trainer-t", "rl", "areal-controller")
     assert failure is not None and failure.message == POD_SECURITY and failure.count == 2
-    assert submit.create_failure([events[2]], "trainer-t", "rl", "areal-controller") is None
+    assert trainer_creation.create_failure([events[2]], "trainer-t", "rl", "areal-controller") is None
 
 
 class FakeBatch:
@@ -145,6 +145,8 @@ def test_a_start_timeout_shows_a_failedcreate_that_may_still_pass_and_keeps_the_
 
 def test_failedcreate_events_of_a_job_whose_pod_exists_are_not_read():
     session = session_with([event(NO_SERVICE_ACCOUNT)], wait=None)
-    check, last = submit._watch_creation(session, "trainer-t", "job-uid", "areal-controller", lambda text: None)
+    check, last = trainer_creation.watch_creation(
+        session, "trainer-t", "job-uid", "areal-controller", lambda text: None
+    )
     check({"trainer-t-abcde": object()})  # created after all (a ServiceAccount that came late)
     assert last() is None and session.selectors == []

@@ -163,7 +163,7 @@ class Networking:
 
 def test_the_policy_is_owned_by_the_job_and_without_it_the_job_is_deleted_again(monkeypatch):
     deleted: list[str] = []
-    monkeypatch.setattr(submit, "_delete_job", lambda session, name: deleted.append(name) or f"deleted job {name}")
+    monkeypatch.setattr(submit, "delete_job", lambda session, name: deleted.append(name) or f"deleted job {name}")
     job = client.V1Job(metadata=client.V1ObjectMeta(name="trainer-t", uid="job-uid"))
     policy = trainer_network_policy(JOB, [Endpoint("192.0.2.1", 443)], [])
     session = SimpleNamespace(api=None, namespace="rl")
