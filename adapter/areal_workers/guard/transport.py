@@ -24,6 +24,7 @@ import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 
+from ..errors import WorkerFailedError
 from ..observer import NO_OBSERVER, Observer
 from .replies import NoReply, Reply, guard_url, timeout_text
 
@@ -94,7 +95,11 @@ class GuardTransport:
 
     def _sync_attempt(self, worker: Worker, path: str, payload: bytes, timeout: float) -> Reply | NoReply:
         start = time.monotonic()
-        reply = self._sync_post(worker, path, payload, timeout)
+        try:
+            reply = self._sync_post(worker, path, payload, timeout)
+        except WorkerFailedError:  # no connection, and the liveness check found the pod dead
+            self.observer.guard_request(path, time.monotonic() - start, "connection")
+            raise
         self.observer.guard_request(path, time.monotonic() - start, attempt_error(reply))
         return reply
 
@@ -119,7 +124,11 @@ class GuardTransport:
         self, worker: Worker, path: str, payload: bytes, timeout: float, *, check_liveness: bool = True
     ) -> Reply | NoReply:
         start = time.monotonic()
-        reply = await self._async_post(worker, path, payload, timeout, check_liveness)
+        try:
+            reply = await self._async_post(worker, path, payload, timeout, check_liveness)
+        except WorkerFailedError:  # as in _sync_attempt
+            self.observer.guard_request(path, time.monotonic() - start, "connection")
+            raise
         self.observer.guard_request(path, time.monotonic() - start, attempt_error(reply))
         return reply
 

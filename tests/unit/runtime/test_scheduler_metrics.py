@@ -217,9 +217,18 @@ def test_each_sync_guard_attempt_is_reported_with_its_endpoint():
             pass
 
     transport._http = Refusing()  # type: ignore[assignment]
-    reply = transport._sync_attempt(Worker(id="a/0", ip="127.30.0.9", worker_ports=["8000"]), "/configure", b"", 1.0)
+    worker = Worker(id="a/0", ip="127.30.0.9", worker_ports=["8000"])
+    reply = transport._sync_attempt(worker, "/configure", b"", 1.0)
     assert isinstance(reply, NoReply)
     assert recorder.requests == [("/configure", "connection")]
+
+    def dead(worker: Worker) -> None:  # the liveness check after the connection error finds the pod gone
+        raise WorkerFailedError(worker.id, -1, "pod deleted")
+
+    transport._liveness = dead
+    with pytest.raises(WorkerFailedError):
+        transport._sync_attempt(worker, "/call", b"", 1.0)
+    assert recorder.requests[-1] == ("/call", "connection")  # the attempt that mattered most is counted too
 
 
 @pytest.mark.parametrize(
