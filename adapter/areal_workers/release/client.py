@@ -22,7 +22,7 @@ from pyhelm3.command import Command, SafeLoader as HelmLoader
 from pyhelm3.errors import Error as HelmError, ReleaseNotFoundError
 from pyhelm3.models import Chart, ReleaseRevision, ReleaseRevisionStatus
 
-from ..config import KubernetesSchedulerConfig
+from ..config import BUNDLED_CHART, KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError
 from ..naming import role_problem
 from . import ownership
@@ -31,7 +31,7 @@ __all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm"
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
 # The rules of the chart's controller and reaper Roles (rbac/ is written from them): the bundled chart's files.
-CHART_RULES = Path(__file__).parents[1] / "chart" / "files"
+CHART_RULES = BUNDLED_CHART / "files"
 RULE_FILES = ("controller-rules.yaml", "reaper-rules.yaml")
 
 

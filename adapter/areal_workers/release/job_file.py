@@ -5,7 +5,6 @@ write for its jobs in order."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +68,13 @@ def load_job_file(path: Path) -> tuple[dict[str, str], list[Job]]:
     return {}, [parse_job(data, str(path))]
 
 
-def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str) -> dict[str, Any]:
-    """The release values after create_workers(job) for each job in order, as the scheduler builds them."""
+def job_file_values(
+    jobs: list[Job], config: KubernetesSchedulerConfig, experiment: str, trial: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The release values after create_workers(job) for each job in order, as the scheduler builds them, and notes
+    on what they cannot show (process forks, whose ports exist only at run time)."""
     values: dict[str, Any] = {}
+    notes: list[str] = []
     try:
         base = job_values.base_values(config, experiment, trial)
         for job in jobs:
@@ -94,10 +97,9 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
                 elif config.fork_mode == "pod":
                     values = model.with_fork(job.role, {"target": strategy.target, "mode": "pod"})
                 else:
-                    print(
-                        f"note: {job.role} forks processes in {strategy.target}'s pods at run time; the ports "
-                        f"they get are recorded in a later revision, not rendered here",
-                        file=sys.stderr,
+                    notes.append(
+                        f"{job.role} forks processes in {strategy.target}'s pods at run time; the ports they get "
+                        f"are recorded in a later revision, not rendered here"
                     )
             else:
                 raise InputError(
@@ -106,4 +108,4 @@ def job_file_values(jobs: list[Job], config: KubernetesSchedulerConfig, experime
                 )
     except job_values.TopologyError as error:
         raise InputError(f"{error.worker_key}: {error.reason}: {error.details}") from None
-    return values
+    return values, notes

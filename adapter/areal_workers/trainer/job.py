@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from ..config import BUNDLED_CHART
 from ..errors import InputError, refuse_unknown_fields
 from . import metrics as trainer_metrics, network
 from .env import check_env, env_var
@@ -28,9 +29,7 @@ PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 LAUNCHER = ["-m", "areal_workers.launch"]
 # What the bundled chart gives its workers by default (its values.yaml, read, not copied): the trainer runs as they
 # do, so it passes PodSecurity `restricted` in their namespace and shares their USER.
-WORKER_DEFAULTS: dict[str, Any] = yaml.safe_load((Path(__file__).parents[1] / "chart" / "values.yaml").read_text())[
-    "workerDefaults"
-]
+WORKER_DEFAULTS: dict[str, Any] = yaml.safe_load((BUNDLED_CHART / "values.yaml").read_text())["workerDefaults"]
 POD_SECURITY_CONTEXT: dict[str, Any] = WORKER_DEFAULTS["podSecurityContext"]
 CONTAINER_SECURITY_CONTEXT: dict[str, Any] = WORKER_DEFAULTS["containerSecurityContext"]
 # Submit file field -> the Kubernetes type it holds (its keys are checked against it) and the default it is merged on.

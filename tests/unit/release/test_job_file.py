@@ -38,11 +38,14 @@ def test_a_job_file_becomes_the_values_create_workers_would_install(tmp_path):
         )
     )
     assert names == {"experiment": "e", "trial": "t"} and [j.role for j in jobs] == ["actor", "ref"]
-    pod_mode = job_file_values(jobs, KubernetesSchedulerConfig(fork_mode="pod", image="reg/img:1"), "e", "t")
+    pod_mode, notes = job_file_values(jobs, KubernetesSchedulerConfig(fork_mode="pod", image="reg/img:1"), "e", "t")
+    assert notes == []
     assert pod_mode["roles"]["actor"]["resources"] == {"cpu": "2", "memory": "8Gi", "gpu": 1}
     assert pod_mode["forks"] == {"ref": {"target": "actor", "mode": "pod"}} and pod_mode["image"]["tag"] == "1"
-    process_mode = job_file_values(jobs, KubernetesSchedulerConfig(), "e", "t")
+    process_mode, notes = job_file_values(jobs, KubernetesSchedulerConfig(), "e", "t")
     assert "forks" not in process_mode  # forked at run time; their ports come with a later revision
+    assert notes == ["ref forks processes in actor's pods at run time; the ports they get are recorded in a later "
+                     "revision, not rendered here"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ def render(
     if job_file:
         names, jobs = load_job_file(Path(job_file))
         named = {**DEFAULT_NAMES, **trial_names(names, experiment, trial, job_file)}
-        values = job_file_values(jobs, session.config, named["experiment"], named["trial"])
+        values, notes = job_file_values(jobs, session.config, named["experiment"], named["trial"])
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     else:
         named, values = values_alone(session, experiment, trial)
     release = session.selection.release or naming.release_name(named["experiment"], named["trial"])
