@@ -1,12 +1,17 @@
 """The scheduler's decisions as Kubernetes Events on the real apiserver, read back as a person reads them: with the
 real kubectl (`get events --field-selector involvedObject.name=<statefulset>`, `describe statefulset`). A bad update
 shows the worker's failure and the rollback with its cause on the role's StatefulSet; a repeated refusal is one
-Event with a series; a Lease taken over and the reaper's uninstall are on the release's topology ConfigMap."""
+Event with a series; a Lease taken over and the reaper's uninstall are on the release's topology ConfigMap. The same
+story through `areal-workers events` (listed, and followed with --watch until Ctrl-C) and `status`."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,8 +19,9 @@ import pytest
 
 from areal_workers import WorkerCreationError, WorkerFailedError
 from areal_workers.cli.main import main
+from areal_workers.cli.session import EXIT_INTERRUPTED, EXIT_PROBLEM
 from areal_workers.reasons import DIAGNOSES
-from clusterlib import job, spec
+from clusterlib import job, spec, wait_for
 from repo_paths import TOOLS_BIN
 
 pytestmark = pytest.mark.reference_guard_only
@@ -114,3 +120,68 @@ def test_the_reapers_uninstall_leaves_its_event(make_scheduler, kubeconfig, name
     (reaped,) = events(kubeconfig, namespace, "reason=ReleaseReaped")
     assert reaped["involvedObject"] == {**reaped["involvedObject"], "kind": "ConfigMap", "name": configmap}
     assert reaped["message"].startswith(f"reaped release {scheduler.release}: its trainer")
+
+
+def default_sigint() -> None:
+    """A run started in the background of a non-interactive shell (CI) ignores SIGINT, inherited by children."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_events_and_status_tell_a_bad_updates_story_and_a_watch_follows_it(
+    make_scheduler, kubeconfig, namespace, capsys
+):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    release = scheduler.release
+    trial = ["--kubeconfig", str(kubeconfig), "-n", namespace, "--release", release]
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "areal_workers.cli", *trial, "events", "--watch", "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PATH": f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}"},
+        preexec_fn=default_sigint,
+    )
+    followed: list[dict] = []
+    reader = threading.Thread(target=lambda: followed.extend(json.loads(line) for line in watch.stdout))
+    reader.start()
+    try:
+        wait_for(lambda: followed, 60, "the watch's listing of the first revision's Event")
+        scheduler.update_workers(job("actor", 1, [spec(cmd=CRASH)]))
+        with pytest.raises(WorkerFailedError):
+            scheduler.get_workers("actor", timeout=60)
+        wait_for(lambda: any(d["reason"] == "RolledBack" for d in followed), 60, "the rollback, followed")
+        alive = watch.poll() is None
+        watch.send_signal(signal.SIGINT)  # Ctrl-C
+        code = watch.wait(60)
+    finally:
+        watch.kill()
+        reader.join(30)
+    errors = watch.stderr.read()
+    assert alive and code == EXIT_INTERRUPTED, f"exit {code}: {errors}"
+    followed_reasons = [d["reason"] for d in followed]
+    assert followed_reasons[:2] == ["RevisionWritten", "RevisionWritten"], followed_reasons
+    cause = next(r for r in followed_reasons if r in {str(d) for d in DIAGNOSES})  # the worker's failure, by cause
+    assert followed_reasons.index(cause) < followed_reasons.index("RolledBack"), followed_reasons
+
+    assert main([*trial, "events", "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["decisions"]
+    reasons = [d["reason"] for d in listed]
+    assert reasons[:2] == ["RevisionWritten", "RevisionWritten"] and "RolledBack" in reasons, reasons
+    rollback = next(d for d in listed if d["reason"] == "RolledBack")
+    assert rollback["type"] == "Warning" and rollback["regarding"].startswith("statefulset/")
+    assert f"after revision 2 failed: {cause} (actor/0)" in rollback["note"], rollback
+    assert all(d["release"] == release for d in listed)
+
+    # The same Events, found by their labels with kubectl.
+    labelled = kubectl(kubeconfig, namespace, "get", "events", "-l", f"app.kubernetes.io/instance={release}")
+    assert "RolledBack" in labelled, labelled
+
+    assert main([*trial, "status", "-o", "json"]) in (0, EXIT_PROBLEM)
+    (status,) = json.loads(capsys.readouterr().out)["trials"]
+    assert "RolledBack" in [d["reason"] for d in status["decisions"]], status["decisions"]
+    assert len(status["decisions"]) <= 5
+    main([*trial, "status"])
+    table = capsys.readouterr().out
+    assert "last decisions (areal-workers events for all):" in table and "RolledBack" in table, table
