@@ -41,7 +41,7 @@ class WorkerFinder:
         def check_admission(pods: dict[str, client.V1Pod]) -> None:
             error = self.inspector.admission_failure(workload, pods)
             if error is not None:
-                raise error
+                raise self._failed(workload, error)
 
         queued = model.kueue_queue(workload) is not None
         recheck = (ADMISSION_RECHECK_SECONDS, check_admission) if queued else None
@@ -75,11 +75,14 @@ class WorkerFinder:
             for index, (target, ports) in enumerate(zip(targets, recorded))
         ]
         if len(workers) != len(targets):
-            raise WorkerFailedError(
-                naming.worker_id(role, len(workers)),
-                -1,
-                f"forked role {role} records {len(workers)} forks for {len(targets)} target "
-                f"workers: delete_workers('{role}') and fork again",
+            raise self._failed(
+                role,
+                WorkerFailedError(
+                    naming.worker_id(role, len(workers)),
+                    -1,
+                    f"forked role {role} records {len(workers)} forks for {len(targets)} target "
+                    f"workers: delete_workers('{role}') and fork again",
+                ),
             )
         self.held.hold(role, self.driver.epoch(role), workers)
         return workers
@@ -93,9 +96,14 @@ class WorkerFinder:
             ready_pod = self.driver.held_baseline(pod)
         error = self.inspector.failure(role, pod, ready_pod, nodes, restarted_pod=restarted_pod)
         if error is not None:
-            self.driver.observer.worker_failed(role, error)
-            self.driver.events.worker_failed(self.driver.model, role, error)
-            raise error
+            raise self._failed(role, error)
+
+    def _failed(self, role: str, error: WorkerFailedError) -> WorkerFailedError:
+        """`error`, counted (metrics) and recorded (an Event) on its way to AReaL: every failure the finder
+        raises passes here."""
+        self.driver.observer.worker_failed(role, error)
+        self.driver.events.worker_failed(self.driver.model, role, error)
+        return error
 
     def unreachable_note(self, worker: Worker) -> str:
         """What the release's NetworkPolicy admits, for a worker found alive that does not answer."""
@@ -112,10 +120,13 @@ class WorkerFinder:
         if pod is None or pod.status.pod_ip != worker.ip:
             preempted = self.inspector.admission_failure(role, {p.metadata.name: p for p in pods})
             if preempted is not None:  # Kueue took the workers back: say so, not "gone"
-                raise preempted
-            raise WorkerFailedError(
-                worker.id,
-                -1,
-                f"the pod of worker {worker.id} ({worker.ip}) is gone or was replaced; its engines are lost",
+                raise self._failed(role, preempted)
+            raise self._failed(
+                role,
+                WorkerFailedError(
+                    worker.id,
+                    -1,
+                    f"the pod of worker {worker.id} ({worker.ip}) is gone or was replaced; its engines are lost",
+                ),
             )
         self.raise_if_failed(role, pod, self.driver.epoch(pod_role), self.inspector.nodes())

@@ -315,3 +315,30 @@ def test_a_colocated_roles_wait_is_one_sample_under_the_role_asked_for():
     finally:
         scheduler.close()
     assert recorder.waits == [("get_workers", "ref", "ok")]  # not also ("get_workers", "actor", "ok")
+
+
+def test_a_worker_gone_under_a_liveness_check_is_counted_and_recorded_like_a_waits_failure():
+    cluster = MemoryCluster(RELEASE)
+    config = KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE)
+    scheduler = KubernetesScheduler(config=config, experiment_name="e", trial_name="t", connect=memory_connect(cluster))
+    try:
+        scheduler.create_workers(_job("actor", 1, "example.com/areal:1"))
+        (worker,) = scheduler.get_workers("actor")
+        scheduler.driver.observer = recorder = _FailureRecorder()
+        recorded: list[tuple[str, str]] = []
+        scheduler.driver.events.worker_failed = lambda model, role, error: recorded.append((role, str(error)))  # type: ignore[method-assign]
+        cluster.pods.clear()  # its node went away with the pod
+        with pytest.raises(WorkerFailedError, match="is gone or was replaced"):
+            scheduler.finder.check_alive(worker)
+    finally:
+        scheduler.close()
+    assert recorder.failures == ["actor"]
+    assert recorded and recorded[0][0] == "actor" and "gone or was replaced" in recorded[0][1]
+
+
+class _FailureRecorder(Observer):
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def worker_failed(self, role: str, error: BaseException) -> None:
+        self.failures.append(role)
