@@ -333,7 +333,6 @@ class ReleaseDriver:
         target, failed_model = self.good_revision, self.model
         current = self.helm(self.releases.current(self.name))
         foreign = self.authorship.foreign(target, current.revision) if current is not None else []
-        self.observer.rolled_back("left" if foreign else "uninstalled" if target is None else "rolled_back", error)
         if foreign:
             note = (
                 f"release {self.name} not rolled back to revision {target}: revision(s) "
@@ -359,6 +358,8 @@ class ReleaseDriver:
         # that prints the error, as areal-workers up does, leaves this record out).
         headline = str(error).splitlines()[0] if str(error) else type(error).__name__
         logger.warning("%s after: %s", note, headline, extra={"in_raised_error": True})
+        # Counted once done: a helm failure above raises and is no rollback.
+        self.observer.rolled_back("left" if foreign else "uninstalled" if target is None else "rolled_back", error)
         self.events.rolled_back(failed_model, error, note, rolled=not foreign)
         add_note(error, note)
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from areal_workers import KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.areal_types import Job, SchedulingSpec, SchedulingStrategy, Worker
 from areal_workers.config import ConfigError, split_address
-from areal_workers.errors import WorkerFailedError, WorkerTimeoutError, attach_diagnosis
+from areal_workers.errors import SchedulerError, WorkerFailedError, WorkerTimeoutError, attach_diagnosis
 from areal_workers.guard.replies import NoReply, Reply
 from areal_workers.guard.transport import GuardTransport, attempt_error
 from areal_workers.observer import Observer, timed
@@ -342,3 +342,31 @@ class _FailureRecorder(Observer):
 
     def worker_failed(self, role: str, error: BaseException) -> None:
         self.failures.append(role)
+
+
+def test_a_rollback_that_helm_could_not_do_is_not_counted():
+    from areal_workers.release.client import HelmError
+
+    cluster = MemoryCluster(RELEASE)
+    config = KubernetesSchedulerConfig(namespace="ns", release_name=RELEASE)
+    scheduler = KubernetesScheduler(config=config, experiment_name="e", trial_name="t", connect=memory_connect(cluster))
+    rollbacks: list[str] = []
+
+    class Rollbacks(Observer):
+        def rolled_back(self, action: str, error: BaseException) -> None:
+            rollbacks.append(action)
+
+    async def refused(name: str, revision: int) -> None:
+        raise HelmError(1, b"", b"Error: timed out waiting for the condition")
+
+    try:
+        scheduler.create_workers(_job("actor", 1, "example.com/areal:1"))
+        scheduler.get_workers("actor")
+        scheduler.update_workers(_job("actor", 1, "example.com/broken:2"))
+        scheduler.driver.observer = Rollbacks()
+        scheduler.driver.releases.rollback = refused  # type: ignore[method-assign]
+        with pytest.raises(SchedulerError, match="timed out waiting for the condition"):
+            scheduler.get_workers("actor")
+    finally:
+        scheduler.close()
+    assert rollbacks == []
