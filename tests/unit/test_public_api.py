@@ -97,6 +97,7 @@ CONFIG_FIELDS = [
     "kueue_priority_class",
     "trainer_address",
     "metrics_address",
+    "log_format",
 ]
 # Modules the docs, the examples or the chart tell users to import or run.
 PUBLIC_MODULES = [
