@@ -441,8 +441,8 @@ class KubernetesScheduler(AREAL_SCHEDULER_BASE):
         workers were all ready, each role's image digests as its pods ran them (a tag that moved shows here);
         `note`: what became of it, as `areal-workers history` shows it (its workers failed and why, or the rollback
         that followed a failure), empty when nothing went wrong."""
-        images = self.driver.inspector.revision_images()
-        notes = self.driver.inspector.revision_notes()
+        records = self.driver.inspector.revision_records()
+        images, notes = records.images, records.notes
         return [
             {
                 "revision": r.revision,

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from areal_workers import naming
 from areal_workers.errors import RPCConnectionError, WorkerFailedError
 from areal_workers.guard.restart import RESTART_FORK_ROLE
+from areal_workers.pods.inspector import RevisionRecords
 from areal_workers.pods.watch import WaitTimedOut, pod_index
 from areal_workers.release.client import HelmError
 from areal_workers.runtime.backend import Backend
@@ -323,11 +324,8 @@ class MemoryInspector:
     def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
         self.cluster.ready_revision = revision
 
-    def revision_images(self) -> dict[int, dict[str, list[str]]]:
-        return {}
-
-    def revision_notes(self) -> dict[int, str]:
-        return self.cluster.revision_notes
+    def revision_records(self) -> RevisionRecords:
+        return RevisionRecords(self.cluster.ready_revision, {}, self.cluster.revision_notes)
 
     def record_revision_notes(self, notes: dict[int, str], keep: int) -> None:
         self.cluster.revision_notes = {**self.cluster.revision_notes, **notes}

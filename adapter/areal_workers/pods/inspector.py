@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -22,6 +23,17 @@ from .ready_pods import READY_PODS_ANNOTATION, Record, parse as parse_ready_pods
 from .watch import is_ready, pod_index
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RevisionRecords:
+    """The topology ConfigMap's records of the revisions: the last all-ready one, the images (by digest) each
+    workload ran in the all-ready revisions, and what became of revisions (a failure, a rollback)."""
+
+    ready_revision: int | None
+    images: RevisionImages
+    notes: dict[int, str]
+
 
 LOG_TAIL_LINES = 20
 # Pods whose log tail a time-out's diagnosis reads: the first few say why; a thousand would be a thousand requests.
@@ -234,9 +246,7 @@ class ReleaseInspector:
     def ready_revision(self) -> int | None:
         """The last revision whose workers were all ready, as recorded on the release's topology ConfigMap
         (so a restarted controller rolls back to the same place)."""
-        configmap = self._topology_configmap()
-        recorded = ((configmap.metadata.annotations or {}) if configmap else {}).get(READY_REVISION_ANNOTATION)
-        return int(recorded) if recorded and recorded.isdigit() else None
+        return self.revision_records().ready_revision
 
     def ready_pods(self) -> Record:
         """The worker pods AReaL holds, as recorded (pods/ready_pods.py)."""
@@ -251,10 +261,16 @@ class ReleaseInspector:
                 configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
             )
 
-    def revision_notes(self) -> dict[int, str]:
-        """What became of revisions (a failure, a rollback), as recorded on the topology ConfigMap."""
+    def revision_records(self) -> RevisionRecords:
+        """What the topology ConfigMap records of the revisions (`history` shows it), from one listing."""
         configmap = self._topology_configmap()
-        return parse_notes(configmap.metadata.annotations if configmap is not None else None)
+        annotations = configmap.metadata.annotations if configmap is not None else None
+        recorded = (annotations or {}).get(READY_REVISION_ANNOTATION)
+        return RevisionRecords(
+            int(recorded) if recorded and recorded.isdigit() else None,
+            parse_recorded(annotations),
+            parse_notes(annotations),
+        )
 
     def record_revision_notes(self, notes: dict[int, str], keep: int) -> None:
         configmap = self._topology_configmap()
@@ -265,11 +281,6 @@ class ReleaseInspector:
                 self.namespace,
                 {"metadata": {"annotations": {REVISION_NOTES_ANNOTATION: value}}},
             )
-
-    def revision_images(self) -> RevisionImages:
-        """The images (by digest) each workload ran in the all-ready revisions recorded so far."""
-        configmap = self._topology_configmap()
-        return parse_recorded(configmap.metadata.annotations if configmap is not None else None)
 
     def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
         """`revision` is the last all-ready one, and its `pods` ran these images (the newest `keep` revisions')."""

@@ -18,6 +18,7 @@ from areal_workers.cli.commands import release
 from areal_workers.cli.session import EXIT_ABORTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError
 from areal_workers.errors import LeaseLostError
 from areal_workers.orchestration.decision_events import DecisionEvents
+from areal_workers.pods.inspector import RevisionRecords
 from areal_workers.pods.watch import WaitTimedOut
 from areal_workers.release.model import ReleaseModel
 from areal_workers.runtime.events import EventRecorder
@@ -140,7 +141,8 @@ class FakeSession(SessionCalls):
 
     def inspector(self, name: str) -> SimpleNamespace:
         return SimpleNamespace(
-            ready_revision=lambda: self.ready, revision_images=lambda: self.images, revision_notes=lambda: self.notes
+            ready_revision=lambda: self.ready,
+            revision_records=lambda: RevisionRecords(self.ready, self.images, self.notes),
         )
 
     def model(self, name: str) -> ReleaseModel:

@@ -37,3 +37,27 @@ def test_an_annotation_someone_edited_into_something_else_reads_as_none():
     assert parse_notes({REVISION_NOTES_ANNOTATION: "not json"}) == {}
     assert parse_notes({REVISION_NOTES_ANNOTATION: "[1, 2]"}) == {}
     assert parse_notes(None) == {}
+
+
+def test_the_revisions_records_come_from_one_listing_of_the_topology_configmap():
+    from types import SimpleNamespace
+
+    from areal_workers.pods.images import IMAGES_ANNOTATION
+    from areal_workers.pods.inspector import READY_REVISION_ANNOTATION, ReleaseInspector
+
+    annotations = {
+        READY_REVISION_ANNOTATION: "3",
+        REVISION_NOTES_ANNOTATION: json.dumps({"2": "workers failed: OOMKilled (actor/0)"}),
+        IMAGES_ANNOTATION: json.dumps({"3": {"actor": ["reg/areal@sha256:" + "a" * 64]}}),
+    }
+    listings: list[str] = []
+
+    def list_namespaced_config_map(namespace: str, label_selector: str) -> SimpleNamespace:
+        listings.append(label_selector)
+        return SimpleNamespace(items=[SimpleNamespace(metadata=SimpleNamespace(name="cm", annotations=annotations))])
+
+    core = SimpleNamespace(list_namespaced_config_map=list_namespaced_config_map)
+    records = ReleaseInspector(core, "rl", "aw-x").revision_records()  # type: ignore[arg-type]
+    assert records.ready_revision == 3 and records.notes == {2: "workers failed: OOMKilled (actor/0)"}
+    assert records.images == {3: {"actor": ["reg/areal@sha256:" + "a" * 64]}}
+    assert len(listings) == 1

@@ -31,9 +31,8 @@ def history(session: Session, fmt: Format) -> int:
     release = session.release()
     entries = _history(session, release, "show the helm history of")
     inspector = session.inspector(release)
-    ready = session.kube(inspector.ready_revision, f"reading the topology of {release}")
-    images = session.kube(inspector.revision_images, f"reading the topology of {release}")
-    notes = session.kube(inspector.revision_notes, f"reading the topology of {release}")
+    records = session.kube(inspector.revision_records, f"reading the topology of {release}")
+    ready, images, notes = records.ready_revision, records.images, records.notes
     rows = [
         {
             "revision": e.revision,
