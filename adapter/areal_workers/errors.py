@@ -184,11 +184,20 @@ class LeaseLostError(WorkerCreationError):
 _Error = TypeVar("_Error", bound=BaseException)
 
 
-def attach_diagnosis(error: _Error, diagnosis: str) -> _Error:
-    """Attaches a human-readable diagnosis without changing AReaL's constructor signatures."""
+def attach_diagnosis(error: _Error, diagnosis: str, reason: str | None = None) -> _Error:
+    """Attaches a human-readable diagnosis without changing AReaL's constructor signatures; `reason`: the
+    diagnosis' verdict in one word, as reasons.Reason names it ("OOMKilled"), for the metrics and Events."""
     error.diagnosis = diagnosis  # type: ignore[attr-defined]
+    if reason is not None:
+        error.diagnosis_reason = reason  # type: ignore[attr-defined]
     add_note(error, diagnosis)
     return error
+
+
+def diagnosed_reason(error: BaseException) -> str | None:
+    """The verdict attach_diagnosis recorded with the error (None: none was)."""
+    reason = getattr(error, "diagnosis_reason", None)
+    return reason if isinstance(reason, str) else None
 
 
 def add_note(error: BaseException, note: str) -> None:

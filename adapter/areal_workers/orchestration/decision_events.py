@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import naming
-from ..errors import WorkerCreationError
+from ..errors import WorkerCreationError, diagnosed_reason
 from ..pods.inspector import failure_reason
 from ..reasons import Reason, diagnosis_reason
 from ..release.model import ReleaseModel
@@ -95,7 +95,7 @@ class DecisionEvents:
     def worker_failed(self, model: ReleaseModel, role: str, error: BaseException) -> None:
         if self.recorder is None:
             return
-        reason = diagnosis_reason(failure_reason(error).split(" (", 1)[0]) or Reason.WORKER_FAILED
+        reason = diagnosis_reason(diagnosed_reason(error) or "") or Reason.WORKER_FAILED
         worker = getattr(error, "worker_id", None) or role
         note = f"worker {worker} failed: {diagnosis_note(error)}"
         statefulset = statefulset_of(model, workload_of(error) or role)

@@ -16,7 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .. import diagnosis, naming
-from ..errors import WorkerFailedError, attach_diagnosis
+from ..errors import WorkerFailedError, attach_diagnosis, diagnosed_reason
+from ..reasons import Reason
 from .admission import Admission, AdmissionReader, is_gated, workload_name
 from .images import IMAGES_ANNOTATION, RevisionImages, parse_recorded, ran_images, with_revision
 from .ready_pods import READY_PODS_ANNOTATION, Record, parse as parse_ready_pods, render as render_ready_pods
@@ -49,9 +50,10 @@ FAILED_NOTE = "workers failed: "  # a revision whose workers failed (and was rol
 def failure_reason(error: BaseException) -> str:
     """A failure in a few words, for a revision's note: the diagnosis' reason ("ErrImagePull", "OOMKilled") and the
     worker, from the first line of the diagnosis ("<pod> (container worker) on node <n>: OOMKilled [fatal]")."""
-    text = str(getattr(error, "diagnosis", "") or error or type(error).__name__)
-    reason = text.splitlines()[0].rsplit(": ", 1)[-1].strip()
-    reason = reason[: -len(" [fatal]")] if reason.endswith(" [fatal]") else reason
+    reason = diagnosed_reason(error)
+    if reason is None:  # a time-out's, or an error without a verdict: its first line's last part
+        text = str(getattr(error, "diagnosis", "") or error or type(error).__name__)
+        reason = text.splitlines()[0].rsplit(": ", 1)[-1].strip().removesuffix(" [fatal]")
     worker = getattr(error, "worker_id", None)
     return (f"{reason} ({worker})" if worker else reason)[:NOTE_CHARS]
 
@@ -122,7 +124,7 @@ class ReleaseInspector:
         error = WorkerFailedError(
             naming.worker_id(role, index if index is not None else 0), problem.exit_code_or(-1), problem.render()
         )
-        return attach_diagnosis(error, problem.render())
+        return attach_diagnosis(error, problem.render(), problem.reason)
 
     def admission_of(self, pod: client.V1Pod) -> Admission | None:
         """Where the Kueue Workload of `pod` stands (None: not queued by Kueue, or unknown)."""
@@ -143,7 +145,8 @@ class ReleaseInspector:
         error = WorkerFailedError(
             naming.worker_id(role, index if index is not None else 0), -1, f"{role}: {admission.describe()}"
         )
-        return attach_diagnosis(error, f"{role}: {admission.describe()}")
+        verdict = {"preempted": Reason.PREEMPTED, "evicted": Reason.EVICTED}.get(admission.state)
+        return attach_diagnosis(error, f"{role}: {admission.describe()}", verdict)
 
     def timeout_diagnosis(self, role: str, replicas: int, pods: dict[int, client.V1Pod]) -> str:
         lines = [f"{role}: {sum(map(is_ready, pods.values()))}/{replicas} workers ready"]

@@ -7,7 +7,6 @@ extra): the scheduler imports this module only when metrics_address is set."""
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,9 +21,10 @@ from urllib3.exceptions import HTTPError
 
 from .. import naming
 from ..config import split_address
-from ..errors import WorkerTimeoutError
+from ..errors import WorkerTimeoutError, diagnosed_reason
 from ..observer import Observer
 from ..pods.watch import PodWatch, is_ready
+from ..reasons import diagnosis_reason
 from ..release.model import ReleaseModel
 from .lease import ReleaseLease
 
@@ -34,17 +34,15 @@ PREFIX = "areal_workers"
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 # Engine calls run from milliseconds (a health-like call) to hours (a training step, http_timeout 7200 s).
 REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 7200.0)
-REASON_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 def failure_kind(error: BaseException) -> str:
-    """A bounded label for why a worker failed: the diagnosis' reason word ("OOMKilled", "ErrImagePull", from its
-    first line "<pod> ...: <reason> [fatal]"), Timeout for a time-out, else Other."""
+    """A bounded label for why a worker failed: the diagnosis' verdict when reasons.Reason names it ("OOMKilled",
+    "ErrImagePull"), Timeout for a time-out, else Other."""
     if isinstance(error, WorkerTimeoutError):
         return "Timeout"
-    text = str(getattr(error, "diagnosis", "") or "")
-    word = text.splitlines()[0].rsplit(": ", 1)[-1].removesuffix(" [fatal]").strip() if text else ""
-    return word if REASON_WORD.fullmatch(word) else "Other"
+    known = diagnosis_reason(diagnosed_reason(error) or "")
+    return str(known) if known is not None else "Other"
 
 
 class Driven(Protocol):

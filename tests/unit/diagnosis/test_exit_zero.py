@@ -7,8 +7,8 @@ from __future__ import annotations
 from test_diagnosis import container_status, make_pod, ready_conditions, terminated
 
 from areal_workers.diagnosis import diagnose_pod
-from areal_workers.errors import WorkerFailedError
-from areal_workers.pods.inspector import ReleaseInspector
+from areal_workers.errors import WorkerFailedError, diagnosed_reason
+from areal_workers.pods.inspector import ReleaseInspector, failure_reason
 from areal_workers.pods.watch import all_ready, is_ready
 
 
@@ -89,3 +89,5 @@ def test_the_scheduler_raises_arealss_worker_failed_error_with_exit_code_zero_an
     assert (error.worker_id, error.exit_code) == ("rollout/0", 0)
     assert "CrashLoopBackOff [fatal]" in error.stderr
     assert "guard: nothing to serve, exiting" in error.stderr
+    # The verdict travels with the error as data: metrics and Events read it, never parse the text.
+    assert diagnosed_reason(error) == "CrashLoopBackOff" and failure_reason(error) == "CrashLoopBackOff (rollout/0)"

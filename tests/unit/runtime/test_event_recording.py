@@ -253,7 +253,7 @@ def oom() -> WorkerFailedError:
         "  log tail (last 1):\n"
         "    HF_TOKEN=hf_secret_in_a_log_line"
     )
-    return attach_diagnosis(WorkerFailedError("actor/1", 137, diagnosis), diagnosis)
+    return attach_diagnosis(WorkerFailedError("actor/1", 137, diagnosis), diagnosis, "OOMKilled")
 
 
 def test_a_failed_worker_is_an_event_with_its_diagnosis_reason_without_its_log():

@@ -39,8 +39,8 @@ def scrape(address: tuple[str, int]) -> str:
         return response.read().decode()
 
 
-def failed(diagnosis: str) -> WorkerFailedError:
-    return attach_diagnosis(WorkerFailedError("actor/1", 1, "crash"), diagnosis)
+def failed(diagnosis: str, reason: str | None = None) -> WorkerFailedError:
+    return attach_diagnosis(WorkerFailedError("actor/1", 1, "crash"), diagnosis, reason)
 
 
 def pod(role: str, index: int, ready: bool, deleting: bool = False) -> client.V1Pod:
@@ -59,9 +59,10 @@ def pod(role: str, index: int, ready: bool, deleting: bool = False) -> client.V1
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (failed("aw-actor-1 (container worker) on node n1: OOMKilled [fatal]\n  events ..."), "OOMKilled"),
-        (failed("aw-actor-1: ErrImagePull [fatal]"), "ErrImagePull"),
-        (failed("aw-actor-1: exit code 3: cannot load /ckpt [fatal]"), "Other"),  # free text: bounded label
+        (failed("aw-actor-1 (container worker) on node n1: OOMKilled [fatal]\n  events ...", "OOMKilled"), "OOMKilled"),
+        (failed("aw-actor-1: ErrImagePull [fatal]", "ErrImagePull"), "ErrImagePull"),
+        (failed("aw-actor-1: NewKubeletReason [fatal]", "NewKubeletReason"), "Other"),  # unknown: bounded label
+        (failed("aw-actor-1 (container worker): OOMKilled [fatal]", None), "Other"),  # text alone is not parsed
         (WorkerFailedError("actor/1", 1, "no diagnosis"), "Other"),
         (WorkerTimeoutError("actor", 60), "Timeout"),
     ],
@@ -96,8 +97,8 @@ def test_the_hooks_count_under_their_labels_in_the_served_exposition():
     address = observer.serve("127.0.0.1", 0)
     try:
         before = samples(scrape(address))
-        observer.rolled_back("rolled_back", failed("p: CrashLoopBackOff [fatal]"))
-        observer.worker_failed("actor", failed("p: CrashLoopBackOff [fatal]"))
+        observer.rolled_back("rolled_back", failed("p: CrashLoopBackOff [fatal]", "CrashLoopBackOff"))
+        observer.worker_failed("actor", failed("p: CrashLoopBackOff [fatal]", "CrashLoopBackOff"))
         observer.guard_request("/call", 0.2, None)
         observer.guard_request("/call", 3.0, "http_5xx")
         observer.waited("get_workers", "actor", "failed", 42.0)
