@@ -31,8 +31,8 @@ $(VENV)/.installed: pyproject.toml tools/install/dev-constraints.txt
 	touch $@
 
 # tools/ and tests/support on the virtualenv's path (a .pth file), as pytest has them (pyproject.toml): the
-# benchmarks, the doc generators and `python -m podrunner` import the local cluster's packages and the test
-# stand-ins like installed modules.
+# benchmarks, the doc generators and `python -m podrunner` import the local cluster's packages (the stand-in worker
+# server of tools/localworker among them) and the tests' wire types like installed modules.
 $(VENV)/.dev-paths: $(VENV)/.installed
 	printf '%s\n' $(CURDIR)/tools $(CURDIR)/tests/support \
 	  >"$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/areal-workers-dev.pth"

@@ -74,14 +74,19 @@ class Lane:
 
 
 AREAL = Lane(
-    "areal", "AReaL rpc_server", "areal_engines.Counter", str(AREAL_WORKER_PYTHON), "areal.infra.rpc.rpc_server", 600.0
+    "areal",
+    "AReaL rpc_server",
+    "localworker.areal_engines.Counter",
+    str(AREAL_WORKER_PYTHON),
+    "areal.infra.rpc.rpc_server",
+    600.0,
 )
 REFERENCE = Lane(
     "reference",
     "stand-in guard",
-    "areal_workers_testing.engines.Counter",
+    "localworker.engines.Counter",
     sys.executable,
-    "areal_workers_testing.reference_guard",
+    "localworker.reference_guard",
     600.0,
 )
 

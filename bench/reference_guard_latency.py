@@ -6,7 +6,10 @@ p50/p90/p99/max per endpoint as a Markdown table (results: bench/results/referen
 
     .venv/bin/python bench/reference_guard_latency.py [--requests 500]
     .venv/bin/python bench/reference_guard_latency.py --areal-python .tools/areal-worker/bin/python
-    .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/tests/support  # another checkout
+    .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/tools  # another checkout
+    # a checkout from before the stand-in moved to tools/localworker:
+    .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/tests/support \
+        --module areal_workers_testing.reference_guard
     # a checkout from before the stand-in left the areal_workers package:
     .venv/bin/python bench/reference_guard_latency.py --pythonpath /tmp/old/adapter \\
         --module areal_workers.reference_guard
@@ -26,10 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from repo_paths import REPO
+from repo_paths import LOCALWORKER_PATH
 
 STARTUP_TIMEOUT = 120.0  # AReaL's server imports torch first
-STAND_IN = "areal_workers_testing.reference_guard"
+STAND_IN = "localworker.reference_guard"
 
 
 def free_port() -> int:
@@ -109,8 +112,8 @@ def main() -> int:
     parser.add_argument("--areal-python", help="measure AReaL's areal.infra.rpc.rpc_server run by this interpreter")
     parser.add_argument(
         "--pythonpath",
-        default=str(REPO / "tests" / "support"),
-        help="where the stand-in is imported from (default: tests/support)",
+        default=str(LOCALWORKER_PATH),
+        help="where the stand-in is imported from (default: tools/)",
     )
     parser.add_argument("--module", default=STAND_IN, help=f"the stand-in's module (default: {STAND_IN})")
     parser.add_argument("--label", help="row label (default: the server measured)")

@@ -14,3 +14,6 @@ TOOLS_BIN = REPO / ".tools" / "bin"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 AREAL_WORKER_ENV = REPO / ".tools" / "areal-worker"
 AREAL_WORKER_PYTHON = AREAL_WORKER_ENV / "bin" / "python"
+# What a worker process needs on PYTHONPATH to import the localworker package (the stand-in worker server and the
+# engines the tests create): its directory, tools/.
+LOCALWORKER_PATH = REPO / "tools"

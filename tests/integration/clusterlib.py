@@ -13,7 +13,7 @@ from pathlib import Path
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
 from localkube.pki import service_account_kubeconfig
 from localkube.rbac import apply_rbac
-from repo_paths import AREAL_WORKER_PYTHON, REPO
+from repo_paths import AREAL_WORKER_PYTHON, LOCALWORKER_PATH, REPO
 
 # Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
 RUN_PODS = {
@@ -56,6 +56,7 @@ def controller_kubeconfig(admin_kubeconfig, namespace: str, out, policy: bool = 
 # --- worker lanes: which server runs in the worker pods ------------------------------------------------------
 
 LANE_VARIABLE = "AREAL_WORKERS_WORKER"
+# The tests' own types a worker rebuilds from the wire (wire_types: the experiment config AReaL's /configure imports).
 SUPPORT_DIR = REPO / "tests" / "support"
 
 
@@ -77,8 +78,8 @@ REFERENCE_LANE = WorkerLane(
     name="reference",
     python=sys.executable,
     module_map=None,
-    fork_module="areal_workers_testing.reference_guard",
-    counter_engine="areal_workers_testing.engines.Counter",
+    fork_module="localworker.reference_guard",
+    counter_engine="localworker.engines.Counter",
     timeouts={"ready_timeout": 60.0, "helm_timeout": 60.0},
 )
 # A server that imports torch takes seconds to start, many more with several starting at once on 2 cores.
@@ -87,8 +88,8 @@ AREAL_LANE = WorkerLane(
     python=str(AREAL_WORKER_PYTHON),
     module_map={},
     fork_module="areal.infra.rpc.rpc_server",
-    counter_engine="areal_engines.Counter",
-    pythonpath=(str(SUPPORT_DIR),),
+    counter_engine="localworker.areal_engines.Counter",
+    pythonpath=(str(LOCALWORKER_PATH), str(SUPPORT_DIR)),  # localworker.areal_engines; wire_types
     timeouts={"ready_timeout": 180.0, "helm_timeout": 180.0, "fork_ready_timeout": 180.0},
 )
 LANES = {lane.name: lane for lane in (REFERENCE_LANE, AREAL_LANE)}
@@ -99,7 +100,7 @@ def lane_name() -> str:
 
 
 def selected_lane() -> WorkerLane:
-    """The lane of $AREAL_WORKERS_WORKER: "reference" (default, areal_workers_testing.reference_guard) or "areal"
+    """The lane of $AREAL_WORKERS_WORKER: "reference" (default, localworker.reference_guard) or "areal"
     (AReaL's real rpc_server from `make areal-worker`)."""
     name = lane_name()
     if name not in LANES:

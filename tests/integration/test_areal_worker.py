@@ -5,7 +5,7 @@ process-mode fork. Only the conformance lane runs these (AREAL_WORKERS_WORKER=ar
 test_scheduler.py runs on this server too, except its `reference_guard_only` tests, which read fields only our
 stand-in's /health has (role, index, host, configuration). The same facts are checked here the way AReaL's server
 shows them: its exact /health, its command line as seen from an engine inside it, its name-resolve record and
-fork logs under the chart's --nfs-record-root and --fileroot. The engines are tests/support/areal_engines.py.
+fork logs under the chart's --nfs-record-root and --fileroot. The engines are tools/localworker/areal_engines.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from clusterlib import flag_values, guard_health, job, wait_for_text
 
 pytestmark = pytest.mark.areal_worker
 
-ENGINE = "areal_engines.Counter"
-BROKEN = "areal_engines.Broken"
+ENGINE = "localworker.areal_engines.Counter"
+BROKEN = "localworker.areal_engines.Broken"
 IDLE_HEALTH = {"status": "healthy", "forked_children": 0, "engine_count": 0, "engines": []}
 
 

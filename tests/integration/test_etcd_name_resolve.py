@@ -28,7 +28,7 @@ from real_node_trials import close_all, scheduler_factory, task
 from realnode.config import NODE_IP
 from repo_paths import AREAL_WORKER_PYTHON, TOOLS_BIN
 
-REAL_NODE_ENGINE = "areal_engines.Counter"  # the real node's image holds tests/support/areal_engines.py
+REAL_NODE_ENGINE = "localworker.areal_engines.Counter"  # the real node's image holds tools/localworker/areal_engines.py
 PURE_PYTHON_PROTOBUF = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}
 TRAINER = """
 import json, sys

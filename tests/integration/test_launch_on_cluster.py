@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.late,
     pytest.mark.skipif(
         bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-        reason="the workers need tests/support in their image on other clusters; here they run on the local one",
+        reason="the workers need tools/localworker in their image on other clusters; here they run on the local one",
     ),
 ]
 

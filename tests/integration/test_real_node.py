@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local cluster's real node only"),
 ]
 
-ENGINE = "areal_engines.Counter"
+ENGINE = "localworker.areal_engines.Counter"
 
 
 @pytest.fixture

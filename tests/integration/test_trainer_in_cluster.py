@@ -31,7 +31,7 @@ TRAINER = textwrap.dedent("""
         cpu=1, mem=1, gpu=0, cmd="python -m areal.infra.rpc.rpc_server")]))
     workers = scheduler.get_workers("actor")
     for worker in workers:  # "already exists" if a worker still ran an earlier attempt's process
-        asyncio.run(scheduler.create_engine(worker.id, "areal_workers_testing.engines.Counter", "counter", 40))
+        asyncio.run(scheduler.create_engine(worker.id, "localworker.engines.Counter", "counter", 40))
     total = sum(scheduler.call_engine(w.id, "increment", "counter", 1) for w in workers)
     print(f"trainer: {len(workers)} workers at {[w.ip for w in workers]}, counters sum to {total}", flush=True)
     listed, _ = scheduler.finder.pods.list(naming.release_selector(scheduler.release))

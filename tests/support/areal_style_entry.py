@@ -20,7 +20,7 @@ from areal.api.cli_args import SFTConfig, load_expr_config
 from areal.api.scheduler_api import Job
 from areal.trainer.sft_trainer import SFTTrainer
 
-ENGINE = "areal_engines.Counter"
+ENGINE = "localworker.areal_engines.Counter"
 
 
 async def engines(scheduler, workers) -> tuple[list[int], list[str]]:

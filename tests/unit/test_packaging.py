@@ -12,9 +12,9 @@ import pytest
 from release.artifacts import source_copy
 from repo_paths import REPO
 
-# The stand-in worker server and the test engines (tests/support; reference_guard and testing_engines were
-# modules of areal_workers before they moved there).
-TEST_ONLY_MODULES = {"areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"}
+# The stand-in worker server and the test engines (tools/localworker, earlier tests/support/areal_workers_testing;
+# reference_guard and testing_engines were modules of areal_workers before they moved there).
+TEST_ONLY_MODULES = {"localworker", "areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"}
 CHART_FILES = [
     "Chart.yaml",
     "values.yaml",

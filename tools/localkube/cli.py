@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=WORKER_SERVERS,
         default=None,
         help="the server worker pods run: AReaL's rpc_server (areal, from `make areal-worker`), our "
-        "stand-in areal_workers_testing.reference_guard (reference), or areal when installed (auto). "
+        "stand-in localworker.reference_guard (reference), or areal when installed (auto). "
         f"Default ${WORKERS_VARIABLE} or auto; given, it restarts a podrunner running another",
     )
     up.add_argument(

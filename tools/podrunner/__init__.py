@@ -7,9 +7,9 @@ PodRunner:
   downward API (status.podIP, metadata.name/namespace/labels) exactly as the kubelet does; the worker binds
   the pod's own 127.x IP. Its `python` becomes a local interpreter (`python`), and the image's Python modules
   are swapped for local stand-ins (`module_map`; by default AReaL's rpc_server becomes
-  areal_workers_testing.reference_guard from tests/support, which has the same CLI and HTTP API; an empty map
+  localworker.reference_guard from tools/localworker, which has the same CLI and HTTP API; an empty map
   runs AReaL's real server from an interpreter that has it), with `pythonpath` prepended to PYTHONPATH for the
-  engines it loads (and, when modules are swapped, tests/support for the stand-ins); the tools directory
+  engines it loads (and, when modules are swapped, tools/ for the stand-ins of localworker); the tools directory
   (.tools/bin: helm, kubectl) comes first on its PATH, and the host's KUBECONFIG and KUBERNETES_SERVICE_* are not
   passed on;
 - for a pod whose container mounts its ServiceAccount's token (automountServiceAccountToken not false), requests

@@ -20,7 +20,7 @@ from kubernetes import client
 from podrunner.forked import ForkedProcess
 from podrunner.processes import StartFailure
 from realnode.config import NODE_NAME as REAL_NODE_NAME
-from repo_paths import AREAL_WORKER_PYTHON, REPO
+from repo_paths import AREAL_WORKER_PYTHON, LOCALWORKER_PATH, REPO
 
 READINESS_ANNOTATION = "areal-workers.dev/readiness"
 KWOK_READINESS = "kwok"  # KWOK reports the pod Ready and nothing runs it (benchmarks)
@@ -28,11 +28,11 @@ HOOK_ANNOTATION = "helm.sh/hook"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 TRAINER_COMPONENT = "trainer"  # pods of `areal-workers submit` (adapter/areal_workers/trainer/job.py)
 AREAL_SERVER_MODULE = "areal.infra.rpc.rpc_server"
-DEFAULT_MODULE_MAP = {AREAL_SERVER_MODULE: "areal_workers_testing.reference_guard"}
-# Where the stand-ins of module maps live: test infrastructure, not part of the installed areal_workers package.
-STAND_IN_DIR = REPO / "tests" / "support"
-# Where the engines of worker processes come from: the demo's (examples/) and the tests' (tests/support).
-WORKER_PYTHONPATH = (str(REPO / "examples"), str(REPO / "tests" / "support"))
+DEFAULT_MODULE_MAP = {AREAL_SERVER_MODULE: "localworker.reference_guard"}
+# Where the stand-ins of module maps live: the localworker package, not part of the installed areal_workers package.
+STAND_IN_DIR = LOCALWORKER_PATH
+# Where the engines of worker processes come from: the demo's (examples/) and the local cluster's (localworker).
+WORKER_PYTHONPATH = (str(REPO / "examples"), str(LOCALWORKER_PATH))
 # What a trainer's image holds beside AReaL: this checkout's package.
 TRAINER_PYTHONPATH = (str(REPO / "adapter"),)
 

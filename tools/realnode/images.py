@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localkube.settings import ClusterError
-from repo_paths import REPO, TOOLS_BIN
+from repo_paths import LOCALWORKER_PATH, REPO, TOOLS_BIN
 
 CACHE = Path(os.environ.get("AREAL_WORKERS_CACHE") or Path.home() / ".cache" / "areal-workers") / "images"
 PAUSE_SOURCE = Path(__file__).resolve().parent / "pause.c"
@@ -47,8 +47,7 @@ ENGINES_DIR = "/opt/areal-workers/python"
 ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
     "bandit_engines.py": REPO / "examples" / "bandit_engines.py",
     "bandit_config.py": REPO / "examples" / "bandit_config.py",  # the experiment config /configure rebuilds
-    "areal_engines.py": REPO / "tests" / "support" / "areal_engines.py",
-    "areal_workers_testing": REPO / "tests" / "support" / "areal_workers_testing",
+    "localworker": LOCALWORKER_PATH / "localworker",  # the stand-in worker server and the tests' engines
 }
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REAPER_IMAGE = "local/areal-workers-reaper:dev"

@@ -32,8 +32,11 @@ CHANGELOG = REPO / "CHANGELOG.md"
 EXAMPLE_VALUES = sorted((REPO / "examples").glob("values-*.yaml"))
 # What a source copy holds: what pyproject.toml packages, and the files its metadata names.
 SOURCE_PARTS = ("pyproject.toml", "README.md", "CHANGELOG.md", "adapter", "charts", "rbac")
-# Modules of the test stand-ins (tests/support): never in an artifact, under any directory.
-TEST_ONLY_MODULES = frozenset({"areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"})
+# Modules of the stand-in worker server and the test engines (tools/localworker; earlier, areal_workers_testing in
+# tests/support): never in an artifact, under any directory.
+TEST_ONLY_MODULES = frozenset(
+    {"localworker", "areal_workers_testing", "reference_guard", "testing_engines", "areal_engines"}
+)
 # Directories of the chart that .helmignore keeps out of the chart a user installs.
 CHART_DEV_DIRS = ("ci", "tests")
 

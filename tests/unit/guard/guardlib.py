@@ -1,4 +1,4 @@
-"""Helpers for the unit tests that run real reference guards (`python -m areal_workers_testing.reference_guard`).
+"""Helpers for the unit tests that run real reference guards (`python -m localworker.reference_guard`).
 
 Test modules beside it import this module by name (pytest puts a test module's directory on sys.path), as the
 chart tests do with chartlib.py. It starts guard subprocesses on 127.0.0.1, waits for their banner, and stops
@@ -20,11 +20,10 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-from repo_paths import REPO
+from repo_paths import LOCALWORKER_PATH
 
-SUPPORT_DIR = REPO / "tests" / "support"  # areal_workers_testing
-COUNTER = "areal_workers_testing.engines.Counter"
-BROKEN = "areal_workers_testing.engines.Broken"
+COUNTER = "localworker.engines.Counter"
+BROKEN = "localworker.engines.Broken"
 BANNER = re.compile(r"^areal-guard listening on (?P<host>[0-9.]+):(?P<port>\d+)$")
 HTTP_TIMEOUT = 30.0
 STARTUP_TIMEOUT = 60.0  # a loaded 2-core CI machine: a second-long start gets a minute
@@ -41,7 +40,7 @@ def guard_command(
     command = [
         sys.executable,
         "-m",
-        "areal_workers_testing.reference_guard",
+        "localworker.reference_guard",
         "--host",
         host,
         "--port",
@@ -68,7 +67,7 @@ def guard_command(
 
 def guard_env() -> dict[str, str]:
     # Absolute, so forked guards find the package whatever their working directory.
-    python_path = os.pathsep.join(filter(None, [str(SUPPORT_DIR), os.environ.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [str(LOCALWORKER_PATH), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": python_path}
 
 

@@ -189,7 +189,7 @@ def test_create_engine_failing_constructor_is_a_500_error(shared_guard: Guard, c
 def test_create_engine_rejects_a_non_string_engine_without_a_request(
     client: GuardClient, liveness: LivenessProbe
 ) -> None:
-    from areal_workers_testing.engines import Counter
+    from localworker.engines import Counter
 
     # Unreachable: a request would have raised RPCConnectionError instead.
     with pytest.raises(EngineCreationError) as raised:

@@ -1,16 +1,16 @@
-"""AReaL's real worker server and our stand-in (areal_workers_testing.reference_guard) answer requests alike.
+"""AReaL's real worker server and our stand-in (localworker.reference_guard) answer requests alike.
 
 Both run on 127.0.0.1 with the same flags: `python -m areal.infra.rpc.rpc_server` of areal 1.0.4 (the
 interpreter `make areal-worker` installs as .tools/areal-worker/bin/python) and `python -m
-areal_workers_testing.reference_guard`.  Every request goes to both, and the answers must agree on what the adapter
+localworker.reference_guard`.  Every request goes to both, and the answers must agree on what the adapter
 reads: the status code; on success AReaL's keys (ours may add keys only to /health), their values where they
 are deterministic and "status"; on errors the keys and, unless AReaL's text comes from pydantic or Python's
 own exception text for a type we name differently, the "error" text, and always whether it says "Failed to
 import" (the adapter's EngineImportError).  The differences that remain are pinned in
-test_the_known_differences_remain and listed in the docstring of tests/support/areal_workers_testing/reference_guard.
+test_the_known_differences_remain and listed in the docstring of tools/localworker/reference_guard.
 
-AReaL's /create_engine takes only TrainEngine subclasses, so the engines differ by path: tests/support's
-areal_engines.Counter on AReaL, areal_workers_testing.engines.Counter on ours (the same probes).
+AReaL's /create_engine takes only TrainEngine subclasses, so the engines differ by path:
+localworker.areal_engines.Counter on AReaL, localworker.engines.Counter on ours (the same probes).
 
 Marked `areal_worker`: it needs AReaL's environment and fails, not skips, without it.
 """
@@ -31,11 +31,10 @@ from typing import Any
 import pytest
 import requests
 
-from repo_paths import AREAL_WORKER_PYTHON, REPO
+from repo_paths import AREAL_WORKER_PYTHON, LOCALWORKER_PATH
 
 pytestmark = pytest.mark.areal_worker
 
-SUPPORT_DIR = REPO / "tests" / "support"  # areal_engines and areal_workers_testing
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 HTTP_TIMEOUT = 60.0
@@ -262,21 +261,28 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         (helpers / name).write_text(source)
     areal_dir, ours_dir = tmp_path_factory.mktemp("areal"), tmp_path_factory.mktemp("ours")
     processes = [
-        launch(python, "areal.infra.rpc.rpc_server", [SUPPORT_DIR, helpers], areal_dir),
-        launch(sys.executable, "areal_workers_testing.reference_guard", [SUPPORT_DIR, helpers], ours_dir),
+        launch(python, "areal.infra.rpc.rpc_server", [LOCALWORKER_PATH, helpers], areal_dir),
+        launch(sys.executable, "localworker.reference_guard", [LOCALWORKER_PATH, helpers], ours_dir),
     ]
     try:
         areal_url = wait_for_address(processes[0], areal_dir, lambda: name_resolve_address(areal_dir))
         ours_url = wait_for_address(processes[1], ours_dir, lambda: banner_address(ours_dir))
         yield Pair(
-            Server("AReaL", processes[0], areal_url, areal_dir, "areal_engines.Counter", "areal_engines.Broken"),
+            Server(
+                "AReaL",
+                processes[0],
+                areal_url,
+                areal_dir,
+                "localworker.areal_engines.Counter",
+                "localworker.areal_engines.Broken",
+            ),
             Server(
                 "ours",
                 processes[1],
                 ours_url,
                 ours_dir,
-                "areal_workers_testing.engines.Counter",
-                "areal_workers_testing.engines.Broken",
+                "localworker.engines.Counter",
+                "localworker.engines.Broken",
             ),
             set(),
         )

@@ -17,10 +17,6 @@ from typing import Any
 import pytest
 import requests
 
-from areal_workers_testing.reference_guard.cli import shut_down
-from areal_workers_testing.reference_guard.ports import PortAllocator
-from areal_workers_testing.reference_guard.routes import GuardIdentity, GuardState
-from areal_workers_testing.reference_guard.server import GuardServer
 from guardlib import (
     BROKEN,
     COUNTER,
@@ -34,6 +30,10 @@ from guardlib import (
     janitor_for,
     launch_guard,
 )
+from localworker.reference_guard.cli import shut_down
+from localworker.reference_guard.ports import PortAllocator
+from localworker.reference_guard.routes import GuardIdentity, GuardState
+from localworker.reference_guard.server import GuardServer
 
 
 def pid_is_gone(pid: int) -> bool:
@@ -457,7 +457,7 @@ def test_create_engine_rejects_a_duplicate_name(guard: RunningGuard) -> None:
 
 @pytest.mark.parametrize(
     "import_path",
-    ["no_such_module_anywhere.Engine", "areal_workers_testing.engines.NoSuchClass", "NoDotsAtAll"],
+    ["no_such_module_anywhere.Engine", "localworker.engines.NoSuchClass", "NoDotsAtAll"],
 )
 def test_create_engine_reports_import_failures_as_400(shared_guard: RunningGuard, import_path: str) -> None:
     response = shared_guard.post("/create_engine", {"engine": import_path, "engine_name": "e"})

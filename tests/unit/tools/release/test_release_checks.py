@@ -42,10 +42,10 @@ def test_a_complete_wheel_passes():
 
 def test_a_wheel_with_test_infrastructure_or_without_chart_files_is_refused():
     names = [n for n in good_wheel() if n != "areal_workers/chart/Chart.yaml"]
-    names += ["areal_workers_testing/reference_guard.py", "tests/test_x.py"]
+    names += ["localworker/reference_guard.py", "tests/test_x.py"]
     problems = wheel_problems(names, "9.9.9")
     assert any("lacks chart files: areal_workers/chart/Chart.yaml" in p for p in problems)
-    assert any("areal_workers_testing/reference_guard.py" in p and "tests/test_x.py" in p for p in problems)
+    assert any("localworker/reference_guard.py" in p and "tests/test_x.py" in p for p in problems)
     assert any("not of version 9.9.9" in p for p in problems)
 
 

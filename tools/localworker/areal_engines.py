@@ -2,9 +2,9 @@
 
 AReaL's POST /create_engine imports the class by path and accepts only subclasses of `areal.api.TrainEngine` or
 `areal.api.InferenceEngine` (areal/infra/rpc/guard/engine_blueprint.py). `Counter` is such a TrainEngine with the
-probes of `areal_workers_testing.engines.Counter` (the same `CounterProbes`, so the scheduler suite runs unchanged
+probes of `localworker.engines.Counter` (the same `CounterProbes`, so the scheduler suite runs unchanged
 on both workers) plus a few more. It needs the AReaL worker environment (`make areal-worker`); worker processes
-import it as `areal_engines.Counter` through PYTHONPATH (tests/support), set by the integration tests' podrunner.
+import it as `localworker.areal_engines.Counter` through PYTHONPATH (tools/), set by podrunner.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from typing import Any, Callable
 
 from areal.api import TrainEngine
-from areal_workers_testing.engines import CounterProbes
+from localworker.engines import CounterProbes
 
 
 def _unavailable(name: str) -> Callable[..., Any]:

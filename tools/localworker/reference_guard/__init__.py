@@ -4,14 +4,14 @@ AReaL's own guard (``python -m areal.infra.rpc.rpc_server``) needs torch, so it 
 the tests' virtualenv or in lightweight demo containers.  This package speaks the same HTTP API
 (same routes, request fields, status codes and reply keys) with the standard library only::
 
-    python -m areal_workers_testing.reference_guard --host 127.0.0.1 --port 0 \\
+    python -m localworker.reference_guard --host 127.0.0.1 --port 0 \\
         --experiment-name exp --trial-name trial --role actor --worker-index 0
 
 The first line on stdout is ``areal-guard listening on HOST:PORT``; forked children's output
 follows on stdout, as AReaL streams it there.  Everything else (one line per request: method,
 path, status, milliseconds) goes to stderr.
 
-tests/unit/test_guard_conformance.py sends the same requests to this server and to AReaL's
+tests/unit/guard/test_guard_conformance.py sends the same requests to this server and to AReaL's
 (areal 1.0.4) and compares the answers.  Behaviour taken from AReaL, including its rough edges:
 
 * Request bodies are read as Flask's ``request.get_json(silent=True)`` reads them: only with a

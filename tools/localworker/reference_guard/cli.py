@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     """AReaL's guard command line (areal.infra.rpc.guard.app.make_base_parser), same defaults
     except --host."""
     parser = argparse.ArgumentParser(
-        prog="python -m areal_workers_testing.reference_guard",
+        prog="python -m localworker.reference_guard",
         description="Dependency-free reference implementation of AReaL's worker guard HTTP server.",
     )
     parser.add_argument("--port", type=int, default=0, help="port to serve on (0 = pick a free one)")

@@ -1,8 +1,8 @@
 """Tiny engines for the reference guard's POST /create_engine, used by the tests.
 
-Create one with ``{"engine": "areal_workers_testing.engines.Counter", "engine_name": "counter",
+Create one with ``{"engine": "localworker.engines.Counter", "engine_name": "counter",
 "init_kwargs": {"start": 0, "destroy_marker": "/tmp/x"}}``, then drive it through POST /call.
-Standard library only: tests/support/areal_engines.py mixes `CounterProbes` into an AReaL TrainEngine, in
+Standard library only: tools/localworker/areal_engines.py mixes `CounterProbes` into an AReaL TrainEngine, in
 AReaL's worker environment, which has neither this repository's dependencies nor areal_workers.
 """
 
