@@ -101,7 +101,7 @@ quickstart: cluster-up ## the chart alone: local cluster, the chart installed wi
 	$(KUBECTL_LOCAL) -n areal-demo get statefulsets,services,pods -o wide
 
 # The release of this checkout's version (adapter/areal_workers/_version.py): the wheel, the sdist, the packaged
-# chart and the reaper image (a docker-archive tar) in dist/, each checked (tools/release/). REGISTRY=host:port[/path]
+# chart and the reaper image (a docker-archive tar) in dist/, each checked (tools/distkit/). REGISTRY=host:port[/path]
 # also pushes the chart to oci://$(REGISTRY)/charts and the image to $(REGISTRY)/areal-workers/reaper; REGISTRY_USER logs in first with the password in REGISTRY_PASSWORD_FILE; REGISTRY_CA is the
 # CA of a registry a private CA signed (the local cluster's: `localcluster.py registry` prints all of them).
 REGISTRY ?=
@@ -109,9 +109,9 @@ REGISTRY_USER ?=
 REGISTRY_PASSWORD_FILE ?= /dev/null
 REGISTRY_CA ?=
 release: tools ## build and check the wheel, sdist, packaged chart and reaper image in dist/; REGISTRY=host:port also pushes chart and image
-	$(PY) -m release build
+	$(PY) -m distkit build
 ifneq ($(REGISTRY),)
-	$(PY) -m release push --registry $(REGISTRY) $(if $(REGISTRY_USER),--username $(REGISTRY_USER)) \
+	$(PY) -m distkit push --registry $(REGISTRY) $(if $(REGISTRY_USER),--username $(REGISTRY_USER)) \
 	  $(if $(REGISTRY_CA),--ca-file $(REGISTRY_CA)) <$(REGISTRY_PASSWORD_FILE)
 endif
 

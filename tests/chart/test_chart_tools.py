@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chartlib import CHART, FULL_VALUES, REPO, template_text
-from release.kubeconform import kubeconform
+from distkit.kubeconform import kubeconform
 
 TOOLS = REPO / ".tools"
 EXAMPLES = sorted((REPO / "examples").glob("values-*.yaml"))

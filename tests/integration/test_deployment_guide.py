@@ -22,6 +22,8 @@ import pytest
 import yaml
 
 from areal_workers import __version__
+from distkit.artifacts import package_chart
+from distkit.publish import Publisher, Registry
 from docs_pages import (
     BLOCK_TIMEOUT,
     POLICY_CLEANUP,
@@ -38,8 +40,6 @@ from localkube.rbac import apply_rbac, refused_as_controller
 from real_node_trials import host_volume
 from realnode.images import worker_image
 from realnode.values import worker_values
-from release.artifacts import package_chart
-from release.publish import Publisher, Registry
 from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 
 pytestmark = [

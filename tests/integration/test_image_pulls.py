@@ -21,15 +21,15 @@ from areal_workers import KubernetesScheduler, __version__, naming
 from areal_workers.cli.main import main
 from areal_workers.errors import WorkerFailedError
 from clusterlib import job
+from distkit.artifacts import build_python
+from distkit.images import REAPER, build_reaper
+from distkit.publish import Publisher, Registry
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
 from localkube.rbac import apply_rbac
 from real_node_trials import close_all, scheduler_factory, task
 from realnode.images import worker_image
 from realnode.values import placement
-from release.artifacts import build_python
-from release.images import REAPER, build_reaper
-from release.publish import Publisher, Registry
 from repo_paths import AREAL_WORKER_ENV, REPO, TOOLS_BIN
 
 pytestmark = [

@@ -16,10 +16,10 @@ from kubernetes import client
 from areal_workers import Job, SchedulerError, __version__
 from areal_workers.cli.main import main
 from clusterlib import spec
+from distkit.artifacts import build
+from distkit.publish import Publisher, Registry
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
-from release.artifacts import build
-from release.publish import Publisher, Registry
 from repo_paths import REPO, TOOLS_BIN
 
 pytestmark = pytest.mark.skipif(

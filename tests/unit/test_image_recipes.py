@@ -9,8 +9,8 @@ import re
 import pytest
 import yaml
 
+from distkit.images import REAPER_USER
 from realnode.images import CONSTRAINTS, REAPER_LAUNCHER
-from release.images import REAPER_USER
 from repo_paths import REPO
 
 IMAGES = REPO / "images"

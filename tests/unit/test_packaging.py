@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from release.artifacts import source_copy
+from distkit.artifacts import source_copy
 from repo_paths import REPO
 
 # The stand-in worker server and the test engines (tools/localworker, earlier tests/support/areal_workers_testing;

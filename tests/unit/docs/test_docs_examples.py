@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from areal_workers.release.client import merge_values
+from distkit.kubeconform import KUBECONFORM, has_schema, kubeconform
 from docslib import REPO, Block, documents, parse
-from release.kubeconform import KUBECONFORM, has_schema, kubeconform
 
 pytestmark = pytest.mark.chart  # needs helm and kubeconform; `make test-unit` leaves it to `make test-chart`
 

@@ -4,7 +4,7 @@
   `twine check --strict`): the chart and rbac/ inside, no test infrastructure, the version of `_version.py`;
 - the packaged chart (`helm package`): `helm lint --strict` of the archive and `kubeconform -strict` of its render of
   every example values file;
-- the reaper image (release/images.py), built from that wheel, as a docker-archive tar.
+- the reaper image (distkit/images.py), built from that wheel, as a docker-archive tar.
 
 Each check returns the problems it found, [] when there are none; `check` raises them together.
 """
@@ -22,9 +22,9 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from distkit import images
+from distkit.kubeconform import kubeconform
 from localkube.settings import ClusterError
-from release import images
-from release.kubeconform import kubeconform
 from repo_paths import REPO, TOOLS_BIN
 
 CHART = REPO / "charts" / "areal-workers"

@@ -1,9 +1,9 @@
-"""release/images.py: the checks of the reaper image before it is pushed."""
+"""distkit/images.py: the checks of the reaper image before it is pushed."""
 
 from __future__ import annotations
 
+from distkit.images import REAPER_FILES, REAPER_USER, reaper_problems
 from realnode.images import REAPER_LIB
-from release.images import REAPER_FILES, REAPER_USER, reaper_problems
 
 VERSION = "1.2.3"
 LIB = REAPER_LIB.lstrip("/")

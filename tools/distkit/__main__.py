@@ -1,4 +1,4 @@
-"""python -m release build|push: `make release`'s steps (see the Makefile's `release` target)."""
+"""python -m distkit build|push: `make release`'s steps (see the Makefile's `release` target)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from release import artifacts, publish
+from distkit import artifacts, publish
 from repo_paths import REPO
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m release", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m distkit", description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the artifacts go (default: dist/)")
     steps = parser.add_subparsers(dest="step", required=True)
     steps.add_parser("build", help="build and check the wheel, the sdist, the packaged chart and the reaper image")
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(publish.push_from_arguments(args))
     except artifacts.ReleaseError as error:
-        print(f"release: {error}", file=sys.stderr)
+        print(f"distkit: {error}", file=sys.stderr)
         return 1
     return 0
 

@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from release.artifacts import ReleaseError, release_version, run
-from release.images import REAPER, reaper_archive_name
+from distkit.artifacts import ReleaseError, release_version, run
+from distkit.images import REAPER, reaper_archive_name
 from repo_paths import TOOLS_BIN
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -101,7 +101,7 @@ def push_from_arguments(args: argparse.Namespace) -> str:
     version = release_version()
     chart = args.out / f"areal-workers-{version}.tgz"
     if not chart.exists():
-        raise ReleaseError(f"{chart} does not exist: run `python -m release build` (make release) first")
+        raise ReleaseError(f"{chart} does not exist: run `python -m distkit build` (make release) first")
     images = []
     reaper = args.out / reaper_archive_name(version)
     if reaper.exists():

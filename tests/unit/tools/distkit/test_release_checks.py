@@ -1,4 +1,4 @@
-"""`make release`'s checks as data (tools/release/artifacts.py) and the local registry's settings
+"""`make release`'s checks as data (tools/distkit/artifacts.py) and the local registry's settings
 (tools/localkube/addons/registry.py, the real node's containerd trust). The artifacts themselves are built and
 pushed in tests/integration/test_registry_chart.py."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from distkit.artifacts import chart_files, sdist_problems, version_problems, wheel_problems
 from localkube.addons.registry import address, configuration
 from localkube.settings import Ports
 from realnode.config import NodePaths, containerd_config, registry_hosts
-from release.artifacts import chart_files, sdist_problems, version_problems, wheel_problems
 
 VERSION = "1.2.3"
 CHANGELOG = "# Changelog\n\n## [Unreleased]\n\n## [1.2.3] - 2026-12-03\n\n### Added\n- x\n"
