@@ -80,7 +80,7 @@ DEMO_ARGS ?=
 # namespace bandit-demo), reaching its workers at their pod IPs; its log and exit code come back here.
 IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
-demo: ## the first command: the local cluster, then examples/bandit_demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
+demo: ## the first command: the local cluster, then examples/bandit_demo/demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
 	$(TOOLS_AND_WORKER) TOOLS="$(DEMO_TOOLS)"
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto) --registry
 ifeq ($(IN_CLUSTER),1)
@@ -89,9 +89,9 @@ ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) -n $(DEMO_NAMESPACE) delete job bandit-demo-trainer --ignore-not-found >/dev/null
 	$(VENV)/bin/areal-workers --kubeconfig $(CLUSTER_KUBECONFIG) -n $(DEMO_NAMESPACE) submit \
 	  --image local/areal-trainer:dev --name bandit-demo-trainer -- \
-	  python $(CURDIR)/examples/bandit_demo.py --namespace $(DEMO_NAMESPACE) --local-cluster-pod $(DEMO_ARGS)
+	  python $(CURDIR)/examples/bandit_demo/demo.py --namespace $(DEMO_NAMESPACE) --local-cluster-pod $(DEMO_ARGS)
 else
-	$(AREAL_PY) examples/bandit_demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
+	$(AREAL_PY) examples/bandit_demo/demo.py --kubeconfig $(CLUSTER_KUBECONFIG) $(DEMO_ARGS)
 endif
 
 quickstart: cluster-up ## the chart alone: local cluster, the chart installed with the example topology, helm test

@@ -31,7 +31,8 @@ NODES = [
     pytest.param("kwok", marks=pytest.mark.areal_worker),
     pytest.param("real", marks=[pytest.mark.serial_cluster, pytest.mark.real_node]),
 ]
-PYTHONPATH = os.pathsep.join(map(str, (REPO / "adapter", REPO / "examples", REPO / "tests" / "support")))
+DEMO_DIR = REPO / "examples" / "bandit_demo"  # the demo's engines, config and controllers
+PYTHONPATH = os.pathsep.join(map(str, (REPO / "adapter", DEMO_DIR, REPO / "tests" / "support")))
 
 
 def trial_setup(node: str, make_namespace: Callable[..., str], directory: Path) -> tuple[str, Path, Path]:

@@ -30,11 +30,12 @@ pytestmark = [
     pytest.mark.real_node,  # its workers run on the real node when the cluster has one
     pytest.mark.skipif(
         bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
-        reason="the demo's workers need examples/ in their image on other clusters; here it runs on the local one",
+        reason="the demo's workers need examples/bandit_demo in their image on other clusters; here it runs on the "
+        "local one",
     ),
 ]
 
-DEMO = REPO / "examples" / "bandit_demo.py"
+DEMO = REPO / "examples" / "bandit_demo" / "demo.py"
 DEMO_NAMESPACE = "bandit-demo"  # the demo's default
 DEMO_ITERATIONS = 8  # the demo's default
 # The clone's virtualenv is made (pip, from its cache) and its cached tools linked before the demo runs.
@@ -203,7 +204,7 @@ def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namesp
             tmp_path / "pods",
             module_map={},
             python=str(AREAL_WORKER_PYTHON),
-            pythonpath=(str(REPO / "examples"),),
+            pythonpath=(str(DEMO.parent),),
         ).start()
     try:
         apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone

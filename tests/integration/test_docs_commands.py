@@ -73,7 +73,7 @@ NOT_RUN = {
         "installs into the reader's environment: tests/unit/test_packaging.py builds and installs the wheel"
     ),
     (
-        "python examples/bandit_demo.py --kubeconfig ~/.kube/config --namespace rl-demo "
+        "python examples/bandit_demo/demo.py --kubeconfig ~/.kube/config --namespace rl-demo "
         "--image registry.example.com/areal-bandit:v1"
     ): f"{REAL_CLUSTER}: test_demo.py runs the same program here",
     "python -m areal_workers.launch train.py --config gsm8k_grpo.yaml scheduler.type=kubernetes": (

@@ -69,7 +69,7 @@ def submit_file(directory: Path) -> Path:
     directory and this checkout's test support mounted at their own paths."""
     spec = yaml.safe_load(LocalCluster().real_node().paths.trainer_submit.read_text())
     spec.update(name=JOB, cpu="500m", memory="3Gi", restarts=0)
-    mounts = {"run": directory, "support": REPO / "tests" / "support", "examples": REPO / "examples"}
+    mounts = {"run": directory, "support": REPO / "tests" / "support", "examples": REPO / "examples" / "bandit_demo"}
     for name, path in mounts.items():
         spec["volumes"].append({"name": name, "hostPath": {"path": str(path), "type": "Directory"}})
         spec["volume_mounts"].append({"name": name, "mountPath": str(path)})

@@ -1,7 +1,7 @@
 """AReaL's TrainController over a KubernetesScheduler, as tests/integration/test_train_controller.py runs it in
 AReaL's environment: initialize() (workers, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, engines, a gloo group across
 the pods), one data-parallel update whose gradients the ranks all-reduce, then destroy(). Prints one JSON line of
-what it saw. The engines and the controller are the demo's (examples/bandit_engines.py, bandit_training.py).
+what it saw. The engines and the controller are the demo's (examples/bandit_demo/bandit_engines.py, bandit_training.py).
 
     python train_controller_run.py SETTINGS.json    (KubernetesSchedulerConfig fields, plus "trial")
 """

@@ -31,8 +31,9 @@ AREAL_SERVER_MODULE = "areal.infra.rpc.rpc_server"
 DEFAULT_MODULE_MAP = {AREAL_SERVER_MODULE: "localworker.reference_guard"}
 # Where the stand-ins of module maps live: the localworker package, not part of the installed areal_workers package.
 STAND_IN_DIR = LOCALWORKER_PATH
-# Where the engines of worker processes come from: the demo's (examples/) and the local cluster's (localworker).
-WORKER_PYTHONPATH = (str(REPO / "examples"), str(LOCALWORKER_PATH))
+# Where the engines of worker processes come from: the demo's (examples/bandit_demo/) and the local cluster's
+# (localworker).
+WORKER_PYTHONPATH = (str(REPO / "examples" / "bandit_demo"), str(LOCALWORKER_PATH))
 # What a trainer's image holds beside AReaL: this checkout's package.
 TRAINER_PYTHONPATH = (str(REPO / "adapter"),)
 

@@ -45,8 +45,8 @@ REAPER_PACKAGES = ("python3",)
 # In-image directory of the engines layer; on the workers' PYTHONPATH.
 ENGINES_DIR = "/opt/areal-workers/python"
 ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
-    "bandit_engines.py": REPO / "examples" / "bandit_engines.py",
-    "bandit_config.py": REPO / "examples" / "bandit_config.py",  # the experiment config /configure rebuilds
+    "bandit_engines.py": REPO / "examples" / "bandit_demo" / "bandit_engines.py",
+    "bandit_config.py": REPO / "examples" / "bandit_demo" / "bandit_config.py",  # the config /configure rebuilds
     "localworker": LOCALWORKER_PATH / "localworker",  # the stand-in worker server and the tests' engines
 }
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

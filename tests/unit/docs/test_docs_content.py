@@ -123,14 +123,14 @@ def test_the_rbac_page_explains_every_verb_of_the_role(lang):
 
 def test_the_demos_release_name_in_the_docs_is_the_one_the_demo_makes():
     """The commands `make demo DEMO_ARGS=--keep` prints (and the pages show) name the demo's release: the release of
-    the demo's default experiment and trial (examples/bandit_demo.py), which nothing else would notice change."""
+    the demo's default experiment and trial (examples/bandit_demo/demo.py), which nothing else would notice change."""
     from areal_workers.naming import release_name
 
     expected = release_name("bandit", "demo")
     pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
     named = {match for page in pages for match in re.findall(r"aw-bandit-demo-[0-9a-f]{8}", page.read_text())}
     assert named == {expected}
-    demo = (REPO / "examples" / "bandit_demo.py").read_text()
+    demo = (REPO / "examples" / "bandit_demo" / "demo.py").read_text()
     assert 'add_argument("--experiment", default="bandit"' in demo and 'add_argument("--trial", default="demo"' in demo
 
 

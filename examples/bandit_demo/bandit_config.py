@@ -2,8 +2,8 @@
 
 The scheduler reads experiment_name, trial_name and cluster (fileroot, name_resolve) from it, and sends it to every
 worker in /configure, where AReaL's worker rebuilds it from its class path and seeds its RNGs with `seed`. So this
-module is imported on both sides: by the controller (examples/bandit_demo.py) and by the worker processes, which
-have examples/ on their PYTHONPATH. It must not import areal or numpy.
+module is imported on both sides: by the controller (examples/bandit_demo/demo.py) and by the worker processes,
+which have examples/bandit_demo/ on their PYTHONPATH. It must not import areal or numpy.
 """
 
 from __future__ import annotations

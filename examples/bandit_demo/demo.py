@@ -2,7 +2,7 @@
 """The bandit demo: KubernetesScheduler running a small RL experiment, the way an AReaL trainer uses a scheduler.
 
     make demo                                   # local cluster (started if needed), then this program
-    python examples/bandit_demo.py --help       # any cluster: --kubeconfig, --namespace, --image
+    python examples/bandit_demo/demo.py --help  # any cluster: --kubeconfig, --namespace, --image
 
 What it does, step by step, checking each result (exit status 1 at the first surprise):
  1. the workers: an actor role through AReaL's own TrainController (its `initialize` creates the workers through
@@ -12,7 +12,7 @@ What it does, step by step, checking each result (exit status 1 at the first sur
  2. a reference role forked into the actor's pods (TrainController again, colocation with fork=True: AReaL's
     process fork);
  3. the worker table (pods read from the API server);
- 4. the rollout role's engines (examples/bandit_engines.py: CPU subclasses of AReaL's TrainEngine);
+ 4. the rollout role's engines (examples/bandit_demo/bandit_engines.py: CPU subclasses of AReaL's TrainEngine);
  5. a few iterations of REINFORCE on a multi-armed bandit: the rollout engines sample actions and rewards, the
     reference controller scores them, the actor controller splits the batch over its ranks, which all-reduce their
     gradients over gloo and step; the new weights go to the rollout engines; the mean reward rises;
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--namespace", default="bandit-demo", help="namespace of the release (created if missing)")
     parser.add_argument(
         "--image",
-        help="worker image with AReaL and examples/ on its PYTHONPATH "
+        help="worker image with AReaL and examples/bandit_demo/ on its PYTHONPATH "
         "(default: the chart's, AReaL's runtime image; unused on the local cluster)",
     )
     parser.add_argument("--experiment", default="bandit", help="AReaL experiment name (default: bandit)")

@@ -23,10 +23,10 @@ from areal_workers import KubernetesSchedulerConfig, SchedulingSpec
 from bandit_config import ClusterConfig
 from demo_checks import DemoFailure
 
-EXAMPLES = Path(__file__).resolve().parent
-# Not tools/repo_paths.py: on any other cluster the demo runs as a plain `python examples/bandit_demo.py`, without
-# tools/ on its path (only this checkout's local cluster needs tools/, and `make demo` puts it there).
-REPO_ROOT = EXAMPLES.parent
+DEMO_DIR = Path(__file__).resolve().parent  # examples/bandit_demo: the engines the workers import
+# Not tools/repo_paths.py: on any other cluster the demo runs as a plain `python examples/bandit_demo/demo.py`,
+# without tools/ on its path (only this checkout's local cluster needs tools/, and `make demo` puts it there).
+REPO_ROOT = DEMO_DIR.parent.parent
 LOCAL_KUBECONFIG = REPO_ROOT / ".tools" / "kubeconfig"
 CLUSTER_DIR_VARIABLE = "AREAL_WORKERS_CLUSTER_DIR"
 LOCAL_FILEROOT = Path(tempfile.gettempdir()) / "areal-bandit-demo"
@@ -246,7 +246,7 @@ def pod_runner(args: argparse.Namespace, target: Target) -> Iterator[None]:
         logs,
         module_map={},
         python=str(LOCAL_WORKER_PYTHON),
-        pythonpath=(str(EXAMPLES),),
+        pythonpath=(str(DEMO_DIR),),
     ).start()
     try:
         yield

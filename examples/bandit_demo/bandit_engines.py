@@ -1,8 +1,8 @@
 """The engines of the bandit demo: small CPU subclasses of AReaL's TrainEngine, run by AReaL's real worker server.
 
 AReaL's POST /create_engine imports an engine by its class path and accepts only subclasses of TrainEngine or
-InferenceEngine, so the worker processes import this module (examples/ is on their PYTHONPATH; on a real cluster
-the image must have it). Three engines play the roles of an RL experiment on a multi-armed bandit:
+InferenceEngine, so the worker processes import this module (examples/bandit_demo/ is on their PYTHONPATH; on a
+real cluster the image must have it). Three engines play the roles of an RL experiment on a multi-armed bandit:
 
 - `PolicyActor` (role actor, driven by AReaL's TrainController): the policy (softmax over per-arm logits). Its
   replicas form a torch.distributed gloo group at the MASTER_ADDR and MASTER_PORT the controller sets (rank 0's pod
