@@ -563,6 +563,13 @@ BASELINE = [
         "nodeName kwok-node-0 is refused for the areal-workers controller: it bypasses the scheduler and Kueue",
         id="node-name",
     ),
+    pytest.param(lambda s: pod_of(s).update(hostPID=True), "hostPID and hostIPC are refused", id="host-pid"),
+    pytest.param(lambda s: pod_of(s).update(hostIPC=True), "hostPID and hostIPC are refused", id="host-ipc"),
+    pytest.param(
+        lambda s: worker_of(s)["ports"].append({"name": "exposed", "containerPort": 9999, "hostPort": 9999}),
+        "hostPort (worker: 9999)",
+        id="host-port",
+    ),
     pytest.param(volume({"nfs": {"server": "nfs.example.com", "path": "/"}}), "volumes (data (nfs))", id="nfs"),
     pytest.param(
         volume({"gitRepo": {"repository": "https://example.com/x.git"}}), "volumes (data (gitRepo))", id="gitrepo"

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import yaml
+from kubernetes import client
 
 from areal_workers.cli.main import main
 from clusterlib import RUN_PODS, TRAINER_IMAGE, lane_values, submit_trainer
@@ -204,3 +205,40 @@ def test_a_killed_attempt_is_followed_by_one_that_gets_the_same_workers_restarte
     assert all(second[name][1] == restarts + 1 for name, (_, restarts) in first.items())
     assert "attempt 1 of 3, ended (" in err and "succeeded with exit code 0 (attempt 2 of 3" in err
     assert core.list_namespaced_pod(namespace, label_selector="areal.io/role=actor").items == []
+
+
+def test_secret_and_configmap_references_reach_the_job_never_their_values(trainer_namespace, kubeconfig, capsys, core):
+    """The real apiserver accepts the Job `submit` writes with `valueFrom` references (the kubelet resolves them when
+    it starts the pod); neither the Job nor its pod template holds the Secret's value."""
+    namespace, _, _ = trainer_namespace
+    secret = "tok-" + "x" * 24  # what must never appear in the Job
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "wandb"}, "stringData": {"api-key": secret}, "type": "Opaque"}
+    )
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}})
+    code, out, err = submit_trainer(
+        capsys,
+        kubeconfig,
+        namespace,
+        "--name",
+        "trainer-env",
+        "--detach",
+        "--env-from-secret",
+        "WANDB_API_KEY=wandb:api-key",
+        "--env-from-configmap",
+        "RUN_MODE=settings:mode",
+        "--",
+        "python",
+        "-c",
+        "print('started')",
+    )
+    assert code == 0, err
+    job = client.BatchV1Api(core.api_client).read_namespaced_job("trainer-env", namespace)
+    env = {e.name: e for e in job.spec.template.spec.containers[0].env}
+    assert env["WANDB_API_KEY"].value_from.secret_key_ref.to_dict() == {
+        "name": "wandb",
+        "key": "api-key",
+        "optional": None,
+    }
+    assert env["RUN_MODE"].value_from.config_map_key_ref.name == "settings"
+    assert env["WANDB_API_KEY"].value is None and secret not in json.dumps(job.to_dict(), default=str)
