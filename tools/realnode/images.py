@@ -11,9 +11,12 @@
   (`reaper_image`).
 
 Each image is written as a docker-archive tar (manifest.json, config, one gzip-compressed tar per layer) under the tool
-cache, named by a hash of everything that goes into it, so a second build is a file lookup. `ctr images import` takes
-it, and `crane push` sends its layers as they are: compressed once here, not again on every push (an uncompressed
-layer is gzipped twice per push, for its digest and for the upload, on one core: a minute for the worker image).
+cache, named by what goes into it, so a second build is a file lookup: the pause image by a hash of its source and
+compiler; the worker image by its recipe's version, WORKER_IMAGE_VERSION (bumped by hand when its engines or config
+change, so the engines are formatted like any other Python file), and a hash of its rootfs's packages and the
+environment's path. `ctr images import` takes it, and `crane push` sends its layers as they are: compressed once here,
+not again on every push (an uncompressed layer is gzipped twice per push, for its digest and for the upload, on one
+core: a minute for the worker image).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from localkube.settings import ClusterError
 from repo_paths import LOCALWORKER_PATH, REPO, TOOLS_BIN
@@ -44,7 +47,13 @@ WORKER_PACKAGES = ("python3", "g++", "openssl")
 REAPER_PACKAGES = ("python3",)
 # In-image directory of the engines layer; on the workers' PYTHONPATH.
 ENGINES_DIR = "/opt/areal-workers/python"
-ENGINE_SOURCES = {  # in-image path under ENGINES_DIR -> repository path
+# The worker image's recipe: the files its engines layer holds (ENGINE_SOURCES, in-image path under ENGINES_DIR ->
+# repository path) and its config (worker_image). WORKER_IMAGE_VERSION names it in the image's cache key, so bump it
+# when either changes, and record the new sources' fingerprint in WORKER_IMAGE_SOURCES:
+# tests/unit/tools/realnode/test_worker_image_version.py fails, printing it, while they disagree.
+WORKER_IMAGE_VERSION = "1"
+WORKER_IMAGE_SOURCES = "047ecdec24a8d21e"
+ENGINE_SOURCES = {
     "bandit_engines.py": REPO / "examples" / "bandit_demo" / "bandit_engines.py",
     "bandit_config.py": REPO / "examples" / "bandit_demo" / "bandit_config.py",  # the config /configure rebuilds
     "localworker": LOCALWORKER_PATH / "localworker",  # the stand-in worker server and the tests' engines
@@ -105,6 +114,17 @@ def _tree_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def sources_fingerprint(sources: dict[str, Path]) -> str:
+    """A sha256 prefix of the files `sources` names (in-image path -> repository file or directory): each file's path
+    in the image and its bytes."""
+    digest = hashlib.sha256()
+    for name, source in sorted(sources.items()):
+        for file in _tree_files(source):
+            inner = PurePosixPath(name, *file.relative_to(source).parts) if source.is_dir() else PurePosixPath(name)
+            digest.update(f"{inner}\0".encode() + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _hash_sources(*parts: bytes | Path) -> str:
@@ -228,13 +248,19 @@ def _unmount_below(root: Path) -> None:
         subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
+def worker_image_name(rootfs: str, environment: Path) -> str:
+    """The worker image archive's name in the cache: the recipe's version, and a hash of the archive format, the
+    rootfs (its suite, mirror and packages) and the path of `environment`, which the image's PATH names."""
+    key = _hash_sources(ARCHIVE_FORMAT, WORKER_IMAGE_VERSION.encode(), rootfs.encode(), str(environment).encode())
+    return f"areal-worker-v{WORKER_IMAGE_VERSION}-{key}.tar"
+
+
 def worker_image(environment: Path) -> Path:
     """The worker image's archive: the Debian rootfs layer and the engines layer; PATH starts with the bin/ of
     `environment` (AReaL's virtualenv, mounted from the host at that path)."""
     environment = environment.resolve()
     rootfs = debian_rootfs(WORKER_PACKAGES)
-    key = _hash_sources(ARCHIVE_FORMAT, rootfs.name.encode(), str(environment).encode(), *ENGINE_SOURCES.values())
-    out = CACHE / f"areal-worker-{key}.tar"
+    out = CACHE / worker_image_name(rootfs.name, environment)
     if out.exists():
         return out
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
