@@ -28,8 +28,9 @@ import ipaddress
 import os
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import psutil
@@ -74,8 +75,11 @@ def interface_of(address: str) -> str:
     wanted = ipaddress.ip_address(address)
     for name, addresses in psutil.net_if_addrs().items():
         for found in addresses:
-            if found.family == socket.AF_INET and found.netmask and \
-                    wanted in ipaddress.ip_network(f"{found.address}/{found.netmask}", strict=False):
+            if (
+                found.family == socket.AF_INET
+                and found.netmask
+                and wanted in ipaddress.ip_network(f"{found.address}/{found.netmask}", strict=False)
+            ):
                 return name
     raise RuntimeError(f"no network interface holds the pod IP {address}")
 
@@ -120,8 +124,14 @@ class DistributedBanditEngine(BanditEngine):
         os.environ["GLOO_SOCKET_IFNAME"] = interface_of(os.environ.get("POD_IP", address))
         if rank == 0:
             self._store_socket = socket.create_server((address, port), backlog=64)
-            store = dist.TCPStore(address, port, world, is_master=True, timeout=RENDEZVOUS_TIMEOUT,
-                                  master_listen_fd=self._store_socket.fileno())
+            store = dist.TCPStore(
+                address,
+                port,
+                world,
+                is_master=True,
+                timeout=RENDEZVOUS_TIMEOUT,
+                master_listen_fd=self._store_socket.fileno(),
+            )
         else:
             store = dist.TCPStore(address, port, world, is_master=False, timeout=RENDEZVOUS_TIMEOUT)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=RENDEZVOUS_TIMEOUT)
@@ -188,8 +198,16 @@ class PolicyActor(DistributedBanditEngine):
     """The trained policy. Every replica starts from the same seed and applies the same all-reduced gradient, so
     the replicas stay identical, as data-parallel replicas do."""
 
-    def initialize(self, addr: str | None = None, ft_spec: Any = None, *, n_arms: int, learning_rate: float,
-                   kl_coef: float, seed: int) -> None:
+    def initialize(
+        self,
+        addr: str | None = None,
+        ft_spec: Any = None,
+        *,
+        n_arms: int,
+        learning_rate: float,
+        kl_coef: float,
+        seed: int,
+    ) -> None:
         self.logits = np.random.default_rng(seed).normal(0.0, 0.01, size=n_arms)
         self.learning_rate, self.kl_coef = float(learning_rate), float(kl_coef)
         self._initialized = True
@@ -227,9 +245,15 @@ class PolicyActor(DistributedBanditEngine):
         averaged /= dist.get_world_size()
         self.logits = self.logits + self.learning_rate * averaged.numpy()
         self._version += 1
-        return {"version": self._version, "rank": dist.get_rank(), "world_size": dist.get_world_size(),
-                "samples": int(len(actions)), "kl": float(np.mean(logp - ref_logp)),
-                "local_gradient": local.tolist(), "applied_gradient": averaged.tolist()}
+        return {
+            "version": self._version,
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+            "samples": int(len(actions)),
+            "kl": float(np.mean(logp - ref_logp)),
+            "local_gradient": local.tolist(),
+            "applied_gradient": averaged.tolist(),
+        }
 
 
 @complete_engine_api
@@ -299,11 +323,21 @@ class BanditInference(InferenceEngine):
     def set_version(self, version: int) -> None:
         self._version = int(version)
 
-    def submit(self, data: dict[str, Any], workflow: Any = None, workflow_kwargs: dict[str, Any] | None = None,
-               should_accept_fn: Any = None, group_size: int = 1, task_id: int | None = None,
-               is_eval: bool = False, callback_addr: str | None = None, proxy_addr: str | None = None) -> int:
-        threading.Thread(target=self._episode, args=(task_id, int(data["n"]), workflow, callback_addr),
-                         daemon=True).start()
+    def submit(
+        self,
+        data: dict[str, Any],
+        workflow: Any = None,
+        workflow_kwargs: dict[str, Any] | None = None,
+        should_accept_fn: Any = None,
+        group_size: int = 1,
+        task_id: int | None = None,
+        is_eval: bool = False,
+        callback_addr: str | None = None,
+        proxy_addr: str | None = None,
+    ) -> int:
+        threading.Thread(
+            target=self._episode, args=(task_id, int(data["n"]), workflow, callback_addr), daemon=True
+        ).start()
         return task_id
 
     def _episode(self, task_id: int, n: int, workflow: Any, callback_addr: str | None) -> None:
@@ -312,14 +346,20 @@ class BanditInference(InferenceEngine):
         actions = self.rng.choice(len(self.logits), size=n, p=softmax(self.logits))
         rewards = (self.rng.random(n) < self.arm_probs[actions]).astype(float)
         with self._lock:
-            self._done[task_id] = {"actions": actions.tolist(), "rewards": rewards.tolist(),
-                                   "version": self._version, "logits": self.logits.tolist(), "workflow": workflow,
-                                   "pod": os.environ.get("POD_NAME", socket.gethostname())}
+            self._done[task_id] = {
+                "actions": actions.tolist(),
+                "rewards": rewards.tolist(),
+                "version": self._version,
+                "logits": self.logits.tolist(),
+                "workflow": workflow,
+                "pod": os.environ.get("POD_NAME", socket.gethostname()),
+            }
         if callback_addr:  # what AReaL's WorkflowExecutor posts when an episode is done
             requests.post(callback_addr, json={"task_id": task_id}, timeout=30).raise_for_status()
 
-    def wait_for_task(self, task_id: int, timeout: float | None = None,
-                      raise_timeout: bool = True) -> dict[str, Any] | None:
+    def wait_for_task(
+        self, task_id: int, timeout: float | None = None, raise_timeout: bool = True
+    ) -> dict[str, Any] | None:
         with self._lock:
             return self._done.pop(task_id, None)
 

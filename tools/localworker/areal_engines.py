@@ -12,9 +12,11 @@ from __future__ import annotations
 import abc
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from areal.api import TrainEngine
+
 from localworker.engines import CounterProbes
 
 

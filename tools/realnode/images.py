@@ -51,8 +51,8 @@ ENGINES_DIR = "/opt/areal-workers/python"
 # repository path) and its config (worker_image). WORKER_IMAGE_VERSION names it in the image's cache key, so bump it
 # when either changes, and record the new sources' fingerprint in WORKER_IMAGE_SOURCES:
 # tests/unit/tools/realnode/test_worker_image_version.py fails, printing it, while they disagree.
-WORKER_IMAGE_VERSION = "1"
-WORKER_IMAGE_SOURCES = "047ecdec24a8d21e"
+WORKER_IMAGE_VERSION = "2"
+WORKER_IMAGE_SOURCES = "d7da7773199fa6a5"
 ENGINE_SOURCES = {
     "bandit_engines.py": REPO / "examples" / "bandit_demo" / "bandit_engines.py",
     "bandit_config.py": REPO / "examples" / "bandit_demo" / "bandit_config.py",  # the config /configure rebuilds

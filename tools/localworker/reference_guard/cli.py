@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nfs-record-root", type=str, default="/tmp/areal/name_resolve", help="recorded only")
     parser.add_argument("--etcd3-addr", type=str, default="localhost:2379", help="recorded only")
     parser.add_argument(
-        "--fileroot", type=str, default=None,
+        "--fileroot",
+        type=str,
+        default=None,
         help=f"root directory for forked workers' logs (default: {DEFAULT_LOG_ROOT})",
     )
     return parser

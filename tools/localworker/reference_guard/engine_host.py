@@ -82,9 +82,7 @@ def import_engine_class(import_path: str) -> type:
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
-            raise ImportError(
-                f"Failed to import module '{module_name}' from path '{import_path}': {error}"
-            ) from error
+            raise ImportError(f"Failed to import module '{module_name}' from path '{import_path}': {error}") from error
         try:
             engine_class = getattr(module, class_name)
         except AttributeError as error:
@@ -128,9 +126,7 @@ class EngineHost:
             engine = self._engines.get(engine_name)
             available = list(self._engines)
         if engine is None:
-            raise HttpError(
-                HTTPStatus.NOT_FOUND, f"Engine '{engine_name}' not found. Available engines: {available}"
-            )
+            raise HttpError(HTTPStatus.NOT_FOUND, f"Engine '{engine_name}' not found. Available engines: {available}")
         return engine
 
     def run_serially(self, work: Callable[[], Any]) -> Any:

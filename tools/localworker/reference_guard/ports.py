@@ -72,8 +72,7 @@ class PortAllocator:
                     found.append(port)
             if len(found) < count:
                 raise internal_error(
-                    f"Could only find {len(found)} free ports out of {count} requested "
-                    f"after {max_attempts} attempts"
+                    f"Could only find {len(found)} free ports out of {count} requested after {max_attempts} attempts"
                 )
             self._held_ports.update(found)
             return sorted(found)

@@ -69,9 +69,7 @@ def handle_health(state: GuardState, _body: JsonObject) -> JsonObject:
         "experiment_name": identity.experiment_name,
         "trial_name": identity.trial_name,
         "forked": state.children.describe(),
-        "configured": None
-        if configuration is None
-        else {"role": configuration["role"], "rank": configuration["rank"]},
+        "configured": None if configuration is None else {"role": configuration["role"], "rank": configuration["rank"]},
         "name_resolve": {
             "type": identity.name_resolve_type,
             "nfs_record_root": identity.nfs_record_root,
@@ -195,9 +193,7 @@ def handle_call(state: GuardState, body: JsonObject) -> JsonObject:
         raise bad_request(str(error)) from error
     except EngineCodeError as error:
         logger.error("engine method '%s' failed:\n%s", method_name, error.traceback_text)
-        raise HttpError(
-            HTTPStatus.INTERNAL_SERVER_ERROR, f"Engine method '{method_name}' failed: {error}"
-        ) from error
+        raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, f"Engine method '{method_name}' failed: {error}") from error
     try:
         json.dumps(result)
     except (TypeError, ValueError) as error:
