@@ -77,6 +77,22 @@ def test_a_bad_update_shows_the_worker_failure_and_the_rollback_with_its_cause(m
     )
 
 
+def test_scaling_and_forking_are_revisions_written_on_the_targets_statefulset(make_scheduler, kubeconfig, namespace):
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    scheduler.get_workers("actor")
+    scheduler.scale_workers("actor", 2)
+    scheduler.get_workers("actor")
+    scheduler.fork_workers("ref", "actor")  # process forks: in the actor's pods
+    statefulset = scheduler.driver.model.roles["actor"]["statefulset"]
+
+    seen = events(kubeconfig, namespace, f"involvedObject.name={statefulset}")
+    written = [(e["action"], e["message"]) for e in seen if e["reason"] == "RevisionWritten"]
+    assert [action for action, _ in written] == ["Create", "Scale", "Fork"], written
+    assert written[1][1].startswith(f"release {scheduler.release} revision 2: scale actor"), written
+    assert " ref" in written[2][1], written
+
+
 def test_a_repeated_refusal_is_one_event_with_a_series(make_scheduler, kubeconfig, namespace):
     scheduler = make_scheduler()
     for _ in range(3):

@@ -399,6 +399,16 @@ def test_a_failed_update_is_rolled_back_and_the_stuck_pod_replaced(make_schedule
     why = re.fullmatch(r"workers failed: (.+ \(actor/[0-2]\))", failed_update["note"])
     assert why, failed_update
     assert rollback["note"] == f"after revision 3 failed: {why.group(1)}", rollback
+    # The pods the rollback replaced (its note names them) are its Event on the StatefulSet, as `kubectl describe`
+    # shows it; none replaced, no Event.
+    stuck = re.search(r"replaced pods stuck on the failed revision: ([^;\n]+)", "\n".join(failed.value.__notes__))
+    replaced = core.list_namespaced_event(scheduler.namespace, field_selector="reason=StuckPodsReplaced").items
+    if stuck is None:
+        assert replaced == [], replaced
+    else:
+        assert [e.involved_object.name for e in replaced] == [f"{scheduler.release}-areal-workers-actor"], replaced
+        named = replaced[0].message.removeprefix("replaced pods stuck on an abandoned revision: ")
+        assert sorted(named.split(", ")) == sorted(stuck.group(1).split(", ")), (named, stuck.group(1))
 
 
 def test_values_the_chart_schema_rejects_fail_before_any_write(make_scheduler):
