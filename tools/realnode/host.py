@@ -145,7 +145,10 @@ def _processes() -> dict[int, tuple[int, str | None]]:
 
 def kill_namespace_processes(namespace: str, keep: int | None) -> int:
     """SIGKILLs every process of the mount namespace (containerd, its shims) and their descendants (the containers,
-    in mount namespaces of their own) but `keep`; returns how many died."""
+    in mount namespaces of their own) but `keep`; returns how many died. Never the host's namespace (this process's
+    or init's): a record left by a holder that died may name it, and every process of the machine would die."""
+    if namespace in {mount_namespace(os.getpid()), mount_namespace(1)}:
+        return 0
     table = _processes()
     doomed = {pid for pid, (_, ns) in table.items() if ns == namespace and pid != keep}
     grew = True
