@@ -268,17 +268,17 @@ def _read_namespace(path: Path) -> str | None:
         return None
 
 
-def split_address(address: str) -> tuple[str, int]:
+def split_address(address: str, source: str = "metrics_address") -> tuple[str, int]:
     """`host:port` (`[v6]:port`; an empty host: loopback), e.g. `10.1.2.3:9090` (a pod's IP), `127.0.0.1:0`."""
     host, sep, port = address.strip().rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"metrics_address must be host:port (port 0-65535, 0: any free one), got {address!r}")
+        raise ConfigError(f"{source} must be host:port (port 0-65535, 0: any free one), got {address!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def parse_address(raw: str, source: str = "metrics_address") -> str:
     """`host:port`, e.g. `127.0.0.1:9090` (port 0: any free one)."""
-    split_address(raw)
+    split_address(raw, source)
     return raw.strip()
 
 

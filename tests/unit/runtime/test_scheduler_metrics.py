@@ -250,6 +250,8 @@ def test_metrics_are_off_by_default_and_set_from_their_variable(tmp_path):
     environ = {"AREAL_K8S_METRICS_ADDRESS": "0.0.0.0:9090"}
     config = KubernetesSchedulerConfig.from_env(environ, namespace_file=tmp_path / "none")
     assert config.metrics_address == "0.0.0.0:9090"
+    with pytest.raises(ConfigError, match="^AREAL_K8S_METRICS_ADDRESS must be host:port"):  # the variable named
+        KubernetesSchedulerConfig.from_env({"AREAL_K8S_METRICS_ADDRESS": "9090"}, namespace_file=tmp_path / "none")
 
 
 def test_a_scheduler_on_the_memory_cluster_counts_its_failed_change_and_its_rollback():

@@ -317,7 +317,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="the trainer's variable NAME from key KEY of ConfigMap CONFIGMAP of the namespace (repeatable)",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the Job and its NetworkPolicy instead of creating them"
+        "--dry-run",
+        action="store_true",
+        help="print the Job, its NetworkPolicy and PodMonitor instead of creating them",
     )
     parser.add_argument("--detach", action="store_true", help="return once the Job is created")
     duration_option(parser, "--start-timeout", "10m", "how long the trainer pod may take to start")
