@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -174,3 +175,10 @@ def submit_trainer(capsys, kubeconfig: Path, namespace: str, *argv: str, start_t
     )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def default_sigint() -> None:
+    """A subprocess's preexec_fn: a run started in the background of a non-interactive shell (CI) ignores SIGINT, and
+    the ignoring is inherited; Python turns SIGINT into KeyboardInterrupt only when it starts with the default
+    disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -27,7 +27,7 @@ from areal_workers.cli.session import (
     EXIT_USAGE,
 )
 from areal_workers.errors import LeaseLostError
-from clusterlib import job, spec
+from clusterlib import default_sigint, job, spec
 from repo_paths import REPO, TOOLS_BIN
 
 CLI = [sys.executable, "-m", "areal_workers.cli"]
@@ -128,12 +128,6 @@ def test_logs_of_a_worker_and_of_a_crashed_one(cli, crashing_trial):
     code, out, _ = cli("logs", "actor/1")
     assert code == EXIT_OK and out.strip()
     assert cli("logs", "actor/9")[0] == EXIT_NOT_FOUND
-
-
-def default_sigint() -> None:
-    """A run started in the background of a non-interactive shell (CI) ignores SIGINT, and the ignoring is
-    inherited; Python turns SIGINT into KeyboardInterrupt only when it starts with the default disposition."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_logs_follow_streams_until_interrupted(kubeconfig, crashing_trial):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_workers.cli.session import EXIT_INTERRUPTED, EXIT_OK
-from clusterlib import job, spec, wait_for
+from clusterlib import default_sigint, job, spec, wait_for
 from repo_paths import REPO, TOOLS_BIN
 
 CLI = [sys.executable, "-m", "areal_workers.cli"]
@@ -26,12 +26,6 @@ TICKER = (
     "python -c 'import os, time; "
     '[print(os.environ["POD_NAME"], time.time(), flush=True) or time.sleep(1) for _ in iter(int, 1)]\''
 )
-
-
-def default_sigint() -> None:
-    """A run started in the background of a non-interactive shell (CI) ignores SIGINT, and the ignoring is
-    inherited; Python turns SIGINT into KeyboardInterrupt only when it starts with the default disposition."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli(kubeconfig: Path, namespace: str, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from areal_workers import WorkerCreationError, WorkerFailedError
 from areal_workers.cli.main import main
 from areal_workers.cli.session import EXIT_INTERRUPTED, EXIT_PROBLEM
 from areal_workers.reasons import DIAGNOSES
-from clusterlib import job, spec, wait_for
+from clusterlib import default_sigint, job, spec, wait_for
 from repo_paths import TOOLS_BIN
 
 pytestmark = pytest.mark.reference_guard_only
@@ -136,11 +136,6 @@ def test_the_reapers_uninstall_leaves_its_event(make_scheduler, kubeconfig, name
     (reaped,) = events(kubeconfig, namespace, "reason=ReleaseReaped")
     assert reaped["involvedObject"] == {**reaped["involvedObject"], "kind": "ConfigMap", "name": configmap}
     assert reaped["message"].startswith(f"reaped release {scheduler.release}: its trainer")
-
-
-def default_sigint() -> None:
-    """A run started in the background of a non-interactive shell (CI) ignores SIGINT, inherited by children."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_events_and_status_tell_a_bad_updates_story_and_a_watch_follows_it(
