@@ -22,6 +22,7 @@ from pathlib import Path
 import plots
 import workloads as w
 from harness import RESULTS, Progress, Result, Table
+from step_clock import Steps, clock
 
 NAME = "startup"
 TITLE = "Worker start-up: create_workers + get_workers against the floor"
@@ -56,6 +57,7 @@ class Point:
     creating: list[float] = field(default_factory=list)  # of which in create_workers calls
     waiting: list[float] = field(default_factory=list)  # and in get_workers calls
     floor: list[float] = field(default_factory=list)
+    steps: list[Steps] = field(default_factory=list)  # where the create_workers time went, per run
 
     @property
     def ratio(self) -> float:
@@ -106,7 +108,8 @@ def _series(
             planner.close()
 
             def adapter() -> float:
-                total, creating = _adapter_run(kubeconfig, ns, values, role_jobs, plan.timeout, core)
+                total, creating, steps = _adapter_run(kubeconfig, ns, values, role_jobs, plan.timeout, core)
+                point.steps.append(steps)
                 point.creating.append(creating)
                 point.waiting.append(total - creating)
                 return total
@@ -131,17 +134,18 @@ def _series(
 
 def _adapter_run(
     kubeconfig: str, ns: str, values: list[str], role_jobs: list[w.Job], timeout: float, core: w.client.CoreV1Api
-) -> tuple[float, float]:
-    """Seconds in all, and of them in create_workers."""
+) -> tuple[float, float, Steps]:
+    """Seconds in all, and of them in create_workers, with the steps of these."""
     scheduler = w.scheduler(kubeconfig, ns, values, f"t-{uuid.uuid4().hex[:6]}", timeout)
     try:
         started = time.perf_counter()
-        for job in role_jobs:
-            scheduler.create_workers(job)
+        with clock(scheduler) as steps:
+            for job in role_jobs:
+                scheduler.create_workers(job)
         created = time.perf_counter()
         for job in role_jobs:
             scheduler.get_workers(job.role, timeout=timeout)
-        return time.perf_counter() - started, created - started
+        return time.perf_counter() - started, created - started, steps
     finally:
         scheduler.delete_workers()
         scheduler.close()
@@ -239,6 +243,40 @@ def _table(caption: str, points: list[Point]) -> Table:
     )
 
 
+def _steps_table(points: list[Point]) -> Table:
+    """Where the create_workers time of each point went (medians over its runs): each helm subcommand's seconds
+    and processes, the API requests of the calling thread, and the rest (the adapter's own Python)."""
+    subcommands = sorted({name for p in points for steps in p.steps for name in steps.helm}, key=_helm_order)
+    rows = []
+    for p in points:
+        if not p.steps:
+            continue
+        helm_cells = []
+        for name in subcommands:
+            seconds = statistics.median(steps.helm[name] for steps in p.steps)
+            runs = statistics.median(steps.helm_runs[name] for steps in p.steps)
+            helm_cells.append(f"{seconds:.2f} ({runs:g})")
+        api = statistics.median(steps.api_seconds for steps in p.steps)
+        requests = statistics.median(steps.api_requests for steps in p.steps)
+        rest = statistics.median(
+            creating - steps.helm_seconds() - steps.api_seconds for creating, steps in zip(p.creating, p.steps)
+        )
+        creating = statistics.median(p.creating)
+        rows.append(
+            [p.series, p.n, p.roles, f"{creating:.2f}", *helm_cells, f"{api:.2f} ({requests:g})", f"{rest:.2f}"]
+        )
+    header = ["series", "N", "roles", "create_workers s", *(f"helm {name} s (runs)" for name in subcommands)]
+    return Table(
+        "Where the create_workers time goes (all the point's create_workers calls; medians)",
+        [*header, "API requests s (count)", "rest s"],
+        rows,
+    )
+
+
+def _helm_order(subcommand: str) -> tuple[int, str]:
+    return (0 if subcommand == "upgrade" else 1, subcommand)
+
+
 def _plot(plan: Plan, points: list[Point]) -> str:
     plot = plots.Plot(
         "create_workers + get_workers (solid) vs the floor (dotted)", "workers (N)", "seconds (median)", log_y=True
@@ -265,8 +303,8 @@ def _result(plan: Plan, points: list[Point]) -> Result:
     summary = (
         "Seconds from the first create_workers call to the last get_workers return (every worker Ready), for N "
         "workers in one role or split evenly over 4 (4 create_workers, then 4 get_workers), and the part spent in "
-        "create_workers: each is one helm revision (helm status, a helm template for the capacity preflight, helm "
-        "upgrade --install, helm get values, the topology ConfigMap read back), so 4 roles pay that 4 times, "
+        "create_workers: each is one helm revision (a helm template for the capacity preflight and one helm "
+        "upgrade --install; the last table splits the time by step), so 4 roles pay that 4 times, "
         "while pods of earlier roles already start. The floor is the same "
         "objects (the chart's render from `scheduler.dry_run`, test hooks left out) created one by one with the "
         "Kubernetes client, then one list and watch of the pods until all are Ready: what any client must do to "
@@ -279,6 +317,7 @@ def _result(plan: Plan, points: list[Point]) -> Result:
     tables = [_table("KWOK readiness (no process per pod)", kwok)]
     if guards:
         tables.append(_table("Real guard processes (reference stand-in, run and probed by podrunner)", guards))
+    tables.append(_steps_table(points))
     return Result(
         name=NAME,
         title=TITLE,

@@ -6,12 +6,13 @@
 
 A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment;
 no lane names a file. An extra `-m` narrows each lane's own expression (both must match). Lanes that share nothing
-but the cluster run side by side, each test in namespaces of its own: the main lane (the integration tests that
-keep to their namespaces) beside the AReaL lane (`areal_worker` and `both_workers` tests on AReaL's real
-rpc_server). Then the tests marked `serial_cluster`, which load or change what every test shares (nodes, GPU
-capacity, Kueue, the real node), in two streams: those that run on the real node (`real_node`) beside those that do
-not, followed in that stream by the helm 4 lane (`helm4`), the `late` halves of the main and AReaL lanes and the
-offline lane (the unit tests that need AReaL's environment, but no cluster).
+but the cluster run side by side, each test in namespaces of its own. Phase 1: the tests that run on the real node
+(`serial_cluster` and `real_node`, one at a time) beside the main lane (the integration tests that keep to their
+namespaces, two pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` tests on AReaL's real
+rpc_server). Phase 2: the other `serial_cluster` tests, which load or change what every test shares (nodes, GPU
+capacity, Kueue), beside the offline lane (the unit tests that need AReaL's environment, but no cluster). Phase 3:
+the `late` halves of the main and AReaL lanes (tests that use the real-node tests' fixed names, and tests kept out
+of the busy phase 1) beside the helm 4 lane (`helm4`). The report gives each phase's time and how busy the CPUs were.
 Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The other unit
 and chart tests are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes its output
 to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log
@@ -50,6 +51,7 @@ class Lane:
     name: str
     selection: str
     environment: dict[str, str] = field(default_factory=dict)
+    workers: int = 1  # pytest-xdist processes, a test file each at a time (its module fixtures and order kept)
     code: int | None = None
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
@@ -71,7 +73,9 @@ class Lane:
         the rest of `extra`; the lane's JUnit report last, so that it is the one pytest writes."""
         expressions, rest = split_mark_expressions(extra)
         selection = " and ".join(f"({expression})" for expression in [self.selection, *expressions])
-        return [str(PYTEST), "-m", selection if expressions else self.selection, *rest, f"--junitxml={self.junit}"]
+        parallel = ["-n", str(self.workers), "--dist", "loadfile"] if self.workers > 1 else []
+        selected = selection if expressions else self.selection
+        return [str(PYTEST), "-m", selected, *parallel, *rest, f"--junitxml={self.junit}"]
 
     def run(self, extra: list[str], output: IO[str] | None = None) -> bool:
         """Runs pytest (its output to `output`, else the terminal) and reads the skipped tests from its report;
@@ -126,25 +130,29 @@ AREAL = f"integration and (areal_worker or both_workers) and not rbac and {SIDE_
 
 def lanes() -> list[list[list[Lane]]]:
     """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
-    main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}")
-    # Phase 2's second stream waits on little (the serial lane, then the offline lane), while the serial-node lane
-    # beside it mostly waits on the real node's throttled pods: the `late` tests run there instead of in the CPU-bound
-    # phase 1, which they would lengthen by their time (tests/unit/tools/test_lane_selection.py keeps them off the
-    # names a serial-node test uses).
-    main_late = Lane("main-late", f"integration and late and {SIDE_BY_SIDE}")
-    # The unit tests that need AReaL's environment (the rest of the unit and chart tests ran in `make check`, before
-    # the cluster started) need no cluster either, so they may run beside any lane: after the serial lane, in the
-    # serial phase's shorter stream, they take CPU time phase 1 (CPU-bound) would otherwise spend on them.
-    offline = Lane("offline", "not integration and areal_worker")
+    # Phase 1: the serial-node lane, the longest, mostly waits on the real node's throttled pods; beside it the
+    # lanes that keep to namespaces of their own and touch neither the real node nor its fixed names (the deployment
+    # guide's namespace rl and chart push, the demo's namespace: tests/unit/tools/test_lane_selection.py). The main
+    # lane's tests mostly wait on pods and helm (one stream keeps a quarter of the 2 cores busy), so two processes
+    # run its files.
+    serial_node = Lane("serial-node", f"{SERIAL} and real_node")
+    main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2)
     areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER)
+    # The unit tests that need AReaL's environment (the rest of the unit and chart tests ran in `make check`, before
+    # the cluster started) need no cluster either, so they run beside the serial lane, which leaves the CPU idle.
+    offline = Lane("offline", "not integration and areal_worker")
+    serial = Lane("serial", f"{SERIAL} and not real_node")
+    # After the serial lane (which changes nodes and capacity under every test): the `late` tests, those that use
+    # the serial-node lane's fixed names (they run the docs' pages, push the chart) and those kept out of the busy
+    # phase 1, and the helm 4 lane.
+    main_late = Lane("main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2)
     areal_late = Lane("areal-late", f"{AREAL} and late", AREAL_WORKER)
     helm4 = Lane("helm4", f"integration and helm4 and not rbac and {SIDE_BY_SIDE}", {"AREAL_WORKERS_HELM": str(HELM4)})
-    serial_node = Lane("serial-node", f"{SERIAL} and real_node")
-    serial = Lane("serial", f"{SERIAL} and not real_node")
     restarts = Lane("restarts", "restarts_control_plane")
     return [
-        [[main], [areal]],
-        [[serial_node], [serial, helm4, main_late, areal_late, offline]],
+        [[serial_node], [main], [areal]],
+        [[serial], [offline]],
+        [[main_late], [helm4, areal_late]],
         [[restarts]],
     ]
 
@@ -210,6 +218,24 @@ def report(lane: Lane, lock: threading.Lock) -> None:
         print_skipped(lane)
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """The machine's busy and total CPU ticks since boot (/proc/stat; None where there is none)."""
+    try:
+        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
+    """How busy the CPUs were between two readings, as a percentage of all of them (what tells a phase that waits
+    from one that computes)."""
+    if before is None or after is None or after[1] == before[1]:
+        return "CPU busy unknown"
+    return f"CPU busy {100 * (after[0] - before[0]) / (after[1] - before[1]):.0f}%"
+
+
 def without_the_real_node(extra: list[str]) -> list[str]:
     """`extra`, narrowed to the tests that need no real node when the local cluster runs without one
     (`make test NODE=kwok`, or a machine that cannot run it), which is said once, loudly: those tests would only
@@ -237,7 +263,8 @@ def main(extra: list[str]) -> int:
     lock = threading.Lock()
     started = time.monotonic()
     every: list[Lane] = []
-    for phase in lanes():
+    for number, phase in enumerate(lanes(), 1):
+        phase_started, ticks = time.monotonic(), cpu_ticks()
 
         def stream(lanes_: list[Lane]) -> None:
             for lane in lanes_:
@@ -253,6 +280,12 @@ def main(extra: list[str]) -> int:
             thread.start()
         for thread in threads:
             thread.join()
+        names = " | ".join(", ".join(lane.name for lane in lanes_) for lanes_ in phase)
+        print(
+            f"\n===== phase {number} ({names}) in {time.monotonic() - phase_started:.0f} s, "
+            f"{cpu_busy(ticks, cpu_ticks())}",
+            flush=True,
+        )
         every += [lane for lanes_ in phase for lane in lanes_]
         if any(lane.failed for lane in every):
             break

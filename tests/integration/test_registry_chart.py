@@ -22,9 +22,10 @@ from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
 from repo_paths import REPO, TOOLS_BIN
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the registry is the local cluster's"
-)
+pytestmark = [
+    pytest.mark.late,  # after the real-node tests: it pushes the chart, as the deployment guide's test does
+    pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the registry is the local cluster's"),
+]
 HELM = str(TOOLS_BIN / "helm")
 
 

@@ -76,7 +76,8 @@ def test_a_lane_is_a_marker_expression_of_registered_markers_and_names_no_file()
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     registered = {line.split(":")[0] for line in pyproject["tool"]["pytest"]["ini_options"]["markers"]}
     for lane in every_lane():
-        assert lane.command([]) == [str(PYTEST), "-m", lane.selection, f"--junitxml={lane.junit}"]
+        parallel = ["-n", str(lane.workers), "--dist", "loadfile"] if lane.workers > 1 else []
+        assert lane.command([]) == [str(PYTEST), "-m", lane.selection, *parallel, f"--junitxml={lane.junit}"]
         unregistered = set(Expression.compile(lane.selection).idents()) - registered
         assert not unregistered, f"lane {lane.name}: {unregistered}"
 
@@ -107,21 +108,38 @@ def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
     assert real and all(ran == {"serial-node"} for ran in real.values()), real
 
 
-def test_every_lane_runs_once_and_late_lanes_run_after_the_serial_lane():
+def test_every_lane_runs_once_and_late_lanes_run_after_the_serial_lanes():
     names = [lane.name for lane in every_lane()]
     assert len(names) == len(set(names))
-    [stream] = [stream for stream in lanes()[1] if stream[0].name == "serial"]
-    assert [lane.name for lane in stream][1:-1] == ["helm4", "main-late", "areal-late"]
+    phase_of = {lane.name: number for number, phase in enumerate(lanes()) for stream in phase for lane in stream}
+    serial = max(phase_of["serial"], phase_of["serial-node"])
+    assert all(phase_of[name] > serial for name in ("main-late", "areal-late", "helm4"))
+    assert phase_of["restarts"] == len(lanes()) - 1 and [[lane.name for lane in s] for s in lanes()[-1]] == [
+        ["restarts"]
+    ]
+    [serial_phase] = [phase for phase in lanes() if any(lane.name == "serial" for stream in phase for lane in stream)]
+    beside_serial = {lane.name for stream in serial_phase for lane in stream} - {"serial"}
+    assert beside_serial <= {"offline"}, "the serial lane changes nodes and capacity under any cluster test beside it"
 
 
-def test_no_late_test_shares_a_fixed_name_with_the_serial_node_lane(lanes_of):
-    """Late lanes run beside the serial-node lane, whose deployment guide uses namespace rl and pushes the release:
-    a late test's file must neither follow the docs' pages (docs_pages, namespace rl) nor push the chart."""
-    late = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & {"main-late", "areal-late"}}
-    assert late
-    for path in late:
+# What the real-node tests name that is not a namespace of their own: the deployment guide's namespace rl and the
+# chart it pushes, the demo's namespace; the docs' pages, run whole, use these too.
+REAL_NODE_NAMES = ("run_script", "push_chart", "bandit-demo", "DEMO_NAMESPACE")
+
+
+def test_no_test_beside_the_serial_node_lane_shares_a_fixed_name_with_it(lanes_of):
+    """The lanes of the serial-node lane's phase run beside it: a test file there must neither follow the docs'
+    pages nor push the chart nor use the demo's namespace (such files are `late`: they run after it)."""
+    [phase] = [phase for phase in lanes() if any(lane.name == "serial-node" for stream in phase for lane in stream)]
+    beside = {lane.name for stream in phase for lane in stream} - {"serial-node"}
+    assert beside
+    files = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & beside}
+    assert files
+    for path in files:
         text = (REPO / path).read_text()
-        assert "docs_pages" not in text and '"rl"' not in text and "push_chart" not in text, path
+        assert not [name for name in REAL_NODE_NAMES if name in text], path
+    late = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & {"main-late"}}
+    assert {"tests/integration/test_docs_commands.py", "tests/integration/test_registry_chart.py"} <= late
 
 
 def test_an_extra_mark_expression_narrows_every_lanes_own():
