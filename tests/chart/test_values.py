@@ -282,9 +282,8 @@ def test_security_contexts_are_configurable(render):
 
 def test_probes(render):
     c = container(sts(render({"roles": {"a": role()}}), "a"))
-    assert c["readinessProbe"] == {
+    assert c["readinessProbe"] == {  # no initialDelaySeconds: 0 is the API's default, which it leaves out
         "httpGet": {"path": "/health", "port": "guard"},
-        "initialDelaySeconds": 0,
         "periodSeconds": 5,
         "timeoutSeconds": 2,
         "failureThreshold": 3,
