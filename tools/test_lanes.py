@@ -5,18 +5,19 @@
     python tools/test_lanes.py --lane NAME[,NAME...] [PYTEST_ARGS...]   lanes one by one, output on the terminal
 
 A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment;
-no lane names a file. An extra `-m` narrows each lane's own expression (both must match). Lanes that share nothing
-but the cluster run side by side, each test in namespaces of its own. Phase 1: the tests that run on the real node
-(`serial_cluster` and `real_node`, one at a time) beside the main lane (the integration tests that keep to their
-namespaces, two pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` tests on AReaL's real
-rpc_server). Phase 2: the other `serial_cluster` tests, which load or change what every test shares (nodes, GPU
-capacity, Kueue), beside the offline lane (the unit tests that need AReaL's environment, but no cluster). Phase 3:
-the `late` halves of the main and AReaL lanes (tests that use the real-node tests' fixed names, and tests kept out
-of the busy phase 1) beside the helm 4 lane (`helm4`). The report gives each phase's time and how busy the CPUs were.
+no lane names a file. An extra `-m` narrows each lane's own expression (both must match). A lane starts once the
+lanes it comes after have passed, and runs beside every other that has started, each test in namespaces of its own
+(lanes()): at once, the tests that run on the real node (`serial_cluster` and `real_node`, one at a time), the main
+lane (the integration tests that keep to their namespaces, two pytest-xdist processes) and the AReaL lane
+(`areal_worker` and `both_workers` tests on AReaL's real rpc_server); after the main and AReaL lanes, the other
+`serial_cluster` tests, which change what every test shares (nodes, GPU capacity, Kueue), and the offline lane (the
+unit tests that need AReaL's environment, but no cluster); after those, the helm 4 lane (`helm4`) and the `late`
+halves of the main and AReaL lanes (the main one also after the real-node tests, whose fixed names its tests use).
 Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The other unit
 and chart tests are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes its output
 to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log
-once it ends (whole for a failed lane, the summary line otherwise), its time, its result and its slowest
+once it ends (whole for a failed lane, the summary line otherwise), its time, how busy the CPUs were while it ran
+(/proc/stat: near 100 % the machine computes, well below it waits on pods and helm), its result and its slowest
 test files (what to move when the lanes are rebalanced). A lane that skipped a test fails, naming it and its
 reason. The exit status is the first failure's, else 0.
 """
@@ -52,6 +53,7 @@ class Lane:
     selection: str
     environment: dict[str, str] = field(default_factory=dict)
     workers: int = 1  # pytest-xdist processes, a test file each at a time (its module fixtures and order kept)
+    after: tuple[str, ...] = ()  # the lanes that must have ended, passing, before this one starts
     code: int | None = None
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
@@ -128,33 +130,56 @@ SERIAL = "serial_cluster and not restarts_control_plane"
 AREAL = f"integration and (areal_worker or both_workers) and not rbac and {SIDE_BY_SIDE}"
 
 
-def lanes() -> list[list[list[Lane]]]:
-    """Phases, run one after the other; in a phase, streams run side by side; in a stream, lanes one by one."""
-    # Phase 1: the serial-node lane, the longest, mostly waits on the real node's throttled pods; beside it the
-    # lanes that keep to namespaces of their own and touch neither the real node nor its fixed names (the deployment
-    # guide's namespace rl and chart push, the demo's namespace: tests/unit/tools/test_lane_selection.py). The main
-    # lane's tests mostly wait on pods and helm (one stream keeps a quarter of the 2 cores busy), so two processes
-    # run its files.
+def lanes() -> list[Lane]:
+    """The cluster's lanes, each started once the lanes it comes `after` have passed; the others run side by side.
+    Two lanes may overlap unless one comes (transitively) after the other: tests/unit/tools/test_lane_selection.py
+    checks that lanes which may overlap share nothing one of them changes."""
+    # The real-node tests, the longest lane, start at once and wait on the node's CPU-limited containers. Beside
+    # them, the lanes whose tests keep to namespaces of their own and touch neither the real node nor its fixed
+    # names (the deployment guide's namespace rl and chart push, the demo's namespace). One test stream keeps about
+    # a quarter of the 2 cores busy (it waits on pods and helm), so two processes run the main lane's files.
     serial_node = Lane("serial-node", f"{SERIAL} and real_node")
     main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2)
     areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER)
-    # The unit tests that need AReaL's environment (the rest of the unit and chart tests ran in `make check`, before
-    # the cluster started) need no cluster either, so they run beside the serial lane, which leaves the CPU idle.
-    offline = Lane("offline", "not integration and areal_worker")
-    serial = Lane("serial", f"{SERIAL} and not real_node")
-    # After the serial lane (which changes nodes and capacity under every test): the `late` tests, those that use
-    # the serial-node lane's fixed names (they run the docs' pages, push the chart) and those kept out of the busy
-    # phase 1, and the helm 4 lane.
-    main_late = Lane("main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2)
-    areal_late = Lane("areal-late", f"{AREAL} and late", AREAL_WORKER)
-    helm4 = Lane("helm4", f"integration and helm4 and not rbac and {SIDE_BY_SIDE}", {"AREAL_WORKERS_HELM": str(HELM4)})
-    restarts = Lane("restarts", "restarts_control_plane")
-    return [
-        [[serial_node], [main], [areal]],
-        [[serial], [offline]],
-        [[main_late], [helm4, areal_late]],
-        [[restarts]],
-    ]
+    # Then the tests that change KWOK nodes and GPU capacity under every other test: beside the real-node tests
+    # only (their workers are pinned to the real node), and the unit tests that need AReaL's environment but no
+    # cluster (the rest of the unit and chart tests ran in `make check`, before the cluster started).
+    side_by_side = ("main", "areal")
+    serial = Lane("serial", f"{SERIAL} and not real_node", after=side_by_side)
+    offline = Lane("offline", "not integration and areal_worker", after=side_by_side)
+    # After them, the helm 4 lane and the `late` tests: those that use the real-node tests' fixed names (they run
+    # the docs' pages, push the chart) wait for those too.
+    helm4 = Lane(
+        "helm4",
+        f"integration and helm4 and not rbac and {SIDE_BY_SIDE}",
+        {"AREAL_WORKERS_HELM": str(HELM4)},
+        after=("serial",),
+    )
+    areal_late = Lane("areal-late", f"{AREAL} and late", AREAL_WORKER, after=("serial",))
+    main_late = Lane(
+        "main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2, after=("serial", "serial-node")
+    )
+    cluster_lanes = [serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
+    # Last, alone: the test that stops and starts kube-apiserver.
+    restarts = Lane("restarts", "restarts_control_plane", after=tuple(lane.name for lane in cluster_lanes))
+    return [*cluster_lanes, restarts]
+
+
+def before(name: str, every: list[Lane]) -> set[str]:
+    """The lanes that end before lane `name` starts: those it comes after, and theirs."""
+    by = {lane.name: lane for lane in every}
+    found: set[str] = set()
+    waiting = list(by[name].after)
+    while waiting:
+        earlier = waiting.pop()
+        if earlier not in found:
+            found.add(earlier)
+            waiting.extend(by[earlier].after)
+    return found
+
+
+def may_overlap(first: str, second: str, every: list[Lane]) -> bool:
+    return first != second and first not in before(second, every) and second not in before(first, every)
 
 
 def check_lanes() -> list[Lane]:
@@ -164,7 +189,7 @@ def check_lanes() -> list[Lane]:
 
 
 def every_lane() -> list[Lane]:
-    return [*check_lanes(), *(lane for phase in lanes() for stream in phase for lane in stream)]
+    return [*check_lanes(), *lanes()]
 
 
 def by_name(name: str) -> Lane:
@@ -205,12 +230,16 @@ def print_skipped(lane: Lane) -> None:
         print("\n".join(f"        {skipped}" for skipped in lane.skipped), flush=True)
 
 
-def report(lane: Lane, lock: threading.Lock) -> None:
+def report(lane: Lane, lock: threading.Lock, busy: str = "") -> None:
     text = lane.log.read_text(errors="replace")
     summary = next((line for line in reversed(text.splitlines()) if line.startswith("=")), "(no summary)")
     slowest = ", ".join(f"{path} {spent:.0f} s" for path, spent in slowest_files(lane.junit))
     with lock:
-        print(f"\n===== lane {lane.name}: exit {lane.code} in {lane.seconds:.0f} s: {summary.strip('= ')}", flush=True)
+        print(
+            f"\n===== lane {lane.name}: exit {lane.code} in {lane.seconds:.0f} s"
+            f"{f' ({busy} while it ran)' if busy else ''}: {summary.strip('= ')}",
+            flush=True,
+        )
         if slowest:
             print(f"      slowest: {slowest}", flush=True)
         if lane.code != 0:
@@ -229,7 +258,7 @@ def cpu_ticks() -> tuple[int, int] | None:
 
 
 def cpu_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
-    """How busy the CPUs were between two readings, as a percentage of all of them (what tells a phase that waits
+    """How busy the CPUs were between two readings, as a percentage of all of them (what tells a lane that waits
     from one that computes)."""
     if before is None or after is None or after[1] == before[1]:
         return "CPU busy unknown"
@@ -262,39 +291,44 @@ def main(extra: list[str]) -> int:
     extra = without_the_real_node(extra)
     lock = threading.Lock()
     started = time.monotonic()
-    every: list[Lane] = []
-    for number, phase in enumerate(lanes(), 1):
-        phase_started, ticks = time.monotonic(), cpu_ticks()
+    every = lanes()
+    by = {lane.name: lane for lane in every}
+    ended = {lane.name: threading.Event() for lane in every}
 
-        def stream(lanes_: list[Lane]) -> None:
-            for lane in lanes_:
-                with lock:
-                    command = shlex.join(lane.command(extra)[1:-1])  # not the report's path
-                    print(f"lane {lane.name}: {command} (log {lane.log.relative_to(REPO)})", flush=True)
-                with lane.log.open("w") as out:
-                    lane.run(extra, out)
-                report(lane, lock)
+    def run(lane: Lane) -> None:
+        for name in lane.after:
+            ended[name].wait()
+        failed = [name for name in lane.after if by[name].code is None or by[name].failed]
+        if failed:
+            with lock:
+                print(f"\n===== lane {lane.name}: not run, after {', '.join(failed)}", flush=True)
+        else:
+            with lock:
+                command = shlex.join(lane.command(extra)[1:-1])  # not the report's path
+                print(f"lane {lane.name}: {command} (log {lane.log.relative_to(REPO)})", flush=True)
+            ticks = cpu_ticks()
+            with lane.log.open("w") as out:
+                lane.run(extra, out)
+            report(lane, lock, cpu_busy(ticks, cpu_ticks()))
+        ended[lane.name].set()
 
-        threads = [threading.Thread(target=stream, args=(lanes_,)) for lanes_ in phase]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        names = " | ".join(", ".join(lane.name for lane in lanes_) for lanes_ in phase)
-        print(
-            f"\n===== phase {number} ({names}) in {time.monotonic() - phase_started:.0f} s, "
-            f"{cpu_busy(ticks, cpu_ticks())}",
-            flush=True,
-        )
-        every += [lane for lanes_ in phase for lane in lanes_]
-        if any(lane.failed for lane in every):
-            break
+    threads = [threading.Thread(target=run, args=(lane,)) for lane in every]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     print(
         f"\n===== lanes in {time.monotonic() - started:.0f} s: "
-        + ", ".join(f"{lane.name} {'FAILED' if lane.failed else 'passed'} ({lane.seconds:.0f} s)" for lane in every),
+        + ", ".join(f"{lane.name} {outcome(lane)}" for lane in every),
         flush=True,
     )
-    return next((lane.code or 1 for lane in every if lane.failed), 0)
+    return next((lane.code or 1 for lane in every if lane.code is not None and lane.failed), 0)
+
+
+def outcome(lane: Lane) -> str:
+    if lane.code is None:
+        return "not run"
+    return f"{'FAILED' if lane.failed else 'passed'} ({lane.seconds:.0f} s)"
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ def test_an_extra_mark_expression_narrows_the_lanes_own_selection(tiny_suite: Pa
 
 
 def test_the_lane_mode_fails_on_a_skipped_test_too(tiny_suite: Path, monkeypatch, capfd):
-    monkeypatch.setattr(test_lanes, "lanes", lambda: [[[Lane("tiny", "not other")]]])
+    monkeypatch.setattr(test_lanes, "lanes", lambda: [Lane("tiny", "not other")])
     assert test_lanes.main(["--lane", "tiny"]) == 1
     assert "test_tiny.py::test_skipped: needs what this machine lacks" in capfd.readouterr().out
     assert test_lanes.main(["--lane", "tiny", "-m", "not slow"]) == 0
@@ -107,12 +107,17 @@ def test_a_lane_left_empty_by_the_extra_arguments_passes_but_an_empty_lane_fails
         assert empty.run([], out) is False and empty.code == test_lanes.NO_TESTS_COLLECTED
 
 
-def test_a_skipped_test_fails_the_run_and_stops_it_after_its_phase(tiny_suite: Path, monkeypatch, capfd):
-    monkeypatch.setattr(test_lanes, "lanes", lambda: [[[Lane("tiny", "not other")]], [[Lane("later", "other")]]])
+def test_a_skipped_test_fails_the_run_and_the_lanes_after_it_do_not_run(tiny_suite: Path, monkeypatch, capfd):
+    monkeypatch.setattr(
+        test_lanes,
+        "lanes",
+        lambda: [Lane("tiny", "not other"), Lane("beside", "other"), Lane("later", "other", after=("tiny", "beside"))],
+    )
     assert test_lanes.main([]) == 1
     out = capfd.readouterr().out
     assert "lane tiny FAILED: it skipped 1" in out and "test_tiny.py::test_skipped" in out
-    assert "lane later" not in out and re.search(r"lanes in \d+ s: tiny FAILED \(\d+ s\)$", out.rstrip())
+    assert "lane later: not run, after tiny" in out and "CPU busy" in out
+    assert re.search(r"lanes in \d+ s: tiny FAILED \(\d+ s\), beside passed \(\d+ s\), later not run$", out.rstrip())
 
 
 class FakeNode:

@@ -17,7 +17,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from repo_paths import REPO
-from test_lanes import PYTEST, Lane, every_lane, lanes
+from test_lanes import PYTEST, Lane, before, every_lane, lanes, may_overlap
 
 pytestmark = pytest.mark.unit
 
@@ -108,18 +108,22 @@ def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
     assert real and all(ran == {"serial-node"} for ran in real.values()), real
 
 
-def test_every_lane_runs_once_and_late_lanes_run_after_the_serial_lanes():
+def test_every_lane_runs_once_after_lanes_that_exist_and_restarts_alone_last():
+    every = lanes()
     names = [lane.name for lane in every_lane()]
     assert len(names) == len(set(names))
-    phase_of = {lane.name: number for number, phase in enumerate(lanes()) for stream in phase for lane in stream}
-    serial = max(phase_of["serial"], phase_of["serial-node"])
-    assert all(phase_of[name] > serial for name in ("main-late", "areal-late", "helm4"))
-    assert phase_of["restarts"] == len(lanes()) - 1 and [[lane.name for lane in s] for s in lanes()[-1]] == [
-        ["restarts"]
-    ]
-    [serial_phase] = [phase for phase in lanes() if any(lane.name == "serial" for stream in phase for lane in stream)]
-    beside_serial = {lane.name for stream in serial_phase for lane in stream} - {"serial"}
-    assert beside_serial <= {"offline"}, "the serial lane changes nodes and capacity under any cluster test beside it"
+    cluster = {lane.name for lane in every}
+    for lane in every:
+        assert set(lane.after) <= cluster and lane.name not in before(lane.name, every), lane.name
+    assert before("restarts", every) == cluster - {"restarts"}
+
+
+def test_no_cluster_lane_runs_beside_the_serial_lane_but_the_real_node_tests():
+    """The serial lane changes KWOK nodes and GPU capacity under any test beside it; the real-node tests pin their
+    workers to the real node, and the offline lane uses no cluster."""
+    every = lanes()
+    beside = {lane.name for lane in every if may_overlap("serial", lane.name, every)}
+    assert beside == {"serial-node", "offline"}
 
 
 # What the real-node tests name that is not a namespace of their own: the deployment guide's namespace rl and the
@@ -128,11 +132,11 @@ REAL_NODE_NAMES = ("run_script", "push_chart", "bandit-demo", "DEMO_NAMESPACE")
 
 
 def test_no_test_beside_the_serial_node_lane_shares_a_fixed_name_with_it(lanes_of):
-    """The lanes of the serial-node lane's phase run beside it: a test file there must neither follow the docs'
-    pages nor push the chart nor use the demo's namespace (such files are `late`: they run after it)."""
-    [phase] = [phase for phase in lanes() if any(lane.name == "serial-node" for stream in phase for lane in stream)]
-    beside = {lane.name for stream in phase for lane in stream} - {"serial-node"}
-    assert beside
+    """A test file of a lane that may run beside the serial-node lane must neither follow the docs' pages nor push
+    the chart nor use the demo's namespace (such files are `late`: the main-late lane comes after serial-node)."""
+    every = lanes()
+    beside = {lane.name for lane in every if may_overlap("serial-node", lane.name, every)}
+    assert {"main", "areal"} <= beside and "main-late" not in beside
     files = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & beside}
     assert files
     for path in files:
