@@ -134,7 +134,7 @@ def lanes() -> list[Lane]:
     """The cluster's lanes, each started once the lanes it comes `after` have passed; the others run side by side.
     Two lanes may overlap unless one comes (transitively) after the other: tests/unit/tools/test_lane_selection.py
     checks that lanes which may overlap share nothing one of them changes."""
-    # The real-node tests, the longest lane, start at once and wait on the node's CPU-limited containers. Beside
+    # The real-node tests, the longest lane, start at once (AReaL's start in their containers is most of it). Beside
     # them, the lanes whose tests keep to namespaces of their own and touch neither the real node nor its fixed
     # names (the deployment guide's namespace rl and chart push, the demo's namespace). One test stream keeps about
     # a quarter of the 2 cores busy (it waits on pods and helm), so two processes run the main lane's files.

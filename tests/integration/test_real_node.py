@@ -116,6 +116,25 @@ def test_kubectl_logs_and_exec_reach_the_container(real_node_actors, core, kubec
     assert exec_.stdout.split() == ["1000", pods[0].metadata.name, peer.status.pod_ip]  # CoreDNS answered
 
 
+def test_a_worker_is_weighed_by_its_cpu_request_and_not_capped_by_a_quota(real_node_actors, core, kubeconfig):
+    """The local real node's kubelet sets no CFS quota (cpuCFSQuota: false, decisions-local-cluster.md L11): the
+    container's cgroup has no CPU maximum, while its share of contended CPU still follows its request (cgroup v1,
+    these machines': cpu.cfs_quota_us and cpu.shares; v2: cpu.max and cpu.weight)."""
+    pod = role_pods(core, real_node_actors.namespace, "actor")[0]
+    assert pod.spec.containers[0].resources.requests["cpu"] == "250m"  # real_node_trials.CPU
+    v1 = "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares"
+    v2 = "cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.weight"
+    read = kubectl(
+        kubeconfig, "-n", real_node_actors.namespace, "exec", pod.metadata.name, "--", "sh", "-c", f"{v1} || {v2}"
+    )
+    assert read.returncode == 0, read.stderr
+    values = read.stdout.split()
+    if len(values) == 2:  # cgroup v1
+        assert values == ["-1", str(250 * 1024 // 1000)], read.stdout  # no quota; the kubelet's shares of 250m
+    else:  # cgroup v2: "max PERIOD" and a weight under a whole core's 100, by any of runc's conversions
+        assert values[0] == "max" and 1 < int(values[2]) < 100, read.stdout
+
+
 def test_a_crash_loop_backs_off_for_real_and_is_rolled_back(real_node_actors, core):
     crash = "python3 -c 'import sys; print(\"no checkpoint at /ckpt/step-7\", flush=True); sys.exit(3)'"
     real_node_actors.create_workers(job("crash", 1, [task(cmd=crash)]))

@@ -248,6 +248,10 @@ def kubelet_config(paths: NodePaths, ports: NodePorts, pki: Path) -> dict:
         "clusterDNS": [NODE_IP],
         "clusterDomain": CLUSTER_DOMAIN,
         "maxPods": 40,
+        # Requests schedule and weigh the pods, but no CFS quota caps them: podrunner's KWOK pods run unlimited on the
+        # same cores, and a worker capped at its quarter CPU took 40 s to import torch on an idle machine
+        # (docs/en/decisions-local-cluster.md, L11).
+        "cpuCFSQuota": False,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

@@ -69,6 +69,7 @@ def test_the_kubelet_serves_on_the_node_ip_with_webhook_auth_and_registers_taint
     assert config["clusterDNS"] == [NODE_IP] and config["cgroupDriver"] == "cgroupfs"
     assert config["registerWithTaints"] == [{"key": NODE_TAINT[0], "value": NODE_TAINT[1], "effect": NODE_TAINT[2]}]
     assert config["containerRuntimeEndpoint"] == f"unix://{paths.containerd_socket}"
+    assert config["cpuCFSQuota"] is False  # requests weigh the pods; no quota caps them (L11)
 
 
 def test_node_ports_follow_the_cluster_port_base() -> None:
