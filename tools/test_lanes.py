@@ -299,10 +299,11 @@ def main(extra: list[str]) -> int:
         for name in lane.after:
             ended[name].wait()
         failed = [name for name in lane.after if by[name].code is None or by[name].failed]
-        if failed:
-            with lock:
-                print(f"\n===== lane {lane.name}: not run, after {', '.join(failed)}", flush=True)
-        else:
+        try:
+            if failed:
+                with lock:
+                    print(f"\n===== lane {lane.name}: not run, after {', '.join(failed)}", flush=True)
+                return
             with lock:
                 command = shlex.join(lane.command(extra)[1:-1])  # not the report's path
                 print(f"lane {lane.name}: {command} (log {lane.log.relative_to(REPO)})", flush=True)
@@ -310,7 +311,8 @@ def main(extra: list[str]) -> int:
             with lane.log.open("w") as out:
                 lane.run(extra, out)
             report(lane, lock, cpu_busy(ticks, cpu_ticks()))
-        ended[lane.name].set()
+        finally:  # whatever happened, the lanes after this one stop waiting (and see it failed or did not run)
+            ended[lane.name].set()
 
     threads = [threading.Thread(target=run, args=(lane,)) for lane in every]
     for thread in threads:
@@ -322,7 +324,8 @@ def main(extra: list[str]) -> int:
         + ", ".join(f"{lane.name} {outcome(lane)}" for lane in every),
         flush=True,
     )
-    return next((lane.code or 1 for lane in every if lane.code is not None and lane.failed), 0)
+    failures = [lane.code or 1 for lane in every if lane.code is not None and lane.failed]
+    return failures[0] if failures else 1 if any(lane.code is None for lane in every) else 0  # a lane that never ran
 
 
 def outcome(lane: Lane) -> str:

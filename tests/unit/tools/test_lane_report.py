@@ -150,3 +150,23 @@ def test_without_the_real_node_every_lane_leaves_its_tests_out_and_says_why(monk
         "-m",
         "(serial_cluster and not restarts_control_plane and real_node) and (not real_node)",
     ]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its traceback, on stderr
+def test_a_lane_that_breaks_fails_the_run_and_the_lanes_after_it_do_not_wait_for_it(
+    tiny_suite: Path, monkeypatch, capfd
+):
+    run = Lane.run
+
+    def breaking(self: Lane, extra: list[str], output=None) -> bool:
+        if self.name == "boom":
+            raise OSError("no space left on device")
+        return run(self, extra, output)
+
+    monkeypatch.setattr(Lane, "run", breaking)
+    monkeypatch.setattr(
+        test_lanes, "lanes", lambda: [Lane("boom", "not other"), Lane("later", "other", after=("boom",))]
+    )
+    assert test_lanes.main([]) == 1
+    out = capfd.readouterr().out
+    assert "lane later: not run, after boom" in out and re.search(r"boom not run, later not run$", out.rstrip())
