@@ -173,7 +173,8 @@ install_system_packages() {
   [ -z "$argocd" ] || command -v redis-server >/dev/null || required+=(redis-server)
   command -v containerd >/dev/null || node+=(containerd)
   command -v runc >/dev/null || node+=(runc)
-  [ -x /usr/lib/cni/bridge ] || node+=(containernetworking-plugins)
+  # The real node reads the plugins from /usr/lib/cni (tools/realnode/config.py); the unit test points elsewhere.
+  [ -x "${AREAL_WORKERS_CNI_DIR:-/usr/lib/cni}/bridge" ] || node+=(containernetworking-plugins)
   command -v debootstrap >/dev/null || node+=(debootstrap)
   command -v iptables >/dev/null || node+=(iptables)
   if [ ${#required[@]} -eq 0 ] && [ ${#node[@]} -eq 0 ]; then echo "    installed"; return; fi

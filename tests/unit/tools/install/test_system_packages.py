@@ -25,6 +25,8 @@ echo "$*" >>"$APT_LOG"
 [ "$1" = install ] || exit 0
 for package in "$@"; do
   case $package in -*|install) ;; *) printf '#!/bin/bash\\n' >"$STUB_DIR/$package"; chmod +x "$STUB_DIR/$package";; esac
+  [ "$package" != containernetworking-plugins ] || {
+    mkdir -p "$AREAL_WORKERS_CNI_DIR" && cp "$STUB_DIR/$package" "$AREAL_WORKERS_CNI_DIR/bridge"; }
 done
 """
 
@@ -47,6 +49,7 @@ def sandbox(tmp_path: Path, with_apt: bool = True, uid: int = 0) -> tuple[Path, 
         "AREAL_WORKERS_CACHE": str(tmp_path / "cache"),
         "APT_LOG": str(tmp_path / "apt.log"),
         "STUB_DIR": str(path),
+        "AREAL_WORKERS_CNI_DIR": str(tmp_path / "cni"),  # the plugins are files there, not commands on PATH
         "FAKE_UID": str(uid),
     }
     return root, env
