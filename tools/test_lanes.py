@@ -7,12 +7,14 @@
 A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment;
 no lane names a file. An extra `-m` narrows each lane's own expression (both must match). A lane starts once the
 lanes it comes after have passed, and runs beside every other that has started, each test in namespaces of its own
-(lanes()): at once, the tests that run on the real node (`serial_cluster` and `real_node`, one at a time), the main
+(lanes()): at once, the tests that run on the real node (`serial_cluster` and `real_node`, one at a time: first
+those in names the docs' pages use too, `fixed_names`, then the others), the main
 lane (the integration tests that keep to their namespaces, two pytest-xdist processes) and the AReaL lane
 (`areal_worker` and `both_workers` tests on AReaL's real rpc_server); after the main and AReaL lanes, the other
 `serial_cluster` tests, which change what every test shares (nodes, GPU capacity, Kueue), and the offline lane (the
 unit tests that need AReaL's environment, but no cluster); after those, the helm 4 lane (`helm4`) and the `late`
-halves of the main and AReaL lanes (the main one also after the real-node tests, whose fixed names its tests use).
+halves of the main and AReaL lanes (the main one also after the `fixed_names` real-node tests, whose names its tests
+use).
 Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The other unit
 and chart tests are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes its output
 to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log
@@ -138,7 +140,10 @@ def lanes() -> list[Lane]:
     # them, the lanes whose tests keep to namespaces of their own and touch neither the real node nor its fixed
     # names (the deployment guide's namespace rl and chart push, the demo's namespace). One test stream keeps about
     # a quarter of the 2 cores busy (it waits on pods and helm), so two processes run the main lane's files.
-    serial_node = Lane("serial-node", f"{SERIAL} and real_node")
+    # The real-node tests in names that the docs' pages use too (`fixed_names`) go first, so that main-late, which
+    # runs those pages, waits for them and not for the whole real-node stream.
+    serial_node_names = Lane("serial-node-names", f"{SERIAL} and real_node and fixed_names")
+    serial_node = Lane("serial-node", f"{SERIAL} and real_node and not fixed_names", after=("serial-node-names",))
     main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2)
     areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER)
     # Then the tests that change KWOK nodes and GPU capacity under every other test: beside the real-node tests
@@ -157,9 +162,9 @@ def lanes() -> list[Lane]:
     )
     areal_late = Lane("areal-late", f"{AREAL} and late", AREAL_WORKER, after=("serial",))
     main_late = Lane(
-        "main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2, after=("serial", "serial-node")
+        "main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2, after=("serial", "serial-node-names")
     )
-    cluster_lanes = [serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
+    cluster_lanes = [serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
     # Last, alone: the test that stops and starts kube-apiserver.
     restarts = Lane("restarts", "restarts_control_plane", after=tuple(lane.name for lane in cluster_lanes))
     return [*cluster_lanes, restarts]
@@ -184,8 +189,14 @@ def may_overlap(first: str, second: str, every: list[Lane]) -> bool:
 
 def check_lanes() -> list[Lane]:
     """The tests of `make check`, the tier without a cluster that `make test` runs first (`--lane unit,chart`): the
-    unit tests that need neither AReaL's environment nor helm, and the chart tests."""
-    return [Lane("unit", "unit and not areal_worker and not chart"), Lane("chart", "chart")]
+    unit tests that need neither AReaL's environment nor helm, and the chart tests. Their tests compute rather than
+    wait, so each lane runs as many pytest-xdist processes as there are cores (up to 4: each one collects the whole
+    lane again)."""
+    workers = min(os.cpu_count() or 1, 4)
+    return [
+        Lane("unit", "unit and not areal_worker and not chart", workers=workers),
+        Lane("chart", "chart", workers=workers),
+    ]
 
 
 def every_lane() -> list[Lane]:

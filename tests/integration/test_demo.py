@@ -28,6 +28,7 @@ from repo_paths import AREAL_WORKER_PYTHON, REPO
 pytestmark = [
     pytest.mark.serial_cluster,  # in a namespace of a fixed name (tools/test_lanes.py)
     pytest.mark.real_node,  # its workers run on the real node when the cluster has one
+    pytest.mark.fixed_names,  # the demo's namespace, which the docs' pages name too
     pytest.mark.skipif(
         bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
         reason="the demo's workers need examples/bandit_demo in their image on other clusters; here it runs on the "

@@ -45,6 +45,7 @@ from repo_paths import AREAL_WORKER_ENV, TOOLS_BIN
 pytestmark = [
     pytest.mark.serial_cluster,
     pytest.mark.real_node,
+    pytest.mark.fixed_names,  # the guide's namespace rl and the chart it pushes, which test_docs_commands uses too
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the local registry and real node"),
 ]
 

@@ -123,27 +123,35 @@ def test_no_cluster_lane_runs_beside_the_serial_lane_but_the_real_node_tests():
     workers to the real node, and the offline lane uses no cluster."""
     every = lanes()
     beside = {lane.name for lane in every if may_overlap("serial", lane.name, every)}
-    assert beside == {"serial-node", "offline"}
+    assert beside == {"serial-node-names", "serial-node", "offline"}
 
 
-# What the real-node tests name that is not a namespace of their own: the deployment guide's namespace rl and the
-# chart it pushes, the demo's namespace; the docs' pages, run whole, use these too.
-REAL_NODE_NAMES = ("run_script", "push_chart", "bandit-demo", "DEMO_NAMESPACE")
+# The names that tests in different namespaces of their own still share: the docs' namespace rl, which the pages
+# apply, and the chart they push (the deployment guide's test runs them too), the demo's namespace.
+FIXED_NAMES = ("run_script", "push_chart", "bandit-demo", "DEMO_NAMESPACE")
 
 
-def test_no_test_beside_the_serial_node_lane_shares_a_fixed_name_with_it(lanes_of):
-    """A test file of a lane that may run beside the serial-node lane must neither follow the docs' pages nor push
-    the chart nor use the demo's namespace (such files are `late`: the main-late lane comes after serial-node)."""
+def test_no_two_lanes_that_may_overlap_use_the_same_fixed_name(lanes_of):
+    """Two lanes that may run at once must not both hold files that follow the docs' pages, push the chart or use the
+    demo's namespace: the real-node tests that do are `fixed_names` (lane serial-node-names), the others `late`
+    (main-late, which comes after serial-node-names)."""
     every = lanes()
-    beside = {lane.name for lane in every if may_overlap("serial-node", lane.name, every)}
-    assert {"main", "areal"} <= beside and "main-late" not in beside
-    files = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & beside}
-    assert files
-    for path in files:
-        text = (REPO / path).read_text()
-        assert not [name for name in REAL_NODE_NAMES if name in text], path
-    late = {test.split("::")[0] for test, (_, ran) in lanes_of.items() if ran & {"main-late"}}
-    assert {"tests/integration/test_docs_commands.py", "tests/integration/test_registry_chart.py"} <= late
+    cluster = {lane.name for lane in every}
+    names_of: dict[str, set[str]] = {}
+    for test, (_, ran) in lanes_of.items():
+        text = (REPO / test.split("::")[0]).read_text()
+        for lane in ran & cluster:
+            names_of.setdefault(lane, set()).update(name for name in FIXED_NAMES if name in text)
+    clashes = [
+        (first, second, names_of[first] & names_of[second])
+        for first in names_of
+        for second in names_of
+        if first < second and may_overlap(first, second, every) and names_of[first] & names_of[second]
+    ]
+    assert not clashes, clashes
+    assert {"run_script", "push_chart", "bandit-demo"} <= names_of["serial-node-names"]
+    assert {"run_script", "push_chart"} <= names_of["main-late"]
+    assert may_overlap("main-late", "serial-node", every)  # it waits only for the real-node tests it shares names with
 
 
 def test_an_extra_mark_expression_narrows_every_lanes_own():
