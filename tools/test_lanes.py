@@ -4,25 +4,22 @@
     python tools/test_lanes.py [PYTEST_ARGS...]               every lane (extra arguments go to each)
     python tools/test_lanes.py --lane NAME[,NAME...] [PYTEST_ARGS...]   lanes one by one, output on the terminal
 
-A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment;
-no lane names a file. An extra `-m` narrows each lane's own expression (both must match). A lane starts once the
-lanes it comes after have passed, and runs beside every other that has started, each test in namespaces of its own
-(lanes()): at once, the tests that run on the real node (`serial_cluster` and `real_node`, one at a time: first
-those in names the docs' pages use too, `fixed_names`, then the others), the main
-lane (the integration tests that keep to their namespaces, two pytest-xdist processes) and the AReaL lane
-(`areal_worker` and `both_workers` tests on AReaL's real rpc_server); after the main and AReaL lanes, the other
-`serial_cluster` tests, which change what every test shares (nodes, GPU capacity, Kueue), and the offline lane (the
-unit tests that need AReaL's environment, but no cluster); after those, the helm 4 lane (`helm4`) and the `late`
-halves of the main and AReaL lanes (the main one also after the `fixed_names` real-node tests, whose names its tests
-use).
-Last, alone, the tests that restart a component of the control plane (`restarts_control_plane`). The other unit
-and chart tests are `make check`'s lanes (check_lanes), run before the cluster starts. Each lane writes its output
-to .tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log
-once it ends (whole for a failed lane, the summary line otherwise), its time, how busy the CPUs were while it ran
-(/proc/stat: near 100 % the machine computes, well below it waits on pods and helm), its result and its slowest
-test files (what to move when the lanes are rebalanced). A lane that skipped a test fails, naming it and its
-reason. The exit status is the first failure's, else 0.
-"""
+A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment; no lane
+names a file. An extra `-m` narrows each lane's own expression (both must match). A lane starts once the lanes it comes
+after have passed, and runs beside every other that has started, each test in namespaces of its own (lanes()): at once,
+the tests that run on the real node (`serial_cluster` and `real_node`, one at a time: first those in names the docs'
+pages use too, `fixed_names`, then the others), the main lane (the integration tests that keep to their namespaces, two
+pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` tests on AReaL's real rpc_server, two
+processes too); after the main and AReaL lanes, the other `serial_cluster` tests, which change what every test shares
+(nodes, GPU capacity, Kueue), and the offline lane (the unit tests that need AReaL's environment, but no cluster); after
+those, the helm 4 lane (`helm4`) and the `late` halves of the main and AReaL lanes (the main one also after the
+`fixed_names` real-node tests, whose names its tests use). Last, alone, the tests that restart a component of the
+control plane (`restarts_control_plane`). The other unit and chart tests are `make check`'s lanes (check_lanes), run
+before the cluster starts. Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report to
+.tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
+otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near 100 % the machine computes, well below it
+waits on pods and helm), its result and its slowest test files (what to move when the lanes are rebalanced). A lane that
+skipped a test fails, naming it and its reason. The exit status is the first failure's, else 0."""
 
 from __future__ import annotations
 
@@ -145,7 +142,10 @@ def lanes() -> list[Lane]:
     serial_node_names = Lane("serial-node-names", f"{SERIAL} and real_node and fixed_names")
     serial_node = Lane("serial-node", f"{SERIAL} and real_node and not fixed_names", after=("serial-node-names",))
     main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2)
-    areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER)
+    # Two processes for the AReaL lane as well: the serial lane waits for both, and with one process the AReaL lane,
+    # whose two largest files are most of it, ended ~200 s after the main lane (811 s against 599 s, warm) while the
+    # CPUs were shared among the processes at work.
+    areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER, workers=2)
     # Then the tests that change KWOK nodes and GPU capacity under every other test: beside the real-node tests
     # only (their workers are pinned to the real node), and the unit tests that need AReaL's environment but no
     # cluster (the rest of the unit and chart tests ran in `make check`, before the cluster started).
