@@ -27,7 +27,7 @@ from docs_pages import (
 from repo_paths import REPO
 
 pytestmark = [
-    pytest.mark.late,  # after the real-node tests: the pages use the deployment guide's and the demo's names
+    pytest.mark.late,  # after the fixed_names real-node tests: the pages use the deployment guide's and demo's names
     pytest.mark.skipif(
         bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")),
         reason="the commands name the local cluster's files (.tools/kubeconfig) and its namespaces",

@@ -23,7 +23,7 @@ from localkube.cluster import LocalCluster
 from repo_paths import REPO, TOOLS_BIN
 
 pytestmark = [
-    pytest.mark.late,  # after the real-node tests: it pushes the chart, as the deployment guide's test does
+    pytest.mark.late,  # after the fixed_names real-node tests: it pushes the chart, as the deployment guide's test does
     pytest.mark.skipif(bool(os.environ.get("AREAL_WORKERS_KUBECONFIG")), reason="the registry is the local cluster's"),
 ]
 HELM = str(TOOLS_BIN / "helm")
