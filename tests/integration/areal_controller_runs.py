@@ -17,7 +17,7 @@ from realnode.values import worker_values
 from repo_paths import AREAL_WORKER_ENV, AREAL_WORKER_PYTHON, REPO
 
 TIMEOUT = 600
-# The marks of a module of AReaL controller runs: phase 2 beside the serial-node lane, only on the local cluster.
+# The marks of a module of AReaL controller runs: `late` (after the serial lane), only on the local cluster.
 AREAL_CONTROLLER_MARKS = [
     pytest.mark.late,
     pytest.mark.skipif(
@@ -26,7 +26,7 @@ AREAL_CONTROLLER_MARKS = [
     ),
 ]
 # The `node` of a trial: its KWOK pods run AReaL's rpc_server under the cluster's podrunner (the areal lanes); the
-# real node's containers run it whatever the lane, and share the real node's few cores with the serial-node lane.
+# real node's containers run it, so the `real` trial is a real-node test of the serial-node lane.
 NODES = [
     pytest.param("kwok", marks=pytest.mark.areal_worker),
     pytest.param("real", marks=[pytest.mark.serial_cluster, pytest.mark.real_node]),
