@@ -20,11 +20,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-def _numpy(imported_only: bool) -> ModuleType | None:
-    """numpy, which is optional on the controller and costs a fifth of a second to import: a value can only be an
-    array once something imported it, so serializing looks it up (`imported_only`); an array on the wire imports it."""
-    if imported_only:
-        return sys.modules.get("numpy")
+def _import_numpy() -> ModuleType | None:
+    """numpy, which is optional on the controller and costs a fifth of a second to import: only an array on the wire
+    imports it (a value to serialize can only be an array once something imported numpy: sys.modules has it)."""
     try:
         return importlib.import_module("numpy")
     except ImportError:
@@ -46,7 +44,7 @@ def plain_serialize_value(value: Any) -> Any:
         return {"type": "dataclass", "class_path": _class_path(type(value)), "data": data}
     if isinstance(value, enum.Enum):
         return {"type": "enum", "class_path": _class_path(type(value)), "value": value.value}
-    numpy = _numpy(imported_only=True)
+    numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.ndarray):
         if value.dtype.kind in "OV":
             raise ValueError("object or void dtype arrays cannot be sent to a worker")
@@ -65,7 +63,7 @@ def plain_deserialize_value(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     kind = value.get("type")
-    numpy = _numpy(imported_only=False) if kind == "ndarray" else None
+    numpy = _import_numpy() if kind == "ndarray" else None
     if numpy is not None:
         array = numpy.frombuffer(base64.b64decode(value["data"]), dtype=numpy.dtype(value["dtype"]))
         return array.copy().reshape(value["shape"])
