@@ -122,11 +122,7 @@ SIDE_BY_SIDE = "not serial_cluster and not restarts_control_plane"
 SERIAL = "serial_cluster and not restarts_control_plane"
 # The worker server of the areal lanes, AReaL's, runs the tests that check it (`areal_worker`) and those that check
 # both it and the stand-in (`both_workers`); the integration conftest deselects the `reference_guard_only` ones.
-# Not the `rbac` ones: the controller's identity changes nothing on the worker side (docs/en/testing.md, "The
-# AReaL-worker lane"). The helm 4 lane keeps to the admin half likewise: helm 4 within the controller's Role passed
-# the [rbac] tests of test_scheduler.py once (26 of them then), but run on every lane it slows the main lane's stream on
-# these 2 cores.
-AREAL = f"integration and (areal_worker or both_workers) and not rbac and {SIDE_BY_SIDE}"
+AREAL = f"integration and (areal_worker or both_workers) and {SIDE_BY_SIDE}"
 
 
 def lanes() -> list[Lane]:
@@ -156,7 +152,7 @@ def lanes() -> list[Lane]:
     # the docs' pages, push the chart) wait for those too.
     helm4 = Lane(
         "helm4",
-        f"integration and helm4 and not rbac and {SIDE_BY_SIDE}",
+        f"integration and helm4 and {SIDE_BY_SIDE}",
         {"AREAL_WORKERS_HELM": str(HELM4)},
         after=("serial",),
     )

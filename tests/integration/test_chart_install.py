@@ -199,7 +199,6 @@ def test_restricted_pod_security_admits_the_default_cpu_roles(
     assert len(core.list_namespaced_pod(namespace, label_selector=SELECTOR).items) == 5
 
 
-@pytest.mark.rbac
 def test_the_controller_role_in_rbac_drives_the_whole_release_lifecycle_and_nothing_else(
     kubeconfig, helm_executable, make_namespace, tmp_path
 ):

@@ -131,7 +131,7 @@ NOT_RUN = {
     "AREAL_WORKERS_HELM=.tools/bin/helm4 make test-integration": "a test lane: `make test` runs it",
     "make test-areal": "a test lane: `make test` runs it",
     (
-        'AREAL_WORKERS_WORKER=areal .venv/bin/pytest -m "integration and (areal_worker or both_workers) and not rbac '
+        'AREAL_WORKERS_WORKER=areal .venv/bin/pytest -m "integration and (areal_worker or both_workers) '
         'and not serial_cluster and not restarts_control_plane"'
     ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",

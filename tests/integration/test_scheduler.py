@@ -27,23 +27,26 @@ from areal_workers import (
     WorkerNotFoundError,
     WorkerTimeoutError,
 )
-from clusterlib import controller_kubeconfig, counter_engine, guard_health, job, spec
+from clusterlib import AREAL_LANE, controller_kubeconfig, counter_engine, guard_health, job, spec
 from wire_types import ExperimentConfig  # the parts of AReaL's experiment config a scheduler reads
 
-pytestmark = [pytest.mark.both_workers, pytest.mark.helm4]
 COUNTER = counter_engine()  # a Counter engine the lane's worker server accepts
+# Run again in other lanes: on AReaL's real rpc_server (`both_workers`), the tests whose outcome depends on the worker
+# server's answers (engine calls, /fork and its failures, the chart's `helm test` of /health, workers restarted in
+# place); on helm 4 (`helm4`), tests that together run every helm command the adapter issues (docs/en/testing.md).
 
 
-@pytest.fixture(params=["admin", pytest.param("rbac", marks=pytest.mark.rbac)])
-def identity(request) -> str:
-    """A test here runs twice, as cluster admin and as the least-privilege controller of rbac/, unless it is
-    `admin_only`."""
-    return request.param
+@pytest.fixture
+def identity(worker_lane) -> str:
+    """Who the schedulers act as: the least-privilege controller of rbac/, as a trainer does, on helm 3 and 4 alike;
+    cluster admin on AReaL's worker, where the identity changes nothing the tests check (worker-side answers) and the
+    controller's setup (rbac/ and its admission policy in the namespace, a token) costs about 5 s a test."""
+    return "admin" if worker_lane is AREAL_LANE else "rbac"
 
 
-# As admin only: tests whose calls make no API request beyond those of the [rbac] runs of the others (checks before
-# anything is read or written, reads of the release, HTTP to the guards); test_rbac_rules.py shows each rule of the
-# Role necessary on its own.
+# As admin only: tests whose calls make no API request beyond those of the others (checks before anything is read or
+# written, reads of the release, HTTP to the guards); test_rbac_rules.py shows each rule of the Role necessary on its
+# own.
 admin_only = pytest.mark.parametrize("identity", ["admin"])
 
 
@@ -61,6 +64,7 @@ def revisions(scheduler) -> list[int]:
     return [r["revision"] for r in scheduler.history()]
 
 
+@pytest.mark.helm4
 @pytest.mark.reference_guard_only  # /health reports role, index and host; AReaL's real /health does not
 def test_create_and_get_workers_return_role_ids_and_the_discovered_guards(make_scheduler):
     scheduler = make_scheduler()
@@ -76,6 +80,7 @@ def test_create_and_get_workers_return_role_ids_and_the_discovered_guards(make_s
     assert [r["description"] for r in scheduler.history()] == ["create actor: 3 worker(s)"]
 
 
+@pytest.mark.both_workers
 @admin_only
 def test_engines_are_created_and_called_over_http_on_the_discovered_workers(make_scheduler):
     scheduler = make_scheduler()
@@ -163,6 +168,7 @@ def test_workers_that_never_answer_time_out_with_a_diagnosis(make_scheduler):
     assert "0/1 workers ready" in timed_out.value.diagnosis
 
 
+@pytest.mark.helm4
 def test_scaling_a_role_is_one_revision_and_keeps_existing_workers(make_scheduler, core):
     scheduler = make_scheduler()
     scheduler.create_workers(job("actor", 2))
@@ -210,6 +216,7 @@ def test_colocation_errors_match_arealss_schedulers(make_scheduler):
     assert revisions(scheduler) == [1]
 
 
+@pytest.mark.helm4
 @pytest.mark.reference_guard_only  # the fork's role from /health (test_areal_worker.py: the real server's)
 def test_fork_processes_run_beside_their_targets_and_are_recorded_in_the_release(
     make_scheduler, kubeconfig, helm_executable
@@ -237,6 +244,7 @@ def test_fork_processes_run_beside_their_targets_and_are_recorded_in_the_release
         scheduler.get_workers("ref")
 
 
+@pytest.mark.both_workers
 def test_a_partial_fork_failure_kills_the_successful_forks(make_scheduler, core):
     scheduler = make_scheduler(fork_module="no_such_module_anywhere")  # exits at once: reported, no time-out
     scheduler.create_workers(job("actor", 2))
@@ -277,6 +285,8 @@ def test_delete_with_reverse_order_stops_rank_zero_last(make_scheduler, core):
     assert core.list_namespaced_pod(scheduler.namespace).items == []
 
 
+@pytest.mark.both_workers
+@pytest.mark.helm4
 def test_delete_all_removes_the_release_and_everything_it_made(
     make_scheduler, core, kube_client, kubeconfig, helm_executable
 ):
@@ -317,6 +327,8 @@ def test_delete_all_removes_the_release_and_everything_it_made(
     scheduler.delete_workers("actor")
 
 
+@pytest.mark.both_workers
+@pytest.mark.helm4
 def test_a_restarted_controller_adopts_the_release_and_two_trials_stay_apart(make_scheduler):
     first = make_scheduler("trial0")
     first.create_workers(job("actor", 2))
@@ -348,6 +360,7 @@ def test_exp_config_makes_create_wait_and_configure_like_areal(make_scheduler):
         assert (configured["role"], configured["rank"]) == ("actor", rank)
 
 
+@pytest.mark.helm4
 def test_dry_run_returns_the_manifests_without_writing(make_scheduler):
     scheduler = make_scheduler()
     manifests = scheduler.dry_run(job("actor", 4))
@@ -358,6 +371,7 @@ def test_dry_run_returns_the_manifests_without_writing(make_scheduler):
     assert scheduler.history() == []
 
 
+@pytest.mark.helm4
 def test_external_release_is_discovered_but_not_changed(
     make_scheduler, kubeconfig, helm_executable, namespace, tmp_path
 ):

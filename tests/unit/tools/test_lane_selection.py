@@ -96,7 +96,7 @@ def test_every_test_runs_in_one_lane_of_its_own_and_again_only_where_a_marker_sa
 def test_the_suite_has_tests_run_twice_by_declaration(lanes_of):
     """The rule above allows what REPEATS declare; the markers are in use, and do repeat (else the rule is idle)."""
     scheduler = [ran for test, (_, ran) in lanes_of.items() if test.startswith("tests/integration/test_scheduler.py")]
-    assert {"main", "areal", "helm4"} in scheduler and {"main"} in scheduler  # [admin] thrice, [rbac] once
+    assert {"main", "areal", "helm4"} in scheduler and {"main"} in scheduler  # declared thrice, and once
 
 
 def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
