@@ -42,6 +42,7 @@ LOGS = REPO / ".tools" / "lanes"
 HELM4 = TOOLS_BIN / "helm4"
 AREAL_WORKER = {"AREAL_WORKERS_WORKER": "areal"}
 NO_TESTS_COLLECTED = 5  # pytest's exit status
+INTEGRATION_TESTS = "tests/integration"
 
 
 @dataclass
@@ -76,7 +77,14 @@ class Lane:
         selection = " and ".join(f"({expression})" for expression in [self.selection, *expressions])
         parallel = ["-n", str(self.workers), "--dist", "loadfile"] if self.workers > 1 else []
         selected = selection if expressions else self.selection
-        return [str(PYTEST), "-m", selected, *parallel, *rest, f"--junitxml={self.junit}"]
+        return [str(PYTEST), "-m", selected, *parallel, *self.collection(), *rest, f"--junitxml={self.junit}"]
+
+    def collection(self) -> list[str]:
+        """Where pytest looks for tests when no path is given: only among the integration tests when nothing else
+        can match the lane (its selection requires `integration`, the marker of that directory alone, by
+        tests/conftest.py). Each of the cluster lanes' processes then imports the integration test modules alone,
+        2.8 s of CPU instead of 7.7 for the whole suite; the lane still selects by markers alone."""
+        return ["-o", f"testpaths={INTEGRATION_TESTS}"] if self.selection.startswith("integration and ") else []
 
     def run(self, extra: list[str], output: IO[str] | None = None) -> bool:
         """Runs pytest (its output to `output`, else the terminal) and reads the skipped tests from its report;
@@ -119,7 +127,7 @@ def split_mark_expressions(extra: list[str]) -> tuple[list[str], list[str]]:
 
 
 SIDE_BY_SIDE = "not serial_cluster and not restarts_control_plane"
-SERIAL = "serial_cluster and not restarts_control_plane"
+SERIAL = "integration and serial_cluster and not restarts_control_plane"
 # The worker server of the areal lanes, AReaL's, runs the tests that check it (`areal_worker`) and those that check
 # both it and the stand-in (`both_workers`); the integration conftest deselects the `reference_guard_only` ones.
 AREAL = f"integration and (areal_worker or both_workers) and {SIDE_BY_SIDE}"
@@ -162,7 +170,8 @@ def lanes() -> list[Lane]:
     )
     cluster_lanes = [serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
     # Last, alone: the test that stops and starts kube-apiserver.
-    restarts = Lane("restarts", "restarts_control_plane", after=tuple(lane.name for lane in cluster_lanes))
+    every_other = tuple(lane.name for lane in cluster_lanes)
+    restarts = Lane("restarts", "integration and restarts_control_plane", after=every_other)
     return [*cluster_lanes, restarts]
 
 

@@ -107,6 +107,22 @@ def test_a_lane_left_empty_by_the_extra_arguments_passes_but_an_empty_lane_fails
         assert empty.run([], out) is False and empty.code == test_lanes.NO_TESTS_COLLECTED
 
 
+def test_a_lane_of_integration_tests_imports_no_other_test_module_unless_named(tiny_suite: Path, monkeypatch):
+    (tiny_suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration\n    other\n    slow\n")
+    (tiny_suite / "cluster").mkdir()
+    (tiny_suite / "cluster" / "test_on_cluster.py").write_text(
+        "import pytest\n\npytestmark = pytest.mark.integration\n\ndef test_on_cluster():\n    pass\n"
+    )
+    (tiny_suite / "test_broken.py").write_text("raise ImportError('imported by a lane that cannot select it')\n")
+    monkeypatch.setattr(test_lanes, "INTEGRATION_TESTS", "cluster")
+    lane = Lane("tiny", "integration and not other")
+    with (tiny_suite / "out.log").open("w") as out:
+        assert lane.run([], out) is True
+        assert [case.get("name") for case in ElementTree.parse(lane.junit).iter("testcase")] == ["test_on_cluster"]
+        assert lane.run(["test_broken.py"], out) is False  # a path given in PYTEST_ARGS is collected as given
+    assert "imported by a lane that cannot select it" in (tiny_suite / "out.log").read_text()
+
+
 def test_a_skipped_test_fails_the_run_and_the_lanes_after_it_do_not_run(tiny_suite: Path, monkeypatch, capfd):
     monkeypatch.setattr(
         test_lanes,
@@ -148,7 +164,8 @@ def test_without_the_real_node_every_lane_leaves_its_tests_out_and_says_why(monk
     serial_node = test_lanes.by_name("serial-node").command(["-x", "-m", "not real_node"])
     assert serial_node[1:3] == [
         "-m",
-        "(serial_cluster and not restarts_control_plane and real_node and not fixed_names) and (not real_node)",
+        "(integration and serial_cluster and not restarts_control_plane and real_node and not fixed_names) and "
+        "(not real_node)",
     ]
 
 

@@ -17,7 +17,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from repo_paths import REPO
-from test_lanes import PYTEST, Lane, before, every_lane, lanes, may_overlap
+from test_lanes import INTEGRATION_TESTS, PYTEST, Lane, before, every_lane, lanes, may_overlap
 
 pytestmark = pytest.mark.unit
 
@@ -56,6 +56,11 @@ def selects(lane: Lane, markers: list[str]) -> bool:
     return Expression.compile(lane.selection).evaluate(lambda name, **kwargs: name in markers and not kwargs)
 
 
+def collects(lane: Lane, test: str) -> bool:
+    """Whether the lane's pytest collects the test: those of INTEGRATION_TESTS alone where it says so."""
+    return not lane.collection() or test.startswith(f"{INTEGRATION_TESTS}/")
+
+
 @pytest.fixture(scope="module")
 def lanes_of(tmp_path_factory) -> dict[str, tuple[list[str], set[str]]]:
     """Every test of the suite: its markers and the lanes that run it."""
@@ -67,7 +72,7 @@ def lanes_of(tmp_path_factory) -> dict[str, tuple[list[str], set[str]]]:
     for lane in every_lane():
         for test, markers in found[environment_of(lane)].items():
             tests.setdefault(test, (markers, set()))
-            if selects(lane, markers):
+            if selects(lane, markers) and collects(lane, test):
                 tests[test][1].add(lane.name)
     return tests
 
@@ -77,7 +82,8 @@ def test_a_lane_is_a_marker_expression_of_registered_markers_and_names_no_file()
     registered = {line.split(":")[0] for line in pyproject["tool"]["pytest"]["ini_options"]["markers"]}
     for lane in every_lane():
         parallel = ["-n", str(lane.workers), "--dist", "loadfile"] if lane.workers > 1 else []
-        assert lane.command([]) == [str(PYTEST), "-m", lane.selection, *parallel, f"--junitxml={lane.junit}"]
+        expected = [str(PYTEST), "-m", lane.selection, *parallel, *lane.collection(), f"--junitxml={lane.junit}"]
+        assert lane.command([]) == expected
         unregistered = set(Expression.compile(lane.selection).idents()) - registered
         assert not unregistered, f"lane {lane.name}: {unregistered}"
 
@@ -160,6 +166,8 @@ def test_an_extra_mark_expression_narrows_every_lanes_own():
         str(PYTEST),
         "-m",
         "(integration and not late) and (not slow) and (fast or quick)",
+        "-o",
+        f"testpaths={INTEGRATION_TESTS}",
         "-x",
         "-k",
         "name",
