@@ -14,6 +14,7 @@ from pathlib import Path
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
 from localkube.pki import service_account_kubeconfig
 from localkube.rbac import apply_rbac
+from podrunner.fork_client import FORK_PYTHON
 from repo_paths import AREAL_WORKER_PYTHON, LOCALWORKER_PATH, REPO
 
 # Worker pods whose processes podrunner (tools/podrunner/) runs and whose readiness it probes, as a kubelet would.
@@ -67,12 +68,15 @@ class WorkerLane:
     that go with it."""
 
     name: str
-    python: str  # interpreter of worker pods and of process-mode forks
+    python: str  # interpreter of worker pods, which podrunner runs for their `python`
     module_map: dict[str, str] | None  # podrunner's module swaps (None: its default, the reference guard)
     fork_module: str
     counter_engine: str  # import path of a Counter engine this server accepts
     pythonpath: tuple[str, ...] = ()
     timeouts: dict[str, float] = field(default_factory=dict)  # KubernetesSchedulerConfig time-outs
+    # The scheduler's python_executable: the `python` of the worker command (swapped for `python` above) and of
+    # process-mode forks.
+    fork_python: str = sys.executable
 
 
 REFERENCE_LANE = WorkerLane(
@@ -92,6 +96,8 @@ AREAL_LANE = WorkerLane(
     counter_engine="localworker.areal_engines.Counter",
     pythonpath=(str(LOCALWORKER_PATH), str(SUPPORT_DIR)),  # localworker.areal_engines; wire_types
     timeouts={"ready_timeout": 180.0, "helm_timeout": 180.0, "fork_ready_timeout": 180.0},
+    # A fork of AReaL's server is a child of the pod's fork server, not another import of torch and AReaL.
+    fork_python=str(FORK_PYTHON),
 )
 LANES = {lane.name: lane for lane in (REFERENCE_LANE, AREAL_LANE)}
 

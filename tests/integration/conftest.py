@@ -189,7 +189,7 @@ def make_scheduler(kubeconfig, helm_executable, namespace, pod_runner, tmp_path,
             kubeconfig=str(credentials),
             helm_executable=helm_executable,
             values_files=tuple(files),
-            python_executable=worker_lane.python,
+            python_executable=worker_lane.fork_python,
             fork_module=worker_lane.fork_module,
             **worker_lane.timeouts,
         )

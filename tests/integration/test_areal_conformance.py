@@ -57,8 +57,9 @@ def revisions(scheduler: KubernetesScheduler) -> list[int]:
 
 def worker_processes(trial: str, role: str) -> list[list[str]]:
     """argv of the local processes `python -m MODULE` that serve `role` of `trial`: process-mode forks, which the
-    worker server execs. (A worker pod's own process is a child of podrunner's fork server on KWOK nodes: its /proc
-    cmdline is the fork server's, its arguments are the pod's.)"""
+    worker server runs. (A worker pod's own process is a child of podrunner's fork server on KWOK nodes: its /proc
+    cmdline is the fork server's, its arguments are the pod's. So is a fork's, whose command line is that of the
+    process that stands in for it, `python -I -S fork_client.py -m MODULE ARGS`: tools/podrunner/fork_client.py.)"""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -68,7 +69,7 @@ def worker_processes(trial: str, role: str) -> list[list[str]]:
         if (
             len(argv) > 2
             and Path(argv[0]).name.startswith("python")
-            and argv[1] == "-m"
+            and "-m" in argv[1:5]
             and _flag(argv, "--trial-name") == trial
             and _flag(argv, "--role") == role
         ):

@@ -45,7 +45,7 @@ def doctor_config(kubeconfig, helm_executable, tmp_path, worker_lane):
             kubeconfig=str(credentials),
             helm_executable=helm_executable,
             values_files=(str(values),),
-            python_executable=worker_lane.python,
+            python_executable=worker_lane.fork_python,
             fork_module=worker_lane.fork_module,
             **worker_lane.timeouts,
         )

@@ -35,6 +35,8 @@ Two ways to run it:
 The modules: cli (the component's command line and health endpoint; __main__ runs it), watch (PodRunner, the watch
 and reconcile loop), pods (pod -> command line, environment, probe), supervisor (starting, probing, restarting and
 stopping processes), credentials (ServiceAccount kubeconfigs, the process environment's base), status (pod status
-writes), logs (CRI log files, KWOK Logs objects), processes (process trees and the ledger); dns/ is the resolver
-shim of hook processes.
+writes), logs (CRI log files, KWOK Logs objects), processes (process trees and the ledger), forked and fork_server
+(worker pods forked from a process that imported their module once), fork_client (the `python` of process-mode
+forks that asks the pod's fork server for them, launched by fork_python/python); dns/ is the resolver shim of hook
+processes.
 """

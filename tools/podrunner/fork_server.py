@@ -11,8 +11,11 @@ Run by path with the worker program's interpreter (standard library only; it is 
 
 It prints "ready" once the module is imported and it listens on the Unix socket SOCKET. Each connection asks for
 one child: a JSON line {"args": [...], "env": {...}, "cwd": "..."} carrying, as SCM_RIGHTS, the file descriptor the
-child's stdout and stderr go to. The answer is {"pid": N}, and when the child has ended {"returncode": R} (negative:
-the signal that ended it, as subprocess reports it); then the connection closes.
+child's stdout and stderr go to, and optionally a second one, a lifeline: the read end of a pipe whose write end the
+asker holds; when it closes (the asker ended, even by SIGKILL) the child kills its process group. Optional too:
+"module", which must be the server's, and "import_time", names of variables whose value in "env" must be the
+server's own (fork_client.py asks so). The answer is {"pid": N}, and when the child has ended {"returncode": R}
+(negative: the signal that ended it, as subprocess reports it), or {"error": "..."}; then the connection closes.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import traceback
 
 MAX_REQUEST = 4 * 1024 * 1024
+LIFELINE = 3  # the child's descriptor of its lifeline
 
 
 def read_request(connection: socket.socket) -> tuple[dict, list[int]]:
-    message, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST, 1)
+    message, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST, 2)
     while not message.endswith(b"\n"):
         more = connection.recv(MAX_REQUEST)
         if not more:
@@ -41,14 +46,31 @@ def read_request(connection: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(message), fds
 
 
-def run_child(module: str, request: dict, output: int) -> None:
+def die_with(lifeline: int) -> None:
+    """Blocks until the asker's end of the lifeline closes, then kills this child's process group."""
+    while True:
+        try:
+            if not os.read(lifeline, 4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def run_child(module: str, request: dict, output: int, lifeline: int | None) -> None:
     """In the forked child: become the pod's process, run the module as __main__, exit with its status."""
     os.setsid()
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.dup2(output, 1)
     os.dup2(output, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    if lifeline is not None:
+        os.dup2(lifeline, LIFELINE, inheritable=False)
+    os.closerange(3 if lifeline is None else LIFELINE + 1, os.sysconf("SC_OPEN_MAX"))
+    if lifeline is not None:
+        threading.Thread(target=die_with, args=(LIFELINE,), name="lifeline", daemon=True).start()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -91,7 +113,20 @@ def send(connection: socket.socket, message: dict) -> None:
         pass  # the runner hung up: nobody waits for this child any more
 
 
+def refusal(request: dict, fds: list[int], module: str, imported_with: dict[str, str]) -> str | None:
+    """Why the server cannot fork this request's child (None: it can)."""
+    if len(fds) not in (1, 2):
+        return "a request carries one output file descriptor, and a lifeline at most"
+    if request.get("module", module) != module:
+        return f"this server runs {module}, not {request['module']}"
+    differing = [name for name in request.get("import_time", []) if request["env"].get(name) != imported_with.get(name)]
+    if differing:
+        return f"{module} was imported with other values of {', '.join(differing)}"
+    return None
+
+
 def serve(path: str, module: str) -> None:
+    imported_with = dict(os.environ)
     importlib.import_module(module)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -118,14 +153,18 @@ def serve(path: str, module: str) -> None:
                     send(connection, {"error": f"bad request: {error}"})
                     connection.close()
                     continue
-                if len(fds) != 1:
-                    send(connection, {"error": "a request carries exactly one output file descriptor"})
+                refused = refusal(request, fds, module, imported_with)
+                if refused:
+                    send(connection, {"error": refused})
                     connection.close()
+                    for fd in fds:
+                        os.close(fd)
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    run_child(module, request, fds[0])
-                os.close(fds[0])
+                    run_child(module, request, fds[0], fds[1] if len(fds) == 2 else None)
+                for fd in fds:
+                    os.close(fd)
                 children[pid] = connection
                 send(connection, {"pid": pid})
             else:

@@ -16,16 +16,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+from podrunner.fork_client import IMPORT_TIME_VARIABLES, PYTHON_VARIABLE, SOCKET_VARIABLE
 from podrunner.processes import ProcessLedger
 
 SERVER = Path(__file__).resolve().parent / "fork_server.py"
 READY_TIMEOUT = 300.0  # the server's imports, on a loaded machine
 LOST = -9  # the return code of a child whose server went away before it reported
-# Variables that change what a module does while it is imported: a pod that sets one of them differently from the
-# fork server, which imported the module once, is exec'd. PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION decides whether
-# AReaL's name_resolve can import its etcd3 client (tests/integration/test_etcd_name_resolve.py); USER is the user
-# AReaL's areal.utils.names keys every name_resolve record by (getpass.getuser() at import).
-IMPORT_TIME_VARIABLES = ("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "USER")
 
 
 class ForkServerError(RuntimeError):
@@ -108,7 +104,8 @@ class ForkServer:
         return self._socket_dir / "server.sock"
 
     def handles(self, argv: list[str], environment: dict[str, str]) -> bool:
-        """Whether a pod of this command and environment can be a child of the server."""
+        """Whether a pod of this command and environment can be a child of the server: a pod that sets a variable
+        of IMPORT_TIME_VARIABLES otherwise than the server, which imported the module once, is exec'd."""
         same_imports = all(environment.get(name) == self.environment.get(name) for name in IMPORT_TIME_VARIABLES)
         return argv[:3] == [self.python, "-m", self.module] and same_imports
 
@@ -151,7 +148,9 @@ class ForkServer:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(str(self.socket_path))
-            request = {"args": argv[3:], "env": environment, "cwd": cwd or os.getcwd()}
+            # Where the pod's process-mode forks find this server (fork_client.py), and the real interpreter.
+            forks = {SOCKET_VARIABLE: str(self.socket_path), PYTHON_VARIABLE: self.python}
+            request = {"args": argv[3:], "env": {**environment, **forks}, "cwd": cwd or os.getcwd()}
             socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [write_end])
             reply = b""
             while b"\n" not in reply:

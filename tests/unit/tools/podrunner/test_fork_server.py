@@ -1,6 +1,7 @@
 """podrunner's fork server (tools/podrunner/fork_server.py and forked.py): a child forked per pod runs its module as
 `python -m MODULE ARGS` would, with the pod's arguments, environment, directory, session and output, and reports how
-it ended, as subprocess.Popen would. Run with this interpreter on a small module of the test's own."""
+it ended, as subprocess.Popen would; and fork_client.py, the `python` of process-mode forks, which asks the server
+for its child and stands in for it. Run with this interpreter on a small module of the test's own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from podrunner.fork_client import FORK_PYTHON, PYTHON_VARIABLE, SOCKET_VARIABLE
 from podrunner.forked import ForkServer, ForkServerError
 from podrunner.processes import ProcessLedger
 
@@ -25,6 +27,7 @@ IMPORTED_IN = os.environ.get("PROBE_STAGE", "unset")  # module body runs again i
 if __name__ == "__main__":
     print("args", sys.argv[1:], "stage", os.environ.get("PROBE_STAGE"), "cwd", os.getcwd(), flush=True)
     print("session", os.getsid(0) == os.getpid(), "path", sys.path[0], file=sys.stderr, flush=True)
+    print("pid", os.getpid(), "parent", os.getppid(), flush=True)
     mode = sys.argv[1]
     if mode == "exit":
         sys.exit(int(sys.argv[2]))
@@ -118,3 +121,84 @@ def test_a_pod_that_sets_an_import_time_variable_otherwise_is_not_forked(server)
     # The server imported the module without it: forked, the pod's protobuf choice would come too late.
     assert not server.handles(argv, {**server.environment, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"})
     assert not server.handles([sys.executable, "-m", "other.module"], dict(server.environment))
+
+
+# --- fork_client.py: a process-mode fork asks the pod's fork server for its child --------------------------------
+
+
+def fork_python(tmp_path: Path, fork_server: ForkServer, *args: str, module: str = MODULE, **environment: str):
+    """FORK_PYTHON -m module args, as AReaL's /fork runs a fork's command in a pod the fork server forked."""
+    pod = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "modules"), "PROBE_STAGE": "fork"}
+    pod |= {SOCKET_VARIABLE: str(fork_server.socket_path), PYTHON_VARIABLE: sys.executable}
+    return subprocess.Popen(
+        [str(FORK_PYTHON), "-m", module, *args],
+        env=pod | environment,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def probe_pids(process: subprocess.Popen) -> tuple[int, int]:
+    """The pid of the process that runs the probe, and its parent's, from the probe's output."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(b"pid "):
+            _, pid, _, parent = line.split()
+            return int(pid), int(parent)
+    raise AssertionError("the probe printed no pid")
+
+
+def gone(pid: int, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # ended; its parent, the fork server, reaps it
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_fork_of_the_servers_module_is_a_child_of_the_server_and_ends_as_it_ends(server):
+    fork_server, tmp_path = server
+    assert run(fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0  # the pod: the server runs
+    forked = fork_python(tmp_path, fork_server, "exit", "3")
+    pid, parent = probe_pids(forked)
+    assert parent == fork_server.pid and pid != forked.pid
+    assert forked.wait(timeout=60) == 3
+    failed = fork_python(tmp_path, fork_server, "raise")
+    assert failed.wait(timeout=60) == 1
+    assert failed.stdout is not None and b"RuntimeError: the probe failed" in failed.stdout.read()
+
+
+def test_signals_reach_the_child_and_a_killed_stand_in_takes_its_child_along(server):
+    fork_server, tmp_path = server
+    assert run(fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0
+    terminated = fork_python(tmp_path, fork_server, "sleep")
+    child, _ = probe_pids(terminated)
+    terminated.terminate()  # what AReaL's kill_process_tree sends first
+    assert terminated.wait(timeout=60) == -signal.SIGTERM and gone(child)
+    killed = fork_python(tmp_path, fork_server, "sleep")
+    child, _ = probe_pids(killed)
+    killed.kill()  # and then: nothing is forwarded, the lifeline closes
+    assert killed.wait(timeout=60) == -signal.SIGKILL and gone(child)
+
+
+def test_what_the_server_cannot_fork_runs_on_the_real_interpreter(server):
+    fork_server, tmp_path = server
+    assert run(fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0
+    (tmp_path / "modules" / "other_probe.py").write_text(PROBE)
+    cases = {
+        "another module": fork_python(tmp_path, fork_server, "exit", "4", module="other_probe"),
+        "an import-time variable": fork_python(
+            tmp_path, fork_server, "exit", "4", PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python"
+        ),
+        "no server": fork_python(tmp_path, fork_server, "exit", "4", **{SOCKET_VARIABLE: str(tmp_path / "none")}),
+    }
+    for case, process in cases.items():
+        pid, _ = probe_pids(process)
+        assert pid == process.pid, case  # the stand-in exec'd the real interpreter: no child of the server
+        assert process.wait(timeout=60) == 4, case
