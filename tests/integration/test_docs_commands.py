@@ -135,6 +135,10 @@ NOT_RUN = {
         'and not serial_cluster and not restarts_control_plane"'
     ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",
+    "make release": (
+        "test_registry_chart.py runs `make release REGISTRY=...` with the local cluster's registry: the same build of "
+        "dist/, then the pushes"
+    ),
     "make release REGISTRY=registry.example.com/areal REGISTRY_USER=ci REGISTRY_PASSWORD_FILE=token.txt": (
         "a registry outside: test_registry_chart.py builds the release and pushes it to the local cluster's registry"
     ),

@@ -16,7 +16,6 @@ from kubernetes import client
 from areal_workers import Job, SchedulerError, __version__
 from areal_workers.cli.main import main
 from clusterlib import spec
-from distkit.artifacts import build
 from distkit.publish import Publisher, Registry
 from localkube.addons import registry as registry_addon
 from localkube.cluster import LocalCluster
@@ -30,33 +29,42 @@ HELM = str(TOOLS_BIN / "helm")
 
 
 @pytest.fixture(scope="module")
-def published(kubeconfig, tmp_path_factory) -> tuple[str, Publisher]:
-    """(chart reference, publisher): this checkout's release built and its chart pushed; the registry is started
-    when the cluster runs without it (`make test` starts it with `up --registry`)."""
+def published(kubeconfig, tmp_path_factory) -> tuple[str, Publisher, subprocess.CompletedProcess]:
+    """(chart reference, publisher, the run): this checkout's release built and pushed, the chart and the reaper image,
+    by the Makefile's own recipe with the local registry's account (`make release REGISTRY=...`: one build serves
+    every test here, and the docs' `make release`); the publisher holds the login the tests' helm uses. The registry
+    is started when the cluster runs without it (`make test` starts it with `up --registry`)."""
     cluster = LocalCluster()
     registry_addon.ensure(cluster, 60.0)
     credentials = cluster.registry_credentials()
     workdir = tmp_path_factory.mktemp("release")
-    chart = next(path for path in build(workdir / "dist") if path.name.endswith(".tgz"))
-    publisher = Publisher(
-        Registry(credentials.address, credentials.username, credentials.password, credentials.ca_file), workdir
+    registry = Registry(credentials.address, credentials.username, credentials.password, credentials.ca_file)
+    publisher = Publisher(registry, workdir)
+    password = workdir / "password"
+    password.write_text(registry.password or "")
+    result = subprocess.run(
+        ["make", "-s", "release", f"REGISTRY={registry.address}", f"REGISTRY_USER={registry.username}"]
+        + [f"REGISTRY_PASSWORD_FILE={password}", f"REGISTRY_CA={registry.ca_file}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    reference, digest = publisher.push_chart(chart)
-    assert digest.startswith("sha256:")
-    return reference, publisher
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return f"oci://{registry.address}/charts/areal-workers", publisher, result
 
 
 @pytest.fixture
 def registry_env(published, monkeypatch) -> dict[str, str]:
     """helm's registry login and the CA bundle for every helm this process starts (the adapter's included)."""
-    _, publisher = published
+    _, publisher, _ = published
     monkeypatch.setenv("HELM_REGISTRY_CONFIG", str(publisher.helm_config))
     monkeypatch.setenv("SSL_CERT_FILE", publisher.env["SSL_CERT_FILE"])
     return dict(os.environ)
 
 
 def test_helm_installs_the_released_chart_from_the_registry(published, registry_env, kubeconfig, namespace):
-    reference, _ = published
+    reference, _, _ = published
     install = subprocess.run(
         [HELM, "install", "from-oci", reference, "--version", __version__, "--kubeconfig", str(kubeconfig)]
         + ["-n", namespace, "-f", str(REPO / "examples" / "values-example.yaml"), "-o", "json"],
@@ -73,7 +81,7 @@ def test_helm_installs_the_released_chart_from_the_registry(published, registry_
 
 
 def test_a_wrong_password_gets_the_registrys_refusal(published, tmp_path):
-    _, publisher = published
+    _, publisher, _ = published
     login = subprocess.run(
         [HELM, "registry", "login", publisher.registry.address, "--username", publisher.registry.username or ""]
         + ["--password-stdin", "--ca-file", str(publisher.registry.ca_file), "--registry-config", str(tmp_path / "c")],
@@ -89,7 +97,7 @@ def test_a_wrong_password_gets_the_registrys_refusal(published, tmp_path):
 def test_the_scheduler_creates_upgrades_and_rolls_back_a_trial_from_the_registry(
     published, registry_env, make_scheduler, kubeconfig, namespace, capsys
 ):
-    reference, _ = published
+    reference, _, _ = published
     # No trainer's Lease: the command's rollback would wait for a live trainer to stop (test_cli.py has that case).
     scheduler = make_scheduler(chart=reference, chart_version=__version__, lease_grace_seconds=0)
     scheduler.create_workers(Job(role="actor", replicas=1, tasks=[spec(cpu=1, mem=1)]))
@@ -121,7 +129,7 @@ def test_a_chart_version_the_registry_lacks_fails_before_anything_is_installed(
     published, registry_env, make_scheduler, kube_client, namespace
 ):
     """The scheduler's chart really comes from the registry: a version never pushed there is an error naming it."""
-    reference, _ = published
+    reference, _, _ = published
     scheduler = make_scheduler(chart=reference, chart_version="99.0.0")
     with pytest.raises(SchedulerError) as raised:
         scheduler.create_workers(Job(role="actor", replicas=1, tasks=[spec(cpu=1, mem=1)]))
@@ -129,22 +137,11 @@ def test_a_chart_version_the_registry_lacks_fails_before_anything_is_installed(
     assert client.AppsV1Api(kube_client).list_namespaced_stateful_set(namespace).items == []
 
 
-def test_make_release_pushes_the_chart_and_the_reaper_image(published, tmp_path):
+def test_make_release_pushes_the_chart_and_the_reaper_image(published):
     """The Makefile's own recipe with the local registry's account: both artifacts land, at the release's version,
     with the digests the registry reports."""
-    _, publisher = published
+    _, publisher, result = published
     registry = publisher.registry
-    password = tmp_path / "password"
-    password.write_text(registry.password or "")
-    result = subprocess.run(
-        ["make", "-s", "release", f"REGISTRY={registry.address}", f"REGISTRY_USER={registry.username}"]
-        + [f"REGISTRY_PASSWORD_FILE={password}", f"REGISTRY_CA={registry.ca_file}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     pushed = dict(line.split() for line in result.stdout.splitlines() if " sha256:" in line)
     reaper = f"{registry.address}/areal-workers/reaper:{__version__}"
     assert set(pushed) == {f"oci://{registry.address}/charts/areal-workers", reaper}, result.stdout
