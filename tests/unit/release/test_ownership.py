@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from areal_workers import naming
+from areal_workers.release import ownership
 from areal_workers.release.ownership import foreign_chart_problem, foreign_object_problem, grants, split_manifest
 
 CHART_YAML = Path(naming.__file__).parent / "chart" / "Chart.yaml"
@@ -164,7 +165,12 @@ def test_a_binding_of_a_role_the_revision_does_not_hold_is_refused():
         ("apiVersion: v1\nkind: !custom ConfigMap\n", "could not determine a constructor"),
     ],
 )
-def test_yaml_the_chart_never_writes_is_refused(text, why):
+@pytest.mark.parametrize("loader", ["libyaml", "pure-python"])
+def test_yaml_the_chart_never_writes_is_refused(text, why, loader, monkeypatch):
+    if loader == "pure-python":  # PyYAML built without libyaml
+        monkeypatch.setattr(ownership, "STRICT_LOADER", ownership._StrictLoader)
+    else:
+        assert ownership.STRICT_LOADER is not ownership._StrictLoader  # the wheels this suite installs have libyaml
     problem = problem_of(documents(text))
     assert problem is not None and "YAML that cannot be read as the chart renders it" in problem and why in problem
 
