@@ -132,9 +132,14 @@ def test_no_cluster_lane_runs_beside_the_serial_lane_but_the_real_node_tests():
     assert beside == {"serial-node-names", "serial-node", "offline"}
 
 
-# The names that tests in different namespaces of their own still share: the docs' namespace rl, which the pages
-# apply, and the chart they push (the deployment guide's test runs them too), the demo's namespace.
-FIXED_NAMES = ("run_script", "push_chart", "bandit-demo", "DEMO_NAMESPACE")
+# What tests in different namespaces of their own still share, and the text that shows a test file uses it: the docs'
+# pages, which apply the namespace rl (run_script; the deployment guide's test runs them too), the chart in the local
+# registry (pushed by distkit's publisher, or by `make release REGISTRY=...`), the demo's namespace.
+SHARED_BY = {
+    "the docs' pages": ("run_script",),
+    "the registry's chart": ("push_chart", '"release", f"REGISTRY='),
+    "the demo's namespace": ("bandit-demo", "DEMO_NAMESPACE"),
+}
 
 
 def test_no_two_lanes_that_may_overlap_use_the_same_fixed_name(lanes_of):
@@ -147,7 +152,9 @@ def test_no_two_lanes_that_may_overlap_use_the_same_fixed_name(lanes_of):
     for test, (_, ran) in lanes_of.items():
         text = (REPO / test.split("::")[0]).read_text()
         for lane in ran & cluster:
-            names_of.setdefault(lane, set()).update(name for name in FIXED_NAMES if name in text)
+            names_of.setdefault(lane, set()).update(
+                shared for shared, marks in SHARED_BY.items() if any(mark in text for mark in marks)
+            )
     clashes = [
         (first, second, names_of[first] & names_of[second])
         for first in names_of
@@ -155,8 +162,8 @@ def test_no_two_lanes_that_may_overlap_use_the_same_fixed_name(lanes_of):
         if first < second and may_overlap(first, second, every) and names_of[first] & names_of[second]
     ]
     assert not clashes, clashes
-    assert {"run_script", "push_chart", "bandit-demo"} <= names_of["serial-node-names"]
-    assert {"run_script", "push_chart"} <= names_of["main-late"]
+    assert set(SHARED_BY) <= names_of["serial-node-names"]
+    assert {"the docs' pages", "the registry's chart"} <= names_of["main-late"]
     assert may_overlap("main-late", "serial-node", every)  # it waits only for the real-node tests it shares names with
 
 
