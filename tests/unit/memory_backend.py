@@ -198,8 +198,10 @@ class MemoryCluster:
 class MemoryReleases:
     def __init__(self, cluster: MemoryCluster) -> None:
         self.cluster = cluster
+        self.reads = 0  # of helm's record of the release (one `helm status` each)
 
     async def current(self, name: str) -> Revision | None:
+        self.reads += 1
         return self.cluster.current() if self.cluster.helm_record else None
 
     async def chart_name(self, name: str) -> str | None:

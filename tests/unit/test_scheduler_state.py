@@ -145,6 +145,14 @@ def test_an_unbalanced_quote_in_the_command_is_a_worker_creation_error_before_an
     assert cluster.revisions == []
 
 
+def test_a_first_create_reads_helms_record_once(make_scheduler, cluster):
+    """No release yet: one `helm status` says so, and nothing is recovered (a release that is there is read again
+    once the Lease is held, for what a predecessor may have left pending meanwhile)."""
+    creator = make_scheduler()
+    creator.create_workers(job("actor", 1))
+    assert creator.driver.releases.reads == 1 and descriptions(cluster) == ["create actor: 1 worker(s)"]
+
+
 def test_a_creator_and_an_adopter_see_the_same_release(make_scheduler, cluster):
     creator = make_scheduler()
     creator.create_workers(job("actor", 2, port_count=3))

@@ -83,9 +83,10 @@ class ReleaseDriver:
         last all-ready revision is the recorded one, else the adopted revision when it is deployed. A release of
         another chart under this name is refused before anything touches it (recovering may roll it back).
         `before_recovery` runs when helm has a release of this name, before a pending operation is recovered."""
+        revision = None  # no release of this name: nothing to recover, and no second `helm status` to say so
         if self.require_own_chart():
             before_recovery()
-        revision = self.helm(self.releases.recover(self.name))
+            revision = self.helm(self.releases.recover(self.name))
         self.authorship.adopt(None if revision is None else revision.revision)
         if revision is None:
             if self.config.ownership == "external":
