@@ -219,8 +219,8 @@ class MemoryReleases:
             return None
         return self.cluster.write(earlier[-1].values, f"Rollback to {earlier[-1].revision}")
 
-    async def snapshot(self, name: str) -> tuple[int, dict[str, Any]] | None:
-        current = await self.current(name)
+    async def snapshot(self, name: str, current: Revision | None = None) -> tuple[int, dict[str, Any]] | None:
+        current = current or await self.current(name)
         return None if current is None else (current.revision, copy.deepcopy(current.values))
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:

@@ -145,12 +145,16 @@ def test_an_unbalanced_quote_in_the_command_is_a_worker_creation_error_before_an
     assert cluster.revisions == []
 
 
-def test_a_first_create_reads_helms_record_once(make_scheduler, cluster):
-    """No release yet: one `helm status` says so, and nothing is recovered (a release that is there is read again
-    once the Lease is held, for what a predecessor may have left pending meanwhile)."""
+def test_helms_record_is_read_once_by_a_first_create_and_twice_by_an_adopter(make_scheduler, cluster):
+    """No release yet: one `helm status` says so, and nothing is recovered. A release there: read for its chart,
+    and again once the Lease is held (what a predecessor may have left pending meanwhile), which the model is then
+    read from."""
     creator = make_scheduler()
     creator.create_workers(job("actor", 1))
     assert creator.driver.releases.reads == 1 and descriptions(cluster) == ["create actor: 1 worker(s)"]
+    adopter = make_scheduler()
+    assert [w.id for w in adopter.get_workers("actor")] == ["actor/0"]
+    assert adopter.driver.releases.reads == 2 and adopter.driver.model.revision == 1
 
 
 def test_a_creator_and_an_adopter_see_the_same_release(make_scheduler, cluster):

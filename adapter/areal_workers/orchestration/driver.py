@@ -25,7 +25,7 @@ from ..pods.held_workers import Epochs
 from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
 from ..pods.watch import PodWatch, all_ready
 from ..release import ownership
-from ..release.client import HelmError, Releases, Snapshot, helm_error_text
+from ..release.client import HelmError, ReleaseRevision, Releases, Snapshot, helm_error_text
 from ..release.model import ReleaseModel
 from ..runtime.backend import StatefulSets
 from ..runtime.loop_thread import LoopThread
@@ -92,7 +92,7 @@ class ReleaseDriver:
             if self.config.ownership == "external":
                 return self._adopt_rendered()
             return self.model
-        self.reload()
+        self.reload(current=revision)
         self.held_record.read()
         logger.info("adopted release %s revision %s (%s)", self.name, revision.revision, revision.status.value)
         recorded = self.inspector.ready_revision()
@@ -131,10 +131,11 @@ class ReleaseDriver:
         )
         return self.model
 
-    def reload(self, written: Snapshot | None = None) -> ReleaseModel:
+    def reload(self, written: Snapshot | None = None, current: ReleaseRevision | None = None) -> ReleaseModel:
         """The model of the release's current revision, read as an adopter reads it (`written`: helm's record of
-        the revision an upgrade just wrote, which spares a `helm status` and a `helm get values`)."""
-        snapshot = written or self.helm(self.releases.snapshot(self.name))
+        the revision an upgrade just wrote, which spares a `helm status` and a `helm get values`; `current`: the
+        current revision just read, which spares the `helm status`)."""
+        snapshot = written or self.helm(self.releases.snapshot(self.name, current))
         previous = self.model
         if snapshot is None:
             rendered = self.inspector.topology() if self.config.ownership == "external" else {}

@@ -27,7 +27,7 @@ from ..errors import InvalidSchedulerSetupError
 from ..naming import role_problem
 from . import ownership
 
-__all__ = ["HelmError", "HelmNotFoundError", "Releases", "Snapshot", "find_helm", "merge_values"]
+__all__ = ["HelmError", "HelmNotFoundError", "ReleaseRevision", "Releases", "Snapshot", "find_helm", "merge_values"]
 
 Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-supplied values, as helm recorded them
 # The rules of the chart's controller and reaper Roles (rbac/ is written from them): the bundled chart's files.
@@ -203,9 +203,10 @@ class Releases:
             entry = next((e for e in await self.history(name) if e.revision == revision), None)
         return None if entry is None else (await entry.chart_metadata()).name
 
-    async def snapshot(self, name: str) -> Snapshot | None:
-        """The number and user-supplied values of the current revision (None: no release)."""
-        revision = await self.current(name)
+    async def snapshot(self, name: str, current: ReleaseRevision | None = None) -> Snapshot | None:
+        """The number and user-supplied values of the current revision (None: no release); `current`: that revision,
+        when the caller just read it."""
+        revision = current or await self.current(name)
         return None if revision is None else (revision.revision, await revision.values())
 
     async def values(self, name: str, revision: int) -> dict[str, Any] | None:

@@ -170,7 +170,7 @@ def test_a_failed_install_is_uninstalled(cluster, loop):
 
 
 class FailingReads(MemoryReleases):
-    async def snapshot(self, name: str) -> Any:
+    async def snapshot(self, name: str, current: Any = None) -> Any:
         raise HelmError(1, b"", b"Error: Kubernetes cluster unreachable")
 
 
