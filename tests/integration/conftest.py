@@ -117,8 +117,23 @@ def ready_pods(core) -> Callable[..., dict[str, client.V1Pod]]:
     )
 
 
+@pytest.fixture(scope="session")
+def shared_fork_server(tmp_path_factory):
+    """One fork server of AReaL's rpc_server for every test runner of this pytest process (AReaL's lane): it
+    imports torch, transformers and AReaL once (about 8 s of CPU) instead of once per test."""
+    from clusterlib import selected_lane
+    from podrunner.watch import areal_fork_server
+
+    lane = selected_lane()
+    runs_areal = lane.module_map == {}  # podrunner runs the pods' own module: AReaL's rpc_server
+    server = areal_fork_server(lane.python, lane.pythonpath, tmp_path_factory.mktemp("fork")) if runs_areal else None
+    yield server
+    if server is not None:
+        server.stop()
+
+
 @pytest.fixture
-def pod_runner(kubeconfig, core, tmp_path, worker_lane):
+def pod_runner(kubeconfig, core, tmp_path, worker_lane, shared_fork_server):
     """Runs the pods of the given namespace as local processes (tools/podrunner/), with the server of the worker
     lane: a runner of the test's own, so the namespace must be private (make_namespace's default), which keeps
     the local cluster's podrunner out of it."""
@@ -141,6 +156,7 @@ def pod_runner(kubeconfig, core, tmp_path, worker_lane):
             module_map=worker_lane.module_map,
             python=worker_lane.python,
             pythonpath=worker_lane.pythonpath,
+            fork_server=shared_fork_server,
         ).start()
         runners.append(runner)
         return runner

@@ -53,11 +53,28 @@ def chart_worker_user() -> str:
     return str(values["workerDefaults"]["env"]["USER"])
 
 
+def areal_fork_server(
+    python: str, pythonpath: tuple[str, ...], log_dir: Path, ledger: ProcessLedger | None = None
+) -> ForkServer | None:
+    """The fork server of AReaL's rpc_server for runners of `python` and `pythonpath` (None when
+    PODRUNNER_FORK_SERVER=0). Runners may share one: it imports the module once for all of them, and each request
+    carries its pod's own environment, arguments and directory."""
+    if os.environ.get(FORK_SERVER_SWITCH, "1") == "0":
+        return None
+    environment = host_environment(tools_directory())
+    environment["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    environment["USER"] = chart_worker_user()  # what the chart's worker pods set: they fork
+    return ForkServer(python, AREAL_SERVER_MODULE, log_dir, environment, ledger)
+
+
 class PodRunner:
     """Watches one namespace (or all, namespace=None) and runs the pods with a command; see the package's docstring.
 
     skip_private: leave namespaces labelled areal-workers.dev/podrunner=private to their own runner (the
-    cluster's runner does; a test's runner for its own namespace does not)."""
+    cluster's runner does; a test's runner for its own namespace does not).
+    fork_server: one of areal_fork_server() for the same python and pythonpath, shared with other runners: this
+    runner forks its AReaL pods from it and leaves it running when it stops (its owner stops it). Without it, the
+    runner starts a server of its own on its first AReaL pod."""
 
     def __init__(
         self,
@@ -70,6 +87,7 @@ class PodRunner:
         pythonpath: tuple[str, ...] = (),
         skip_private: bool = False,
         ledger: ProcessLedger | None = None,
+        fork_server: ForkServer | None = None,
     ) -> None:
         self.api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self.namespace = namespace
@@ -93,12 +111,19 @@ class PodRunner:
         self._threads: list[threading.Thread] = []
         self.status = StatusWriter(self.api, self._error)
         self.credentials = PodCredentials(self.api, log_dir / "credentials")
-        self.fork_server = None
-        if not self.module_map and os.environ.get(FORK_SERVER_SWITCH, "1") != "0":
-            environment = host_environment(tools_directory())
-            environment["PYTHONPATH"] = os.pathsep.join(self.pythonpath)
-            environment["USER"] = chart_worker_user()  # what the chart's worker pods set: they fork
-            self.fork_server = ForkServer(python, AREAL_SERVER_MODULE, log_dir, environment, ledger)
+        self._owns_fork_server = fork_server is None
+        if self.module_map:
+            self.fork_server = None
+        elif fork_server is None:
+            self.fork_server = areal_fork_server(python, self.pythonpath, log_dir, ledger)
+        else:
+            if fork_server.python != python or fork_server.environment["PYTHONPATH"] != os.pathsep.join(pythonpath):
+                raise ValueError(
+                    f"the shared fork server runs {fork_server.python} with PYTHONPATH "
+                    f"{fork_server.environment['PYTHONPATH']!r}: this runner's pods need {python} with "
+                    f"{os.pathsep.join(pythonpath)!r}"
+                )
+            self.fork_server = fork_server
         self.supervisor = PodSupervisor(
             self.status,
             self._stop,
@@ -128,7 +153,7 @@ class PodRunner:
         for uid in list(self.pods):
             self._forget(uid, "runner stopping")
         self.supervisor.wait_for_stops()
-        if self.fork_server is not None:
+        if self.fork_server is not None and self._owns_fork_server:
             self.fork_server.stop()
         for thread in self._threads:  # the watch ends with its stream (at most 5 s); it starts nothing now
             thread.join(timeout=1.0)

@@ -202,3 +202,46 @@ def test_what_the_server_cannot_fork_runs_on_the_real_interpreter(server):
         pid, _ = probe_pids(process)
         assert pid == process.pid, case  # the stand-in exec'd the real interpreter: no child of the server
         assert process.wait(timeout=60) == 4, case
+
+
+# --- one server shared by runners (the pod_runner fixture's runners in AReaL's lane) ---------------------------------
+
+UNREACHABLE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+users: [{name: none, user: {token: unused}}]
+"""
+
+
+def test_runners_that_share_a_server_fork_from_it_and_leave_it_running(server):
+    from podrunner.watch import PodRunner
+
+    fork_server, tmp_path = server
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    modules = (str(tmp_path / "modules"),)
+
+    def runner(namespace: str, pythonpath: tuple[str, ...] = modules) -> PodRunner:
+        return PodRunner(
+            kubeconfig,
+            namespace,
+            tmp_path / namespace,
+            module_map={},
+            python=sys.executable,
+            pythonpath=pythonpath,
+            fork_server=fork_server,
+        )
+
+    first = runner("first")
+    assert first.fork_server is fork_server and first.supervisor.fork_server is fork_server
+    assert run(fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0
+    imported_once = fork_server.pid
+    first.stop()
+    assert imported_once is not None and fork_server._process is not None and fork_server._process.poll() is None
+    second = runner("second")
+    assert run(second.fork_server, tmp_path, "exit", "0").wait(timeout=60) == 0
+    assert fork_server.pid == imported_once  # the same server: the module was not imported again
+    with pytest.raises(ValueError, match="PYTHONPATH"):
+        runner("elsewhere", pythonpath=("/elsewhere",))
