@@ -55,23 +55,20 @@ def cli(kubeconfig, namespace, capsys, monkeypatch):
 
 
 @pytest.fixture
-def crashing_trial(make_scheduler):
+def crashing_trial(make_scheduler, capsys, monkeypatch):
     """actor: 2 ready workers (revision 1, the last all-ready one); broken: 2 workers whose command exits 3
     (revision 2), never waited for, so nothing rolled it back. No trainer's Lease: a person's trial, as `up` makes
     one (down and rollback refuse a live trainer's: test_down_refuses_a_live_trainer_unless_forced)."""
+    monkeypatch.setenv("PATH", f"{TOOLS_BIN}{os.pathsep}{os.environ['PATH']}")  # helm
     scheduler = make_scheduler(lease_grace_seconds=0)
     scheduler.create_workers(job("actor", 2))
     scheduler.get_workers("actor")
     scheduler.create_workers(job("broken", 2, [spec(cmd=CRASH)]))
+    status = ("--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace, "status", "-o", "json")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until a broken worker has crashed at least once
-        code = subprocess.run(
-            [*CLI, "--kubeconfig", str(scheduler.config.kubeconfig), "-n", scheduler.namespace, "status", "-o", "json"],
-            capture_output=True,
-            text=True,
-            env=WITH_HELM,
-        )
-        broken = [w for w in json.loads(code.stdout)["trials"][0]["workers"] if w["role"] == "broken"]
+        _, out, _ = run(capsys, *status)  # in this process: a second of CPU less per look than `python -m`
+        broken = [w for w in json.loads(out)["trials"][0]["workers"] if w["role"] == "broken"]
         if broken and all(w["fatal"] for w in broken):
             break
         time.sleep(1)
