@@ -1,8 +1,8 @@
 """The README's main command, `make demo`, as a newcomer runs it: in a fresh clone of this checkout (no .venv, no
 .tools; the tool cache is shared, so its tools are linked, not built), on the session's local cluster, where the
 demo's namespace does not exist yet. Its output is checked step by step, and then the cluster and this machine: no
-namespace, release, pod or worker process of the demo left. Then `make demo IN_CLUSTER=1`'s path: the demo as the
-trainer pod of `areal-workers submit`.
+namespace, release, pod or worker process of the demo left. (`make demo IN_CLUSTER=1`'s path, the demo as the
+trainer pod of `areal-workers submit`: test_demo_in_cluster.py.)
 """
 
 from __future__ import annotations
@@ -11,18 +11,16 @@ import asyncio
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from demo_runs import STEPS, wait_for_no_processes
 from localkube.cluster import LocalCluster
-from localkube.rbac import apply_rbac
 from repo_paths import AREAL_WORKER_PYTHON, REPO
 
 pytestmark = [
@@ -36,27 +34,11 @@ pytestmark = [
     ),
 ]
 
-DEMO = REPO / "examples" / "bandit_demo" / "demo.py"
 DEMO_NAMESPACE = "bandit-demo"  # the demo's default
 DEMO_ITERATIONS = 8  # the demo's default
 # The clone's virtualenv is made (pip, from its cache) and its cached tools linked before the demo runs.
 CLONE_DEMO_TIMEOUT = 1500
 MISSING_IMAGE = "registry.invalid/areal-runtime:v1.0.4"
-ITERATIONS = 6
-# AReaL's worker takes about 12 s to start on 2 idle cores and much longer on a loaded machine; 4 pods, 2 forks
-# and a replaced pod start one role after the other.
-DEMO_TIMEOUT = 900
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
-STEPS = [
-    "1. Create the workers",
-    "2. Fork a role into the actor's pods",
-    "3. Workers",
-    "4. Engines",
-    "5. Train",
-    "6. A bad update, diagnosed and rolled back",
-    "7. helm history",
-    "8. Clean up",
-]
 ITERATION_ROW = re.compile(r"^\s+(\d+)\s+(\d\.\d{3})\s+(\d+\.\d)%\s+(-?\d+\.\d{3})\s+v(\d+)$", re.MULTILINE)
 
 
@@ -69,27 +51,6 @@ def newcomer_environment(home: Path) -> dict[str, str]:
     dropped = ("MAKE", "MFLAGS", "PYTEST", "VIRTUAL_ENV", "PYTHONPATH", "AREAL_WORKERS_WORKER", "AREAL_K8S_")
     environment = {key: value for key, value in os.environ.items() if not key.startswith(dropped)}
     return {**environment, "PATH": path, "AREAL_WORKERS_CLUSTER_DIR": str(LocalCluster().state)}
-
-
-def trial_processes(trial: str) -> list[str]:
-    """Command lines of live processes started for the trial (worker servers and their forks carry
-    `--trial-name <trial>`)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(a == "--trial-name" and b == trial for a, b in zip(argv, argv[1:])):
-            found.append(" ".join(argv).strip())
-    return found
-
-
-def wait_for_no_processes(trial: str, timeout: float = 30.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while (left := trial_processes(trial)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return left
 
 
 @pytest.fixture
@@ -186,70 +147,3 @@ def test_a_fresh_clones_make_demo_trains_recovers_and_leaves_nothing(fresh_clone
     assert wait_for_no_processes("demo") == []
     assert not (Path(tempfile.gettempdir()) / "areal-bandit-demo" / f"{DEMO_NAMESPACE}-demo").exists()
     assert not namespace_exists(core, DEMO_NAMESPACE)  # it made its namespace, and removed it
-
-
-@pytest.mark.timeout(DEMO_TIMEOUT + 60)
-def test_the_demo_runs_as_a_trainer_pod_submitted_with_areal_workers(make_namespace, kubeconfig, core, tmp_path):
-    """`make demo IN_CLUSTER=1`: the demo is the trainer of a Job (areal-workers submit, as the rbac/ ServiceAccount)
-    whose pod reaches the workers at their pod IPs; its log and exit code come back to the command. The namespace
-    enforces PodSecurity `restricted` (docs/en/security.md): the trainer's pod, its workers and forks pass it."""
-    from podrunner.watch import PodRunner
-
-    if LocalCluster().podrunner_workers() == "areal":
-        namespace, runner = make_namespace(RESTRICTED, private=False), None
-    else:  # the pods need AReaL's server: a runner of this test (the trainer pod gets podrunner's interpreter)
-        namespace = make_namespace(RESTRICTED)
-        runner = PodRunner(
-            str(kubeconfig),
-            namespace,
-            tmp_path / "pods",
-            module_map={},
-            python=str(AREAL_WORKER_PYTHON),
-            pythonpath=(str(DEMO.parent),),
-        ).start()
-    try:
-        apply_rbac(kubeconfig, namespace)  # rbac/, its admission policy bound to this namespace alone
-        trial = f"t{uuid.uuid4().hex[:6]}"
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "areal_workers.cli",
-                "--kubeconfig",
-                str(kubeconfig),
-                "-n",
-                namespace,
-                "submit",
-                "--image",
-                "local/areal-trainer:dev",
-                "--name",
-                "demo-trainer",
-                "--start-timeout",
-                "300",
-                "--",
-                "python",
-                str(DEMO),
-                "--namespace",
-                namespace,
-                "--trial",
-                trial,
-                "--iterations",
-                str(ITERATIONS),
-                "--local-cluster-pod",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=DEMO_TIMEOUT,
-            cwd=REPO,
-            env={**os.environ, "PATH": f"{REPO / '.tools' / 'bin'}{os.pathsep}{os.environ['PATH']}"},
-        )
-    finally:
-        if runner is not None:
-            runner.stop()
-    output = result.stdout
-    assert result.returncode == 0, f"exit {result.returncode}\n{output}\n{result.stderr}"
-    assert "trainer demo-trainer-" in result.stderr and "succeeded with exit code 0" in result.stderr
-    missing = [step for step in STEPS if step not in output]
-    assert not missing, f"steps missing: {missing}\n{output}"
-    assert "release uninstalled, no pods left, nothing answers on the 6 worker addresses" in output
-    assert wait_for_no_processes(trial) == []

@@ -2,8 +2,8 @@
 enforce), with the apiserver's real PodSecurity admission: the trainer Job of `areal-workers submit` gets its pod,
 and its workers, process and pod forks, `helm test` and the reaper CronJob's pod are all admitted. A trainer whose
 securityContext is overridden to violate the level ends `submit` at once with the Job's FailedCreate event and the
-fix, instead of a wait that only says "no pod yet". (test_demo.py runs the demo of `make demo IN_CLUSTER=1` itself in
-such a namespace.)"""
+fix, instead of a wait that only says "no pod yet". (test_demo_in_cluster.py runs the demo of `make demo IN_CLUSTER=1`
+itself in such a namespace.)"""
 
 from __future__ import annotations
 
