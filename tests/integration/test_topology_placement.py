@@ -11,6 +11,8 @@ serial_cluster: the nodes are cluster-wide, and capacity messages of tests runni
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from areal_workers import WorkerCreationError, WorkerTimeoutError
@@ -31,6 +33,12 @@ def racks(core):
 def placed(core, namespace: str, role: str) -> list[str]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"areal.io/role={role}").items
     return sorted(pod.spec.node_name for pod in pods if pod.spec.node_name)
+
+
+def scheduling_failed(core, namespace: str, role: str) -> bool:
+    """The kube-scheduler has reported a FailedScheduling event for a pod of the role."""
+    events = core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling").items
+    return any(f"-{role}-" in (event.involved_object.name or "") for event in events)
 
 
 def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_scheduler, core, namespace, racks):
@@ -60,7 +68,11 @@ def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_schedu
     # Every rack is held: a worker of a role without exclusive placement would fit b1's 3 free GPUs, but the real
     # scheduler keeps it out of rack b (and rack a has no GPU left).
     scheduler.create_workers(job("critic", 1, [spec(gpu=1)]))
+    deadline = time.monotonic() + 120
+    while not scheduling_failed(core, namespace, "critic") and time.monotonic() < deadline:
+        time.sleep(1)
+    # The scheduler has judged the worker: the time-out that follows needs to be only long enough to happen.
     with pytest.raises(WorkerTimeoutError) as waited:
-        scheduler.get_workers("critic", timeout=30)
+        scheduler.get_workers("critic", timeout=3)
     assert "anti-affinity" in waited.value.diagnosis, waited.value.diagnosis
     assert placed(core, namespace, "critic") == []
