@@ -3,6 +3,8 @@ AReaL's WorkerFailedError at once, and the liveness check the guard client runs 
 
 from __future__ import annotations
 
+import time
+
 from kubernetes import client
 
 from .. import diagnosis, naming
@@ -45,11 +47,16 @@ class WorkerFinder:
 
         queued = model.kueue_queue(workload) is not None
         recheck = (ADMISSION_RECHECK_SECONDS, check_admission) if queued else None
+        selector = naming.role_selector(self.driver.name, workload)
+        started = time.monotonic()
+        # After a change of the pod template, the pods of the earlier one stay Ready until the rolling update
+        # replaces them: only pods of the StatefulSet's update revision are the change's workers.
+        revisions = self.driver.cleanup.update_revisions(selector, timeout)
         try:
             pods = self.pods.wait(
-                naming.role_selector(self.driver.name, workload),
-                all_ready(replicas),
-                timeout,
+                selector,
+                all_ready(replicas, revisions),
+                max(0.0, timeout - (time.monotonic() - started)),
                 on_pod=check,
                 on_idle=recheck,
             )

@@ -14,11 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from .. import diagnosis, naming
 from ..config import KubernetesSchedulerConfig
 from ..pods.inspector import ReleaseInspector
-from ..pods.watch import PodWatch, WaitTimedOut, is_ready, pod_index
+from ..pods.watch import PodWatch, WaitTimedOut, is_ready, pod_index, template_revision
 from ..runtime.backend import StatefulSets
 
 logger = logging.getLogger(__name__)
 NODES_REREAD_SECONDS = 5.0  # how often wait_gone looks again for nodes that stopped answering
+OBSERVE_TIMEOUT = 30.0  # the longest wait for the StatefulSet controller to see a StatefulSet's latest spec
 
 
 class PodCleanup:
@@ -125,11 +126,17 @@ class PodCleanup:
             own = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
             pods, _ = self.pods.list(own)
             for pod in pods:
-                revision = (pod.metadata.labels or {}).get("controller-revision-hash")
-                if revision != statefulset.status.update_revision and not is_ready(pod):
+                if template_revision(pod) != statefulset.status.update_revision and not is_ready(pod):
                     self.pods.delete(pod.metadata.name)
                     replaced.append(pod.metadata.name)
         return replaced
+
+    def update_revisions(self, selector: str, timeout: float) -> set[str]:
+        """The update revision of each StatefulSet `selector` selects, once its controller has seen its latest spec
+        (waiting at most `timeout`): the template its pods run when a rolling update is done."""
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        observed = [self._observed(statefulset, min(timeout, OBSERVE_TIMEOUT)) for statefulset in statefulsets]
+        return {s.status.update_revision for s in observed if s.status and s.status.update_revision}
 
     def pods_at_update_revision(self, selector: str) -> list[client.V1Pod]:
         """The pods of the StatefulSets `selector` selects that run their StatefulSet's latest template (a rolling
@@ -144,7 +151,7 @@ class PodCleanup:
             kept += [
                 pod
                 for pod in self.pods.list(own)[0]
-                if (pod.metadata.labels or {}).get("controller-revision-hash") == statefulset.status.update_revision
+                if template_revision(pod) == statefulset.status.update_revision
             ]
         return kept
 
@@ -156,7 +163,7 @@ class PodCleanup:
             if error.status != 404:
                 raise
 
-    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = 30.0) -> client.V1StatefulSet:
+    def _observed(self, statefulset: client.V1StatefulSet, timeout: float = OBSERVE_TIMEOUT) -> client.V1StatefulSet:
         """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
         deadline = time.monotonic() + timeout
         while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:

@@ -7,7 +7,7 @@ apiserver restarts and expired resource versions, until the deadline.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import urllib3
@@ -145,14 +145,23 @@ class PodWatch:
         return {index: pod for pod in pods.values() if (index := pod_index(pod)) is not None}
 
 
-def all_ready(replicas: int) -> Callable[[dict[str, client.V1Pod]], bool]:
-    """Indices 0..replicas-1 each have a Ready pod with an IP, and no other index remains."""
+def all_ready(replicas: int, revisions: Collection[str] = ()) -> Callable[[dict[str, client.V1Pod]], bool]:
+    """Indices 0..replicas-1 each have a Ready pod with an IP, and no other index remains. With `revisions` (their
+    StatefulSet's update revision), each of those pods runs one of them: a Ready pod of an earlier template, which
+    the StatefulSet's rolling update has yet to replace, is not a worker of the change."""
 
     def check(pods: dict[str, client.V1Pod]) -> bool:
         by_index = {pod_index(p): p for p in pods.values() if p.metadata.deletion_timestamp is None}
-        return set(by_index) == set(range(replicas)) and all(is_ready(p) for p in by_index.values())
+        return set(by_index) == set(range(replicas)) and all(
+            is_ready(p) and (not revisions or template_revision(p) in revisions) for p in by_index.values()
+        )
 
     return check
+
+
+def template_revision(pod: client.V1Pod) -> str | None:
+    """The StatefulSet revision (ControllerRevision) whose template the pod was made from."""
+    return (pod.metadata.labels or {}).get("controller-revision-hash")
 
 
 def none_left(pods: dict[str, client.V1Pod]) -> bool:
