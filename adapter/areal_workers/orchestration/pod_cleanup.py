@@ -149,9 +149,7 @@ class PodCleanup:
             statefulset = self._observed(statefulset)
             own = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
             kept += [
-                pod
-                for pod in self.pods.list(own)[0]
-                if template_revision(pod) == statefulset.status.update_revision
+                pod for pod in self.pods.list(own)[0] if template_revision(pod) == statefulset.status.update_revision
             ]
         return kept
 
