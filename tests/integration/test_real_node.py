@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -211,14 +210,12 @@ def test_readiness_comes_from_the_kubelets_probe(real_scheduler, core, namespace
     # which would keep the pod for the whole grace period after the test).
     mute = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(3600)'"
     scheduler.create_workers(job("mute", 1, [task(cmd=mute)]))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # the kubelet's probe fails every periodSeconds (5) once the container runs
+
+    def probe_failed() -> bool:  # the kubelet's probe fails every periodSeconds (5) once the container runs
         events = core.list_namespaced_event(namespace, field_selector="reason=Unhealthy").items
-        if any("Readiness probe failed" in (e.message or "") for e in events):
-            break
-        time.sleep(1)
-    else:
-        raise AssertionError(f"no failed readiness probe in 120 s: {[e.message for e in events]}")
+        return any("Readiness probe failed" in (e.message or "") for e in events)
+
+    wait_for(probe_failed, 120, "a failed readiness probe (an Unhealthy event)", interval=1)
     # A worker that never turns Ready times out, and the time-out says why: no need to wait longer than a moment.
     with pytest.raises(WorkerTimeoutError) as timed_out:
         scheduler.get_workers("mute", timeout=5)

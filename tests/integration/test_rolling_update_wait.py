@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from clusterlib import job, spec
+from clusterlib import job, spec, wait_for
 
 pytestmark = [
     pytest.mark.restarts_control_plane,
@@ -40,10 +40,7 @@ def test_get_workers_after_an_update_waits_for_the_new_templates_pods(make_sched
     [manager] = [component for component in cluster.components() if component.name == MANAGER]
     with ThreadPoolExecutor(2) as pool:
         restarted = pool.submit(cluster.restart, MANAGER, down_seconds=DOWN_SECONDS)
-        deadline = time.monotonic() + 60
-        while manager.pid() is not None:
-            assert time.monotonic() < deadline, f"{MANAGER} did not stop"
-            time.sleep(0.1)
+        wait_for(lambda: manager.pid() is None, 60, f"{MANAGER} stopped", interval=0.1)
         scheduler.update_workers(job("actor", 1, [spec(env_vars={"AREAL_WORKERS_TEST_UPDATE": "1"})]))
         waiting = pool.submit(scheduler.get_workers, "actor", 120)
         time.sleep(5)  # the old pod is Ready all along: nothing replaces it while the controller manager is down

@@ -11,12 +11,10 @@ serial_cluster: the nodes are cluster-wide, and capacity messages of tests runni
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from areal_workers import WorkerCreationError, WorkerTimeoutError
-from clusterlib import job, spec
+from clusterlib import job, spec, wait_for
 from fault_nodes import rack_nodes
 
 pytestmark = pytest.mark.serial_cluster
@@ -68,9 +66,7 @@ def test_exclusive_roles_hold_a_rack_each_and_keep_other_workers_out(make_schedu
     # Every rack is held: a worker of a role without exclusive placement would fit b1's 3 free GPUs, but the real
     # scheduler keeps it out of rack b (and rack a has no GPU left).
     scheduler.create_workers(job("critic", 1, [spec(gpu=1)]))
-    deadline = time.monotonic() + 120
-    while not scheduling_failed(core, namespace, "critic") and time.monotonic() < deadline:
-        time.sleep(1)
+    wait_for(lambda: scheduling_failed(core, namespace, "critic"), 120, "the critic's FailedScheduling event", 1)
     # The scheduler has judged the worker: the time-out that follows needs to be only long enough to happen.
     with pytest.raises(WorkerTimeoutError) as waited:
         scheduler.get_workers("critic", timeout=3)
