@@ -55,7 +55,7 @@ class WorkerFinder:
         try:
             pods = self.pods.wait(
                 selector,
-                all_ready(replicas, revisions),
+                all_ready(replicas, revisions or ()),
                 max(0.0, timeout - (time.monotonic() - started)),
                 on_pod=check,
                 on_idle=recheck,

@@ -131,27 +131,21 @@ class PodCleanup:
                     replaced.append(pod.metadata.name)
         return replaced
 
-    def update_revisions(self, selector: str, timeout: float) -> set[str]:
+    def update_revisions(self, selector: str, timeout: float = OBSERVE_TIMEOUT) -> set[str] | None:
         """The update revision of each StatefulSet `selector` selects, once its controller has seen its latest spec
-        (waiting at most `timeout`): the template its pods run when a rolling update is done."""
+        (waiting at most `timeout`): the template its pods run when a rolling update is done. None: no StatefulSet."""
         statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        if not statefulsets:
+            return None
         observed = [self._observed(statefulset, min(timeout, OBSERVE_TIMEOUT)) for statefulset in statefulsets]
         return {s.status.update_revision for s in observed if s.status and s.status.update_revision}
 
     def pods_at_update_revision(self, selector: str) -> list[client.V1Pod]:
         """The pods of the StatefulSets `selector` selects that run their StatefulSet's latest template (a rolling
         update leaves them as they are); without a StatefulSet, every pod `selector` selects."""
-        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
-        if not statefulsets:
-            return self.pods.list(selector)[0]
-        kept: list[client.V1Pod] = []
-        for statefulset in statefulsets:
-            statefulset = self._observed(statefulset)
-            own = ",".join(f"{k}={v}" for k, v in statefulset.spec.selector.match_labels.items())
-            kept += [
-                pod for pod in self.pods.list(own)[0] if template_revision(pod) == statefulset.status.update_revision
-            ]
-        return kept
+        revisions = self.update_revisions(selector)
+        pods, _ = self.pods.list(selector)
+        return pods if revisions is None else [pod for pod in pods if template_revision(pod) in revisions]
 
     def delete_pod(self, name: str) -> None:
         """Deletes a pod (its StatefulSet starts it again); one already gone is fine."""
