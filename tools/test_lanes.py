@@ -139,16 +139,16 @@ def lanes() -> list[Lane]:
     """The cluster's lanes, each started once the lanes it comes `after` have passed; the others run side by side.
     Two lanes may overlap unless one comes (transitively) after the other: tests/unit/tools/test_lane_selection.py
     checks that lanes which may overlap share nothing one of them changes."""
-    # The real-node tests, the longest lane, start at once (AReaL's start in their containers is most of it). Beside
+    # First, alone, on the cluster just started: the tests that stop and start a component of its control plane.
+    # `make test` runs them beside `make check` (tools/test_run.py), before the other lanes start.
+    restarts = Lane(RESTARTS, "integration and restarts_control_plane")
+    first = (RESTARTS,)
+    # Then at once the real-node tests, the longest lane (AReaL's start in their containers is most of it). Beside
     # them, the lanes whose tests keep to namespaces of their own and touch neither the real node nor its fixed
     # names (the deployment guide's namespace rl and chart push, the demo's namespace). One test stream keeps about
     # a quarter of the 2 cores busy (it waits on pods and helm), so two processes run the main lane's files.
     # The real-node tests in names that the docs' pages use too (`fixed_names`) go first, so that main-late, which
     # runs those pages, waits for them and not for the whole real-node stream.
-    # First, alone, on the cluster just started: the tests that stop and start a component of its control plane.
-    # `make test` runs them beside `make check` (tools/test_run.py), before the other lanes start.
-    restarts = Lane(RESTARTS, "integration and restarts_control_plane")
-    first = (RESTARTS,)
     serial_node_names = Lane("serial-node-names", f"{SERIAL} and real_node and fixed_names", after=first)
     serial_node = Lane("serial-node", f"{SERIAL} and real_node and not fixed_names", after=("serial-node-names",))
     main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2, after=first)

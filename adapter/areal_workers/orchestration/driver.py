@@ -282,8 +282,9 @@ class ReleaseDriver:
 
     def confirm_ready(self, workload: str, held: list[client.V1Pod]) -> None:
         """`workload`'s workers all answered (`held`: its pods as they answered, recorded as AReaL holds them): the
-        revision is good once every other pending workload's pods are Ready too (one pod listing, only when there
-        are others)."""
+        revision is good once every other pending workload's pods are Ready too and run its StatefulSet's update
+        revision (one pod listing, a StatefulSet listing each). Under the scheduler's lock: it never waits, and a
+        StatefulSet whose controller has yet to see its spec counts as not ready."""
         if self.config.ownership != "managed":
             return
         self.record_held(workload, held)
@@ -292,8 +293,9 @@ class ReleaseDriver:
         if others:
             pods, _ = self.pods.list(naming.release_selector(self.name))
             for other in others:
+                revisions = self.cleanup.update_revisions_seen(naming.role_selector(self.name, other))
                 mine = {p.metadata.name: p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
-                if not all_ready(self.model.replicas(other))(mine):
+                if revisions is None or not all_ready(self.model.replicas(other), revisions)(mine):
                     return
         self.mark_good(pods)
 

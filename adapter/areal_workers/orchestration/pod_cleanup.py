@@ -140,6 +140,14 @@ class PodCleanup:
         observed = [self._observed(statefulset, min(timeout, OBSERVE_TIMEOUT)) for statefulset in statefulsets]
         return {s.status.update_revision for s in observed if s.status and s.status.update_revision}
 
+    def update_revisions_seen(self, selector: str) -> set[str] | None:
+        """update_revisions without waiting: None while a StatefulSet `selector` selects has a spec its controller
+        has yet to see (its update revision may still name the template before it); empty without a StatefulSet."""
+        statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
+        if any((s.status.observed_generation or 0) < s.metadata.generation for s in statefulsets):
+            return None
+        return {s.status.update_revision for s in statefulsets if s.status.update_revision}
+
     def pods_at_update_revision(self, selector: str) -> list[client.V1Pod]:
         """The pods of the StatefulSets `selector` selects that run their StatefulSet's latest template (a rolling
         update leaves them as they are); without a StatefulSet, every pod `selector` selects."""

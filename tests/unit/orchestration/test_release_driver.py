@@ -416,3 +416,40 @@ def test_a_queued_workload_that_changes_is_deleted_before_the_revision_that_recr
     assert driver.requeue(values(actor={**queued, "replicas": 3}, critic=CRITIC)) == ["actor"]
     assert statefulsets.deleted == ["actor-sts"]
     assert cluster.waits[-1] == naming.selector(OWN, "actor")
+
+
+def label_revision(cluster: MemoryCluster, role: str, revision: str) -> None:
+    for each in cluster.pods.values():
+        if each.metadata.labels[naming.LABEL_ROLE] == role:
+            each.metadata.labels["controller-revision-hash"] = revision
+
+
+def test_another_workloads_ready_pods_of_the_template_before_the_change_do_not_make_it_good(cluster, loop):
+    """Two workloads changed and the trainer waited for one: the other's pods stay Ready on the earlier template
+    until its rolling update replaces them, and they are not its workers yet."""
+    statefulsets = StatefulSets(statefulset("critic-sts", "critic", update_revision="r2", replicas=1))
+    driver = make_driver(cluster, loop, statefulsets=statefulsets)
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create", "actor")
+    label_revision(cluster, "critic", "r1")
+    driver.confirm_ready("actor", [])
+    assert driver.good_revision is None and cluster.ready_revision is None
+    label_revision(cluster, "critic", "r2")
+    driver.confirm_ready("actor", [])
+    assert driver.good_revision == 1 and cluster.ready_revision == 1
+
+
+def test_a_statefulset_whose_controller_has_yet_to_see_its_spec_is_not_ready_and_is_not_waited_for(cluster, loop):
+    """confirm_ready runs under the scheduler's lock: it reads the StatefulSet once and does not wait for its
+    controller (an updateRevision of an unobserved spec may still name the earlier template)."""
+    unobserved = statefulset("critic-sts", "critic", update_revision="r2", replicas=1)
+    unobserved.status.observed_generation = 1
+    statefulsets = StatefulSets(unobserved)
+    driver = make_driver(cluster, loop, statefulsets=statefulsets)
+    driver.apply(values(actor=ACTOR, critic=CRITIC), "create", "actor")
+    label_revision(cluster, "critic", "r2")
+    statefulsets.read_namespaced_stateful_set = lambda *_, **__: pytest.fail("confirm_ready waited for a controller")
+    driver.confirm_ready("actor", [])
+    assert driver.good_revision is None
+    statefulsets.items["critic-sts"].status.observed_generation = 2
+    driver.confirm_ready("actor", [])
+    assert driver.good_revision == 1
