@@ -49,7 +49,7 @@ DEMO_TOOLS := system_packages node_images helm3_kubectl etcd kwok kubernetes kub
 tools: venv ## build/download the pinned tools into the cache and link them into .tools/bin (helm, kubectl: .venv/bin too; TOOLS=names: only those)
 	tools/install/tools.sh $(TOOLS)
 	# Relative links: a docs test runs make in a sandbox of links to the checkout, whose .venv is this one.
-	for name in helm kubectl; do [ "$$(readlink $(VENV)/bin/$$name)" = ../../.tools/bin/$$name ] || ln -sfn ../../.tools/bin/$$name $(VENV)/bin/; done
+	ln -sf ../../.tools/bin/helm ../../.tools/bin/kubectl $(VENV)/bin/
 
 areal-worker: ## AReaL's real worker server (pinned, CPU torch, ~7 GB) in the cache, linked as .tools/areal-worker
 	PYTHON=$(PYTHON) tools/install/areal-worker.sh
@@ -142,14 +142,15 @@ shellcheck: venv ## ShellCheck over tools/**/*.sh
 # The no-cluster tier, also offered as pre-commit hooks (.pre-commit-config.yaml). It stops at the first failure.
 check: lint typecheck shellcheck test-unit test-chart ## the no-cluster tier, `make test`'s first step: lint, typecheck, shellcheck, unit and chart tests
 
-# The chart's tools first, so that `make check` and the cluster's start (`make tools areal-worker`, the cluster, the
-# lane that restarts its control plane), which tools/test_run.py runs side by side, never build one tool twice at
-# once. Then the cluster's lanes (main, AReaL's worker server, helm 4, the tests that change what every test shares)
-# and which of them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every cluster lane, not to `make check`:
+# The lanes (main, AReaL's worker server, helm 4, then the tests that change what every test shares) and which of
+# them run side by side: tools/test_lanes.py. PYTEST_ARGS go to every lane, not to `make check`, which runs first:
 # a selection such as `-k smoke` would leave it no tests to run.
-test: venv ## everything: the no-cluster tier (make check) beside the cluster's start, then integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
-	$(MAKE) --no-print-directory tools TOOLS="$(CHART_TOOLS)"
-	$(PY) tools/test_run.py --real-node $(or $(NODE),real) $(PYTEST_ARGS)
+test: venv ## everything: the no-cluster tier (make check) first, then unit, chart, integration, the helm 4 and AReaL-worker lanes, on a local cluster torn down after
+	$(MAKE) --no-print-directory check PYTEST_ARGS=
+	$(TOOLS_AND_WORKER)
+	$(PY) tools/localcluster.py up --real-node $(or $(NODE),real) --kueue --argocd --registry; rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(PY) tools/test_lanes.py $(PYTEST_ARGS); rc=$$?; fi; \
+	$(PY) tools/localcluster.py down || rc=1; exit $$rc
 
 test-helm4: tools ## the second lane: the release-driving integration tests with helm 4 instead of helm 3
 	$(PY) tools/test_lanes.py --lane helm4 $(PYTEST_ARGS)

@@ -6,21 +6,20 @@
 
 A lane is a `-m` expression over the markers the tests declare (pyproject.toml lists them), with an environment; no lane
 names a file. An extra `-m` narrows each lane's own expression (both must match). A lane starts once the lanes it comes
-after have passed, and runs beside every other that has started, each test in namespaces of its own (lanes()). First,
-alone, the tests that restart a component of the control plane (`restarts_control_plane`; `make test` runs them beside
-`make check`, tools/test_run.py). Then at once, the tests that run on the real node (`serial_cluster` and `real_node`,
-one at a time: first those in names the docs' pages use too, `fixed_names`, then the others), the main lane (the
-integration tests that keep to their namespaces, two pytest-xdist processes) and the AReaL lane (`areal_worker` and
-`both_workers` tests on AReaL's real rpc_server, two processes too); after the main and AReaL lanes, the other
-`serial_cluster` tests, which change what every test shares (nodes, GPU capacity, Kueue), and the offline lane (the unit
-tests that need AReaL's environment, but no cluster); after those, the helm 4 lane (`helm4`) and the `late` halves of
-the main and AReaL lanes (the main one also after the `fixed_names` real-node tests, whose names its tests use). The
-other unit and chart tests are `make check`'s lanes (check_lanes). Each lane writes its output to
-.tools/lanes/<lane>.log and its JUnit report to .tools/lanes/<lane>.xml; the report prints every lane's log once it ends
-(whole for a failed lane, the summary line otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near
-100 % the machine computes, well below it waits on pods and helm), its result and its slowest test files (what to move
-when the lanes are rebalanced). A lane that skipped a test fails, naming it and its reason. The exit status is the first
-failure's, else 0."""
+after have passed, and runs beside every other that has started, each test in namespaces of its own (lanes()): at once,
+the tests that run on the real node (`serial_cluster` and `real_node`, one at a time: first those in names the docs'
+pages use too, `fixed_names`, then the others), the main lane (the integration tests that keep to their namespaces, two
+pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` tests on AReaL's real rpc_server, two
+processes too); after the main and AReaL lanes, the other `serial_cluster` tests, which change what every test shares
+(nodes, GPU capacity, Kueue), and the offline lane (the unit tests that need AReaL's environment, but no cluster); after
+those, the helm 4 lane (`helm4`) and the `late` halves of the main and AReaL lanes (the main one also after the
+`fixed_names` real-node tests, whose names its tests use). Last, alone, the tests that restart a component of the
+control plane (`restarts_control_plane`). The other unit and chart tests are `make check`'s lanes (check_lanes), run
+before the cluster starts. Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report to
+.tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
+otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near 100 % the machine computes, well below it
+waits on pods and helm), its result and its slowest test files (what to move when the lanes are rebalanced). A lane that
+skipped a test fails, naming it and its reason. The exit status is the first failure's, else 0."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -127,7 +126,6 @@ def split_mark_expressions(extra: list[str]) -> tuple[list[str], list[str]]:
     return expressions, rest
 
 
-RESTARTS = "restarts"
 SIDE_BY_SIDE = "not serial_cluster and not restarts_control_plane"
 SERIAL = "integration and serial_cluster and not restarts_control_plane"
 # The worker server of the areal lanes, AReaL's, runs the tests that check it (`areal_worker`) and those that check
@@ -139,23 +137,19 @@ def lanes() -> list[Lane]:
     """The cluster's lanes, each started once the lanes it comes `after` have passed; the others run side by side.
     Two lanes may overlap unless one comes (transitively) after the other: tests/unit/tools/test_lane_selection.py
     checks that lanes which may overlap share nothing one of them changes."""
-    # First, alone, on the cluster just started: the tests that stop and start a component of its control plane.
-    # `make test` runs them beside `make check` (tools/test_run.py), before the other lanes start.
-    restarts = Lane(RESTARTS, "integration and restarts_control_plane")
-    first = (RESTARTS,)
-    # Then at once the real-node tests, the longest lane (AReaL's start in their containers is most of it). Beside
+    # The real-node tests, the longest lane, start at once (AReaL's start in their containers is most of it). Beside
     # them, the lanes whose tests keep to namespaces of their own and touch neither the real node nor its fixed
     # names (the deployment guide's namespace rl and chart push, the demo's namespace). One test stream keeps about
     # a quarter of the 2 cores busy (it waits on pods and helm), so two processes run the main lane's files.
     # The real-node tests in names that the docs' pages use too (`fixed_names`) go first, so that main-late, which
     # runs those pages, waits for them and not for the whole real-node stream.
-    serial_node_names = Lane("serial-node-names", f"{SERIAL} and real_node and fixed_names", after=first)
+    serial_node_names = Lane("serial-node-names", f"{SERIAL} and real_node and fixed_names")
     serial_node = Lane("serial-node", f"{SERIAL} and real_node and not fixed_names", after=("serial-node-names",))
-    main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2, after=first)
+    main = Lane("main", f"integration and not late and {SIDE_BY_SIDE}", workers=2)
     # Two processes for the AReaL lane as well: the serial lane waits for both, and with one process the AReaL lane,
     # whose two largest files are most of it, ended ~200 s after the main lane (811 s against 599 s, warm) while the
     # CPUs were shared among the processes at work.
-    areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER, workers=2, after=first)
+    areal = Lane("areal", f"{AREAL} and not late", AREAL_WORKER, workers=2)
     # Then the tests that change KWOK nodes and GPU capacity under every other test: beside the real-node tests
     # only (their workers are pinned to the real node), and the unit tests that need AReaL's environment but no
     # cluster (the rest of the unit and chart tests ran in `make check`, before the cluster started).
@@ -174,13 +168,11 @@ def lanes() -> list[Lane]:
     main_late = Lane(
         "main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2, after=("serial", "serial-node-names")
     )
-    return [restarts, serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
-
-
-def without(every: list[Lane], ran: set[str]) -> list[Lane]:
-    """The lanes of `every` but those in `ran`, which have run and passed already: none waits for them."""
-    kept = [lane for lane in every if lane.name not in ran]
-    return [replace(lane, after=tuple(name for name in lane.after if name not in ran)) for lane in kept]
+    cluster_lanes = [serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
+    # Last, alone: the test that stops and starts kube-apiserver.
+    every_other = tuple(lane.name for lane in cluster_lanes)
+    restarts = Lane("restarts", "integration and restarts_control_plane", after=every_other)
+    return [*cluster_lanes, restarts]
 
 
 def before(name: str, every: list[Lane]) -> set[str]:
@@ -312,14 +304,10 @@ def main(extra: list[str]) -> int:
             lane.run(extra)
             print_skipped(lane)
         return next((lane.code or 1 for lane in chosen if lane.failed), 0)
-    return run_side_by_side(lanes(), without_the_real_node(extra))
-
-
-def run_side_by_side(every: list[Lane], extra: list[str]) -> int:
-    """Runs each lane of `every` once those it comes after have passed, beside the others, each with its output in
-    its log; the report of each as it ends, then the summary. The exit status is the first failure's, else 0."""
+    extra = without_the_real_node(extra)
     lock = threading.Lock()
     started = time.monotonic()
+    every = lanes()
     by = {lane.name: lane for lane in every}
     ended = {lane.name: threading.Event() for lane in every}
 

@@ -93,5 +93,5 @@ else
   install "$dir"
 fi
 mkdir -p "$root/.tools"
-[ "$(readlink "$link")" = "$dir" ] || ln -sfn "$dir" "$link"  # left alone when right: tests may be using it
+ln -sfn "$dir" "$link"
 echo "    .tools/areal-worker/bin/python -m areal.infra.rpc.rpc_server"

@@ -15,16 +15,10 @@ export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 step() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 fail() { printf 'make tools: %s\n' "$*" >&2; exit 1; }
 
-# symlink <target> <path>: leaves a link that is already right alone. `make test` runs this script beside the chart
-# tests, which would find a tool missing while `ln -sfn` replaced its link.
-symlink() {
-  [ "$(readlink "$2")" = "$1" ] || ln -sfn "$1" "$2"
-}
-
 # link <dir> <names...>: exposes cached binaries in .tools/bin.
 link() {
   local dir=$1; shift
-  for name in "$@"; do symlink "$dir/$name" "$bin/$name"; done
+  for name in "$@"; do ln -sfn "$dir/$name" "$bin/$name"; done
 }
 
 # cached <key> <names...>: true (and links) when every binary of <key> is already built.
@@ -271,8 +265,8 @@ $module $HELM_UNITTEST_VERSION/go.mod $HELM_UNITTEST_GOMOD_SUM" go_build "$key" 
   # binary built above, so neither `helm plugin install` nor the network is involved (tests/chart/test_unittest.py).
   local plugin=$root/.tools/helm-plugins/unittest
   mkdir -p "$plugin"
-  symlink "$cache/$key/helm-unittest" "$plugin/helm-unittest"
-  cat >"$plugin/plugin.yaml.new" <<EOF
+  ln -sfn "$cache/$key/helm-unittest" "$plugin/helm-unittest"
+  cat >"$plugin/plugin.yaml" <<EOF
 name: unittest
 version: "${HELM_UNITTEST_VERSION#v}"
 usage: "unit tests for helm charts in YAML (charts/areal-workers/tests)"
@@ -281,7 +275,6 @@ ignoreFlags: false
 platformCommand:
   - command: "\$HELM_PLUGIN_DIR/helm-unittest"
 EOF
-  mv -f "$plugin/plugin.yaml.new" "$plugin/plugin.yaml"  # a rename: a helm reading the plugin sees one whole file
 }
 
 install_kueue() {
@@ -379,7 +372,7 @@ install_argocd() {
     link "$cache/$key" argocd
   fi
   # One binary, several programs: it dispatches on the name it is run as.
-  for name in argocd-repo-server argocd-application-controller; do symlink "$cache/$key/argocd" "$bin/$name"; done
+  for name in argocd-repo-server argocd-application-controller; do ln -sfn "$cache/$key/argocd" "$bin/$name"; done
   mkdir -p "$root/.tools/etc/argocd"
   for extra in "${extras[@]}"; do cp -p "$cache/$key/$(basename "$extra")" "$root/.tools/etc/argocd/"; done
 }

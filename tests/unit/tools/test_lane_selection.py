@@ -17,7 +17,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from repo_paths import REPO
-from test_lanes import INTEGRATION_TESTS, PYTEST, RESTARTS, Lane, before, every_lane, lanes, may_overlap, without
+from test_lanes import INTEGRATION_TESTS, PYTEST, Lane, before, every_lane, lanes, may_overlap
 
 pytestmark = pytest.mark.unit
 
@@ -114,24 +114,14 @@ def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
     assert real and all(ran == {"serial-node"} for ran in real.values()), real
 
 
-def test_every_lane_runs_once_after_lanes_that_exist_and_restarts_alone_first():
+def test_every_lane_runs_once_after_lanes_that_exist_and_restarts_alone_last():
     every = lanes()
     names = [lane.name for lane in every_lane()]
     assert len(names) == len(set(names))
     cluster = {lane.name for lane in every}
     for lane in every:
         assert set(lane.after) <= cluster and lane.name not in before(lane.name, every), lane.name
-    assert not before(RESTARTS, every)
-    assert all(RESTARTS in before(lane.name, every) for lane in every if lane.name != RESTARTS)
-
-
-def test_the_lanes_without_those_that_ran_wait_for_the_rest_as_before():
-    """`make test` runs the restarts lane beside `make check` (tools/test_run.py), then the others without it."""
-    every = lanes()
-    rest = without(every, {RESTARTS})
-    assert {lane.name for lane in rest} == {lane.name for lane in every} - {RESTARTS}
-    for lane in rest:
-        assert before(lane.name, rest) == before(lane.name, every) - {RESTARTS}, lane.name
+    assert before("restarts", every) == cluster - {"restarts"}
 
 
 def test_no_cluster_lane_runs_beside_the_serial_lane_but_the_real_node_tests():
