@@ -144,7 +144,7 @@ class PodCleanup:
         """update_revisions without waiting: None while a StatefulSet `selector` selects has a spec its controller
         has yet to see (its update revision may still name the template before it); empty without a StatefulSet."""
         statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
-        if any((s.status.observed_generation or 0) < s.metadata.generation for s in statefulsets):
+        if any(s.status is None or (s.status.observed_generation or 0) < s.metadata.generation for s in statefulsets):
             return None
         return {s.status.update_revision for s in statefulsets if s.status.update_revision}
 
