@@ -208,3 +208,15 @@ def test_replace_stuck_pods_reads_a_statefulset_its_controller_has_not_observed_
     work = cleanup(pods, [stale])
     work.statefulsets.read_namespaced_stateful_set = lambda name, namespace: fresh
     assert work.replace_stuck_pods("app=w") == ["actor-0"]  # judged against the fresh "new" revision
+
+
+def test_update_revisions_seen_reads_once_and_counts_an_unobserved_statefulset_as_unknown():
+    observed = statefulset("actor", ROLE, update_revision="new")
+    unobserved = statefulset("critic", {**ROLE, naming.LABEL_ROLE: "critic"}, update_revision="old")
+    unobserved.status.observed_generation = 2  # generation 3 not seen yet: its update revision may be stale
+    no_status = statefulset("ref", {**ROLE, naming.LABEL_ROLE: "ref"})
+    no_status.status = None  # created, not yet touched by its controller
+    work = cleanup(FakePods([]), [observed, unobserved, no_status])
+    work.statefulsets.read_namespaced_stateful_set = lambda *_: pytest.fail("it waited for a controller")
+    for role, revisions in {"actor": {"new"}, "critic": None, "ref": None, "none": set()}.items():
+        assert work.update_revisions_seen(f"app=w,{naming.LABEL_ROLE}={role}") == revisions, role
