@@ -13,8 +13,8 @@ pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` te
 processes too); after the main and AReaL lanes, the other `serial_cluster` tests, which change what every test shares
 (nodes, GPU capacity, Kueue), and the offline lane (the unit tests that need AReaL's environment, but no cluster); after
 those, the helm 4 lane (`helm4`) and the `late` halves of the main and AReaL lanes (the main one also after the
-`fixed_names` real-node tests, whose names its tests use). Last, alone, the tests that restart a component of the
-control plane (`restarts_control_plane`). The other unit and chart tests are `make check`'s lanes (check_lanes), run
+`fixed_names` real-node tests, whose names its tests use). No test stops a component of the control plane that
+another test uses (an API server restart is a second API server's). The other unit and chart tests are `make check`'s lanes (check_lanes), run
 before the cluster starts. Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report to
 .tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
 otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near 100 % the machine computes, well below it
@@ -126,8 +126,8 @@ def split_mark_expressions(extra: list[str]) -> tuple[list[str], list[str]]:
     return expressions, rest
 
 
-SIDE_BY_SIDE = "not serial_cluster and not restarts_control_plane"
-SERIAL = "integration and serial_cluster and not restarts_control_plane"
+SIDE_BY_SIDE = "not serial_cluster"
+SERIAL = "integration and serial_cluster"
 # The worker server of the areal lanes, AReaL's, runs the tests that check it (`areal_worker`) and those that check
 # both it and the stand-in (`both_workers`); the integration conftest deselects the `reference_guard_only` ones.
 AREAL = f"integration and (areal_worker or both_workers) and {SIDE_BY_SIDE}"
@@ -168,11 +168,7 @@ def lanes() -> list[Lane]:
     main_late = Lane(
         "main-late", f"integration and late and {SIDE_BY_SIDE}", workers=2, after=("serial", "serial-node-names")
     )
-    cluster_lanes = [serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
-    # Last, alone: the test that stops and starts kube-apiserver.
-    every_other = tuple(lane.name for lane in cluster_lanes)
-    restarts = Lane("restarts", "integration and restarts_control_plane", after=every_other)
-    return [*cluster_lanes, restarts]
+    return [serial_node_names, serial_node, main, areal, serial, offline, helm4, areal_late, main_late]
 
 
 def before(name: str, every: list[Lane]) -> set[str]:

@@ -11,6 +11,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from areal_workers import Job, SchedulingSpec, SchedulingStrategy
 from localkube.pki import service_account_kubeconfig
 from localkube.rbac import apply_rbac
@@ -100,6 +102,20 @@ AREAL_LANE = WorkerLane(
     fork_python=str(FORK_PYTHON),
 )
 LANES = {lane.name: lane for lane in (REFERENCE_LANE, AREAL_LANE)}
+
+
+def edited_kubeconfig(kubeconfig: Path, out: Path, server: str | None = None, token: str | None = None) -> Path:
+    """A copy of `kubeconfig` at `out` whose clusters' server is `server` and whose users' credential is `token`
+    (each when given)."""
+    data = yaml.safe_load(kubeconfig.read_text())
+    if server is not None:
+        for cluster in data["clusters"]:
+            cluster["cluster"]["server"] = server
+    if token is not None:
+        for user in data["users"]:
+            user["user"] = {"token": token}
+    out.write_text(yaml.safe_dump(data))
+    return out
 
 
 def lane_name() -> str:

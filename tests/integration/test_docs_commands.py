@@ -132,7 +132,7 @@ NOT_RUN = {
     "make test-areal": "a test lane: `make test` runs it",
     (
         'AREAL_WORKERS_WORKER=areal .venv/bin/pytest -m "integration and (areal_worker or both_workers) '
-        'and not serial_cluster and not restarts_control_plane"'
+        'and not serial_cluster"'
     ): "a test lane: `make test` runs it",
     "AREAL_WORKERS_KUBECONFIG=~/.kube/config make test-integration": "the tests against another cluster",
     "make release": (

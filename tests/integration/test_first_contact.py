@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from areal_workers import ClusterAccessError, KubernetesScheduler, KubernetesSchedulerConfig
 from areal_workers.runtime.lease import lease_name
-from clusterlib import controller_kubeconfig, job
+from clusterlib import controller_kubeconfig, edited_kubeconfig, job
 from repo_paths import REPO
 
 
@@ -111,18 +111,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def edited_kubeconfig(kubeconfig: Path, out: Path, server: str | None = None, token: str | None = None) -> Path:
-    data = yaml.safe_load(kubeconfig.read_text())
-    if server is not None:
-        for cluster in data["clusters"]:
-            cluster["cluster"]["server"] = server
-    if token is not None:
-        for user in data["users"]:
-            user["user"] = {"token": token}
-    out.write_text(yaml.safe_dump(data))
-    return out
 
 
 def test_an_api_server_that_does_not_answer_is_named_not_blamed_on_rbac(kubeconfig, helm_executable, tmp_path):

@@ -12,7 +12,7 @@ import yaml
 
 import localkube.processes as processes
 from localkube.addons import argocd, kueue as kueue_addon, registry as registry_addon
-from localkube.components import control_plane_components, podrunner_component
+from localkube.components import apiserver_component, control_plane_components, etcd_client_url, podrunner_component
 from localkube.nodes import NodeShape, node_manifest
 from localkube.pki import cert_kubeconfig, ensure_pki
 from localkube.processes import Component, port_free, say as _say
@@ -50,7 +50,23 @@ class LocalCluster:
     # --- components ------------------------------------------------------------------------------
 
     def control_plane(self) -> list[Component]:
-        return control_plane_components(self.state, self.pki, self.ports, self.server)
+        return control_plane_components(self.state, self.pki, self.ports)
+
+    def second_apiserver(self) -> Component:
+        """A second kube-apiserver on the cluster's etcd, serving the same cluster on its own port (`up` does not start
+        it: start_second_apiserver): a client of it sees its API server restart while every other client, and the
+        control plane, keep theirs."""
+        return apiserver_component(
+            self.state, self.pki, etcd_client_url(self.ports), "kube-apiserver-second", self.ports.second_apiserver
+        )
+
+    def start_second_apiserver(self, timeout: float = 60.0) -> str:
+        """Starts the second kube-apiserver unless it runs; its URL once it is ready. `down` stops it."""
+        component = self.second_apiserver()
+        if component.pid() is None:
+            processes.start(component)
+        self.wait_healthy(component, time.monotonic() + timeout)
+        return f"https://127.0.0.1:{self.ports.second_apiserver}"
 
     def podrunner(self, workers: str = "reference") -> Component:
         """The kubelets' process side: one runner for every namespace not labelled private (tools/podrunner/)."""
@@ -164,7 +180,7 @@ class LocalCluster:
     def down(self) -> None:
         self.stop_kueue()
         self.real_node().down(_say)
-        processes.stop([*self.components(), *self.argocd(), self.registry()])
+        processes.stop([*self.components(), self.second_apiserver(), *self.argocd(), self.registry()])
         self._kill_leftover_workers()
         busy = [
             f"{name} ({host}:{port})" for name, (host, port) in self.ports.all().items() if not port_free(host, port)
@@ -177,7 +193,7 @@ class LocalCluster:
 
     def restart(self, name: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
         """Stops one component, waits `down_seconds`, starts it again (fault injection: apiserver restarts)."""
-        component = next((c for c in self.components() if c.name == name), None)
+        component = next((c for c in [*self.components(), self.second_apiserver()] if c.name == name), None)
         if component is None:
             raise ClusterError(f"no component {name!r}; known: {', '.join(c.name for c in self.components())}")
         processes.stop([component])
@@ -197,7 +213,7 @@ class LocalCluster:
         return all(c.pid() is not None for c in control_plane) and self.healthy(control_plane[1])
 
     def _start_control_plane(self, deadline: float) -> None:
-        processes.stop([self.kueue(), *self.components(), *self.argocd(), self.registry()])
+        processes.stop([self.kueue(), *self.components(), self.second_apiserver(), *self.argocd(), self.registry()])
         self._kill_leftover_workers()
         self._check_ports_free()
         for sub in ("logs", "pids", "kubeconfigs"):

@@ -11,11 +11,10 @@ from localkube.settings import KUBELET_IP, KWOK_NODE_ANNOTATION, KWOK_STAGES, SE
 from repo_paths import VENV_PYTHON
 
 
-def control_plane_components(state: Path, pki: Path, ports: Ports, server: str) -> list[Component]:
-    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK, in start order; `server` is the
-    apiserver's URL."""
+def control_plane_components(state: Path, pki: Path, ports: Ports) -> list[Component]:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK, in start order."""
     kubeconfigs = state / "kubeconfigs"
-    etcd_url = f"http://127.0.0.1:{ports.etcd_client}"
+    etcd_url = etcd_client_url(ports)
     return [
         Component(
             "etcd",
@@ -36,38 +35,7 @@ def control_plane_components(state: Path, pki: Path, ports: Ports, server: str) 
             state,
             health_url=f"{etcd_url}/health",
         ),
-        Component(
-            "kube-apiserver",
-            [
-                binary("kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports.apiserver}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,PodSecurity,LimitRanger,"
-                "ResourceQuota,DefaultStorageClass,DefaultTolerationSeconds,NodeRestriction,Priority",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # The Endpoints of the `kubernetes` Service would carry a loopback IP, which validation rejects.
-                "--endpoint-reconciler-type=none",
-                # Container logs come from KWOK's kubelet API on the nodes' InternalIP, over verified TLS.
-                "--kubelet-preferred-address-types=InternalIP",
-                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-                f"--kubelet-client-certificate={pki / 'admin.crt'}",
-                f"--kubelet-client-key={pki / 'admin.key'}",
-                "--allow-privileged=true",
-                "--profiling=false",
-                "--v=1",
-            ],
-            state,
-            health_url=f"{server}/readyz",
-        ),
+        apiserver_component(state, pki, etcd_url, "kube-apiserver", ports.apiserver),
         Component(
             "kube-controller-manager",
             [
@@ -124,6 +92,48 @@ def control_plane_components(state: Path, pki: Path, ports: Ports, server: str) 
             health_url=f"http://{KUBELET_IP}:{ports.kwok}/healthz",
         ),
     ]
+
+
+def etcd_client_url(ports: Ports) -> str:
+    return f"http://127.0.0.1:{ports.etcd_client}"
+
+
+def apiserver_component(state: Path, pki: Path, etcd_url: str, name: str, port: int) -> Component:
+    """A kube-apiserver on etcd `etcd_url` serving on 127.0.0.1:`port`. The cluster's own is "kube-apiserver"; a
+    second one on the same etcd (LocalCluster.second_apiserver) serves the same cluster, as in a highly available
+    control plane, and may be stopped without stopping the API for anyone else."""
+    return Component(
+        name,
+        [
+            binary("kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,PodSecurity,LimitRanger,"
+            "ResourceQuota,DefaultStorageClass,DefaultTolerationSeconds,NodeRestriction,Priority",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The Endpoints of the `kubernetes` Service would carry a loopback IP, which validation rejects.
+            "--endpoint-reconciler-type=none",
+            # Container logs come from KWOK's kubelet API on the nodes' InternalIP, over verified TLS.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+        state,
+        health_url=f"https://127.0.0.1:{port}/readyz",
+    )
 
 
 def podrunner_component(state: Path, ports: Ports, pod_logs: Path, workers: str = "reference") -> Component:

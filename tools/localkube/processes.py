@@ -85,7 +85,7 @@ def healthy(component: Component, pki: Path) -> bool:
             return False
         return True
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    if component.name == "kube-apiserver":
+    if component.name.startswith("kube-apiserver"):  # the cluster's, or a second one (LocalCluster)
         context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
     elif component.name == "apiserver-relay":  # the API server's public /readyz through it, its certificate checked
         pass

@@ -49,6 +49,10 @@ class Ports:
         return self.base + 1
 
     @property
+    def second_apiserver(self) -> int:
+        return self.base + 8
+
+    @property
     def controller_manager(self) -> int:
         return self.base + 4
 
@@ -105,6 +109,7 @@ class Ports:
             "etcd": ("127.0.0.1", self.etcd_client),
             "etcd-peer": ("127.0.0.1", self.etcd_peer),
             "kube-apiserver": ("127.0.0.1", self.apiserver),
+            "kube-apiserver-second": ("127.0.0.1", self.second_apiserver),
             "kube-controller-manager": ("127.0.0.1", self.controller_manager),
             "kube-scheduler": ("127.0.0.1", self.scheduler),
             "kwok": (KUBELET_IP, self.kwok),

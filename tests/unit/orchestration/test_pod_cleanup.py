@@ -220,3 +220,15 @@ def test_update_revisions_seen_reads_once_and_counts_an_unobserved_statefulset_a
     work.statefulsets.read_namespaced_stateful_set = lambda *_: pytest.fail("it waited for a controller")
     for role, revisions in {"actor": {"new"}, "critic": None, "ref": None, "none": set()}.items():
         assert work.update_revisions_seen(f"app=w,{naming.LABEL_ROLE}={role}") == revisions, role
+
+
+def test_update_revisions_waits_for_the_controller_to_observe_the_latest_spec():
+    """The moment between update_workers and the StatefulSet controller's first look at the new template (the
+    controller manager busy or restarting): the status still names the earlier template as the update revision."""
+    stale = statefulset("actor", ROLE, update_revision="old")
+    stale.status.observed_generation = 2  # generation 3 not seen yet
+    fresh = statefulset("actor", ROLE, update_revision="new")
+    reads = iter([stale, fresh])
+    work = cleanup(FakePods([]), [stale])
+    work.statefulsets.read_namespaced_stateful_set = lambda name, namespace: next(reads)
+    assert work.update_revisions("app=w") == {"new"}

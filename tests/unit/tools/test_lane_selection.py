@@ -114,14 +114,13 @@ def test_a_test_on_the_real_node_is_in_the_real_node_stream(lanes_of):
     assert real and all(ran == {"serial-node"} for ran in real.values()), real
 
 
-def test_every_lane_runs_once_after_lanes_that_exist_and_restarts_alone_last():
+def test_every_lane_runs_once_after_lanes_that_exist():
     every = lanes()
     names = [lane.name for lane in every_lane()]
     assert len(names) == len(set(names))
     cluster = {lane.name for lane in every}
     for lane in every:
         assert set(lane.after) <= cluster and lane.name not in before(lane.name, every), lane.name
-    assert before("restarts", every) == cluster - {"restarts"}
 
 
 def test_no_cluster_lane_runs_beside_the_serial_lane_but_the_real_node_tests():
