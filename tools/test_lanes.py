@@ -13,13 +13,13 @@ pytest-xdist processes) and the AReaL lane (`areal_worker` and `both_workers` te
 processes too); after the main and AReaL lanes, the other `serial_cluster` tests, which change what every test shares
 (nodes, GPU capacity, Kueue), and the offline lane (the unit tests that need AReaL's environment, but no cluster); after
 those, the helm 4 lane (`helm4`) and the `late` halves of the main and AReaL lanes (the main one also after the
-`fixed_names` real-node tests, whose names its tests use). No test stops a component of the control plane that
-another test uses (an API server restart is a second API server's). The other unit and chart tests are `make check`'s lanes (check_lanes), run
-before the cluster starts. Each lane writes its output to .tools/lanes/<lane>.log and its JUnit report to
-.tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary line
-otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near 100 % the machine computes, well below it
-waits on pods and helm), its result and its slowest test files (what to move when the lanes are rebalanced). A lane that
-skipped a test fails, naming it and its reason. The exit status is the first failure's, else 0."""
+`fixed_names` real-node tests, whose names its tests use). No test stops a component of the control plane that another
+test uses (an API server restart is a second API server's). The other unit and chart tests are `make check`'s lanes
+(check_lanes), run before the cluster starts. Each lane writes its output to .tools/lanes/<lane>.log and its JUnit
+report to .tools/lanes/<lane>.xml; the report prints every lane's log once it ends (whole for a failed lane, the summary
+line otherwise), its time, how busy the CPUs were while it ran (/proc/stat: near 100 % the machine computes, well below
+it waits on pods and helm), its result and its slowest test files (what to move when the lanes are rebalanced). A lane
+that skipped a test fails, naming it and its reason. The exit status is the first failure's, else 0."""
 
 from __future__ import annotations
 

@@ -164,8 +164,7 @@ def test_without_the_real_node_every_lane_leaves_its_tests_out_and_says_why(monk
     serial_node = test_lanes.by_name("serial-node").command(["-x", "-m", "not real_node"])
     assert serial_node[1:3] == [
         "-m",
-        "(integration and serial_cluster and real_node and not fixed_names) and "
-        "(not real_node)",
+        "(integration and serial_cluster and real_node and not fixed_names) and (not real_node)",
     ]
 
 
