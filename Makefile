@@ -23,22 +23,29 @@ AREAL_PY = PYTHONPATH=$(CURDIR)/adapter:$(CURDIR)/tools .tools/areal-worker/bin/
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
+# The package's extras the virtualenv has: all of them for the tests, the static checks, the release and the
+# benchmarks; `make demo` asks only for the demo's and the local cluster's (VENV_EXTRAS=demo,localcluster), so a
+# newcomer's first command installs no test runner, linter or plotting library. A stamp per extra: a later target
+# installs the extras it lacks into the same virtualenv.
 # Every version pinned by tools/install/dev-constraints.txt (a fresh clone tests with what CI tested).
-$(VENV)/.installed: pyproject.toml tools/install/dev-constraints.txt
+VENV_EXTRAS ?= dev,demo,bench,localcluster
+comma := ,
+VENV_STAMPS := $(foreach extra,$(subst $(comma), ,$(VENV_EXTRAS)),$(VENV)/.installed-$(extra))
+$(VENV_STAMPS) &: pyproject.toml tools/install/dev-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -c tools/install/dev-constraints.txt --upgrade pip setuptools wheel
-	$(VENV)/bin/pip install --quiet -c tools/install/dev-constraints.txt -e '.[dev,demo,bench]'
-	touch $@
+	$(VENV)/bin/pip install --quiet -c tools/install/dev-constraints.txt -e '.[$(VENV_EXTRAS)]'
+	touch $(VENV_STAMPS)
 
 # tools/ and tests/support on the virtualenv's path (a .pth file), as pytest has them (pyproject.toml): the
 # benchmarks, the doc generators and `python -m podrunner` import the local cluster's packages (the stand-in worker
 # server of tools/localworker among them) and the tests' wire types like installed modules.
-$(VENV)/.dev-paths: $(VENV)/.installed
+$(VENV)/.dev-paths: $(VENV_STAMPS)
 	printf '%s\n' $(CURDIR)/tools $(CURDIR)/tests/support \
 	  >"$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/areal-workers-dev.pth"
 	touch $@
 
-venv: $(VENV)/.installed $(VENV)/.dev-paths ## Python virtualenv with the package and test dependencies
+venv: $(VENV_STAMPS) $(VENV)/.dev-paths ## Python virtualenv with the package and its extras (VENV_EXTRAS: all of them by default)
 
 # TOOLS: the tools of tools/install/tools.sh to install (empty: all of them). `make demo` asks only for what its local
 # cluster runs (the control plane, KWOK, the real node, the registry), so a newcomer's first demo does not wait for the
@@ -81,7 +88,7 @@ DEMO_ARGS ?=
 IN_CLUSTER ?=
 DEMO_NAMESPACE := bandit-demo
 demo: ## the first command: the local cluster, then examples/bandit_demo/demo.py (KubernetesScheduler runs a small RL loop; IN_CLUSTER=1: as a trainer pod)
-	$(TOOLS_AND_WORKER) TOOLS="$(DEMO_TOOLS)"
+	$(TOOLS_AND_WORKER) TOOLS="$(DEMO_TOOLS)" VENV_EXTRAS=demo,localcluster
 	$(PY) tools/localcluster.py up --workers areal --real-node $(or $(NODE),auto) --registry
 ifeq ($(IN_CLUSTER),1)
 	$(KUBECTL_LOCAL) create namespace $(DEMO_NAMESPACE) --dry-run=client -o yaml | $(KUBECTL_LOCAL) apply -f - >/dev/null
