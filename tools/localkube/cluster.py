@@ -193,9 +193,10 @@ class LocalCluster:
 
     def restart(self, name: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
         """Stops one component, waits `down_seconds`, starts it again (fault injection: apiserver restarts)."""
-        component = next((c for c in [*self.components(), self.second_apiserver()] if c.name == name), None)
+        known = [*self.components(), self.second_apiserver()]
+        component = next((c for c in known if c.name == name), None)
         if component is None:
-            raise ClusterError(f"no component {name!r}; known: {', '.join(c.name for c in self.components())}")
+            raise ClusterError(f"no component {name!r}; known: {', '.join(c.name for c in known)}")
         processes.stop([component])
         time.sleep(down_seconds)
         processes.start(component)
