@@ -25,7 +25,8 @@ from areal_workers import SchedulerError, WorkerCreationError, WorkerFailedError
 from clusterlib import HOLD, edited_kubeconfig, job, spec
 from fault_nodes import fault_node, make_node_not_ready, remove_fault_node
 
-# It loads or changes what every test shares: `make test` runs it alone (tools/test_lanes.py).
+# It loads or changes what every test shares (nodes, GPU capacity): `make test` runs it in the serial lane, beside
+# only the tests whose workers are pinned to the real node (tools/test_lanes.py).
 pytestmark = pytest.mark.serial_cluster
 
 LOCAL_ONLY = pytest.mark.skipif(
