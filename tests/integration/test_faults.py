@@ -287,13 +287,12 @@ def second_apiserver(kubeconfig, tmp_path) -> Iterator[Path]:
     """The admin kubeconfig of a second kube-apiserver of the local cluster, on its etcd (LocalCluster), stopped after
     the test: restarting it leaves every other test its API server. Requested before make_scheduler, it is stopped
     after the schedulers that test made are deleted through it."""
-    from localkube import processes
     from localkube.cluster import LocalCluster
 
     cluster = LocalCluster()
     server = cluster.start_second_apiserver()
     yield edited_kubeconfig(kubeconfig, tmp_path / "second-apiserver.yaml", server=server)
-    processes.stop([cluster.second_apiserver()])
+    cluster.stop_second_apiserver()
 
 
 @LOCAL_ONLY

@@ -61,12 +61,16 @@ class LocalCluster:
         )
 
     def start_second_apiserver(self, timeout: float = 60.0) -> str:
-        """Starts the second kube-apiserver unless it runs; its URL once it is ready. `down` stops it."""
+        """Starts the second kube-apiserver unless it runs; its URL once it is ready. stop_second_apiserver and `down`
+        stop it."""
         component = self.second_apiserver()
         if component.pid() is None:
             processes.start(component)
         self.wait_healthy(component, time.monotonic() + timeout)
         return f"https://127.0.0.1:{self.ports.second_apiserver}"
+
+    def stop_second_apiserver(self) -> None:
+        processes.stop([self.second_apiserver()])
 
     def podrunner(self, workers: str = "reference") -> Component:
         """The kubelets' process side: one runner for every namespace not labelled private (tools/podrunner/)."""
