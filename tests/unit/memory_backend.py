@@ -17,6 +17,7 @@ from email.utils import format_datetime
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -363,6 +364,7 @@ class MemoryGuard:
     def __init__(self, cluster: MemoryCluster | None = None) -> None:
         self.cluster = cluster  # where the in-place restart's /fork restarts a worker (None: it is only recorded)
         self.refusing: set[str] = set()  # worker IPs whose guard does not answer /fork
+        self.disconnecting: set[str] = set()  # worker IPs whose guard stops before it replies to the restart's /fork
         self.destroyed: list[str] = []
         self.configured: list[str] = []
         self.forked: dict[tuple[str, int], list[str]] = {}  # (role, index) -> argv of the running forks
@@ -388,6 +390,9 @@ class MemoryGuard:
         if role == RESTART_FORK_ROLE and self.cluster is not None:
             self.restarted.append(worker.id)
             self.cluster.restart_worker(worker.ip)
+            if worker.ip in self.disconnecting:
+                disconnected = aiohttp.ServerDisconnectedError()
+                raise RPCConnectionError(worker.id, worker.ip, 8000, f"/fork: {disconnected}") from disconnected
 
     async def wait_healthy(self, host: str, port: int, timeout: float, interval: float = 0.5) -> None:
         argv = next(argv for argv in self.forked.values() if str(port) in " ".join(argv))

@@ -10,6 +10,16 @@ container again in the same pod: same node, same GPUs, same IP, the same Kueue a
 
 from __future__ import annotations
 
+import logging
+
+import aiohttp
+
+from ..areal_types import Worker
+from ..errors import RPCConnectionError
+from .client import GuardClient
+
+logger = logging.getLogger(__name__)
+
 RESTART_FORK_ROLE = "areal-workers-restart"  # the /fork `role` of the child that stops its guard
 
 # Shells between the guard and this child: AReaL runs /fork commands as `bash -c "stdbuf -oL CMD | tee ..."`.
@@ -27,3 +37,16 @@ _STOP_GUARD = (  # one line: the guard logs the command lines it forks
 def stop_guard_argv() -> list[str]:
     """The /fork command line whose process stops the guard that forked it."""
     return ["bash", "-c", _STOP_GUARD, RESTART_FORK_ROLE]
+
+
+async def stop_guard(guard: GuardClient, worker: Worker, index: int) -> None:
+    """Asks `worker`'s guard to fork the child that stops it. A guard that closes the connection before its reply was
+    asked all the same: AReaL's guard exits on SIGTERM without finishing the requests in flight, so the child may stop
+    it before the /fork reply is written. Whether it stopped is seen in the pod (its container restarts). A guard that
+    could not be reached, timed out or refused raises RPCConnectionError or ForkError as GuardClient.fork does."""
+    try:
+        await guard.fork(worker, RESTART_FORK_ROLE, index, stop_guard_argv())
+    except RPCConnectionError as error:
+        if not isinstance(error.__cause__, aiohttp.ServerDisconnectedError):
+            raise
+        logger.info("guard of %s closed the connection before its /fork reply: it is stopping", worker.id)

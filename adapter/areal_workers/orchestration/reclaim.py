@@ -21,7 +21,7 @@ from kubernetes import client
 from .. import naming
 from ..areal_types import Worker
 from ..guard.client import GuardClient
-from ..guard.restart import RESTART_FORK_ROLE, stop_guard_argv
+from ..guard.restart import stop_guard
 from ..pods.held_workers import HeldWorkers
 from ..pods.watch import WaitTimedOut, pod_index
 from ..release.model import ReleaseModel
@@ -142,7 +142,7 @@ class Reclaim:
 
     async def _stop_guards(self, targets: list[Worker]) -> list[Any]:
         return await asyncio.gather(
-            *(self.guard.fork(t, RESTART_FORK_ROLE, i, stop_guard_argv()) for i, t in enumerate(targets)),
+            *(stop_guard(self.guard, t, i) for i, t in enumerate(targets)),
             return_exceptions=True,
         )
 

@@ -70,6 +70,17 @@ def test_a_guard_that_cannot_restart_has_its_pod_replaced(make_scheduler, cluste
     assert set(uids(cluster, "actor").values()).isdisjoint(before.values())
 
 
+def test_a_guard_that_stops_before_its_reply_keeps_its_pod(make_scheduler, cluster):
+    # AReaL's guard exits on SIGTERM without finishing requests in flight: the child may stop it before the reply.
+    make_scheduler().create_workers(job("actor", 2))
+    before = uids(cluster, "actor")
+    guard = MemoryGuard(cluster)
+    guard.disconnecting.add(cluster.pods["trial-release-actor-0"].status.pod_ip)
+    make_scheduler(guard=guard).create_workers(job("actor", 2))
+    assert cluster.deleted == [] and uids(cluster, "actor") == before
+    assert restarts(cluster, "actor") == [1, 1]
+
+
 def test_an_inherited_process_fork_is_forked_again_with_new_ports(make_scheduler, cluster):
     guard = MemoryGuard(cluster)  # one guard per pod, as before: its ports are never handed out twice
     first = make_scheduler(guard=guard)
