@@ -177,10 +177,17 @@ class Releases:
         Client.get_current_revision, which parses the revision's whole manifest and hooks with PyYAML's pure-Python
         parser for fields none of this package reads: about 50 ms of CPU for a release of four roles, on every read
         of a release (each adoption, wait, status, uninstall)."""
+        record = await self._status(name)
+        return None if record is None else self._revision(record)
+
+    async def _status(self, name: str, revision: int | None = None) -> dict[str, Any] | None:
+        """`helm status` of the release's current revision (or `revision`): None when helm has no such one."""
         try:
-            record = await self.command.status(name, namespace=self.namespace)
+            return await self.command.status(name, namespace=self.namespace, revision=revision)
         except ReleaseNotFoundError:
             return None
+
+    def _revision(self, record: dict[str, Any]) -> ReleaseRevision:
         info = record["info"]
         chart = record.get("chart") or {}
         return ReleaseRevision(
@@ -281,10 +288,11 @@ class Releases:
     async def untrusted(self, name: str, revision: int | None = None) -> str | None:
         """What in the release's current revision (or `revision`), manifest and hooks, the chart never renders
         (ownership.foreign_object_problem); None when nothing, or when helm has no such release or revision."""
-        try:
-            record = await self.command.status(name, namespace=self.namespace, revision=revision)
-        except ReleaseNotFoundError:
-            return None
+        record = await self._status(name, revision)
+        return None if record is None else self._foreign(name, record, revision)
+
+    def _foreign(self, name: str, record: dict[str, Any], revision: int | None = None) -> str | None:
+        """untrusted's answer for the `helm status` record of one revision."""
         number = int(record.get("version") or revision or 0)
         recorded = record.get("namespace")
         if recorded not in (None, "", self.namespace):
@@ -297,38 +305,49 @@ class Releases:
         manifest = str(record.get("manifest") or "")
         return ownership.foreign_object_problem(name, self.namespace, number, manifest, hooks, chart_grants())
 
-    async def _require_trusted(self, name: str, revision: int | None = None) -> None:
-        """Raises UntrustedRevisionError when helm would act on objects the chart never renders."""
-        problem = await self.untrusted(name, revision)
+    def _trusted(self, name: str, record: dict[str, Any], revision: int | None = None) -> ReleaseRevision:
+        """The revision of this `helm status` record, once it holds only what the chart renders;
+        UntrustedRevisionError otherwise (helm would act on objects the chart never renders)."""
+        problem = self._foreign(name, record, revision)
         if problem is not None:
             raise ownership.UntrustedRevisionError(problem)
+        return self._revision(record)
+
+    async def _require_trusted(self, name: str, revision: int) -> None:
+        record = await self._status(name, revision)
+        if record is not None:
+            self._trusted(name, record, revision)
 
     async def rollback(self, name: str, revision: int) -> ReleaseRevision:
         """`helm rollback` to `revision`, once both it (applied, its hooks run) and the current revision (what it
         lists and the target does not is deleted) hold only what the chart renders."""
-        current = await self.current(name)
-        if current is None:
+        record = await self._status(name)
+        if record is None:
             raise ReleaseNotFoundError(1, "", f"release {name} not found")
-        await self._require_trusted(name)
+        current = self._trusted(name, record)
         await self._require_trusted(name, revision)
         return await current.release.rollback(revision, cleanup_on_fail=True)
 
     async def uninstall(self, name: str) -> bool:
         """Removes the release and everything it made; False when there was none. Its current revision (what
         helm deletes, and whose hooks it runs) must hold only what the chart renders."""
-        if await self.current(name) is None:
+        record = await self._status(name)
+        if record is None:
             return False
-        await self._require_trusted(name)
+        self._trusted(name, record)
         await self.client.uninstall_release(name, namespace=self.namespace, wait=True)
         return True
 
     async def recover(self, name: str) -> ReleaseRevision | None:
         """A release left pending by a crashed operation becomes usable again (rolled back or uninstalled), once
         the revisions that changes (the pending one, and the one before it a rollback returns to) are the chart's."""
-        current = await self.current(name)
-        if current is None or current.status not in PENDING:
+        record = await self._status(name)
+        if record is None:
+            return None
+        current = self._revision(record)
+        if current.status not in PENDING:
             return current
-        await self._require_trusted(name)
+        self._trusted(name, record)
         rolled_back = {ReleaseRevisionStatus.PENDING_UPGRADE, ReleaseRevisionStatus.PENDING_ROLLBACK}
         if current.status in rolled_back and current.revision > 1:
             await self._require_trusted(name, current.revision - 1)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from areal_workers.config import KubernetesSchedulerConfig
+from areal_workers.release import ownership
 from areal_workers.release.client import Releases
 
 
@@ -73,3 +74,54 @@ def test_a_repository_chart_is_named_with_its_repository_and_version(tmp_path: P
     [(command, _)] = recorder.calls
     assert flag(command, "--repo") == "https://charts.example.org"
     assert flag(command, "--version") == "0.2.0"
+
+
+class HelmRecord:
+    """Stands in for pyhelm3's Command.run: `helm status` answers the record of one revision holding `manifest`;
+    every command's verb is recorded."""
+
+    def __init__(self, manifest: str, status: str = "deployed") -> None:
+        self.verbs: list[str] = []
+        self.record = {
+            "name": "aw-exp",
+            "namespace": "rl-team",
+            "version": 3,
+            "info": {"status": status, "last_deployed": "2026-12-07T10:00:00Z"},
+            "manifest": manifest,
+            "hooks": [],
+        }
+
+    async def run(self, command: list[str], stdin: bytes | None = None) -> bytes:
+        self.verbs.append(command[0])
+        return json.dumps(self.record).encode() if command[0] == "status" else b""
+
+
+FOREIGN = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: admin\n"
+
+
+def releases_answering(tmp_path: Path, helm: HelmRecord) -> Releases:
+    made, _ = releases(tmp_path, b"")
+    made.command.run = helm.run  # type: ignore[method-assign]
+    return made
+
+
+def test_an_uninstall_reads_the_release_once_before_it_uninstalls(tmp_path: Path) -> None:
+    helm = HelmRecord("")
+    assert asyncio.run(releases_answering(tmp_path, helm).uninstall("aw-exp")) is True
+    assert helm.verbs == ["status", "uninstall"]
+
+
+def test_an_uninstall_of_a_revision_holding_what_the_chart_never_renders_is_refused_before_helm_acts(
+    tmp_path: Path,
+) -> None:
+    helm = HelmRecord(FOREIGN)
+    with pytest.raises(ownership.UntrustedRevisionError, match="ClusterRoleBinding"):
+        asyncio.run(releases_answering(tmp_path, helm).uninstall("aw-exp"))
+    assert helm.verbs == ["status"]
+
+
+def test_recover_reads_a_release_that_is_not_pending_once_and_changes_nothing(tmp_path: Path) -> None:
+    helm = HelmRecord(FOREIGN)  # not pending: nothing to recover, so nothing to trust
+    current = asyncio.run(releases_answering(tmp_path, helm).recover("aw-exp"))
+    assert current is not None and current.revision == 3
+    assert helm.verbs == ["status"]
