@@ -128,6 +128,23 @@ def test_duplicate_role_is_rejected_without_a_new_revision(make_scheduler):
 
 
 @admin_only
+@pytest.mark.helm4  # helm 3 checks the upgrade's own render (its post-renderer waits); helm 4 a `helm template`'s
+def test_a_role_no_node_can_hold_is_refused_on_its_render_and_changes_nothing(make_scheduler, kube_client):
+    apps = client.AppsV1Api(kube_client)
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    before = {s.metadata.name: s.metadata.uid for s in apps.list_namespaced_stateful_set(scheduler.namespace).items}
+    with pytest.raises(WorkerCreationError) as refused:
+        scheduler.create_workers(job("huge", 1, [spec(gpu=100)]))
+    assert "No node can hold a worker" in str(refused.value) and refused.value.worker_key == "huge"
+    assert revisions(scheduler) == [1]
+    after = {s.metadata.name: s.metadata.uid for s in apps.list_namespaced_stateful_set(scheduler.namespace).items}
+    assert after == before
+    assert scheduler.create_workers(job("critic", 1)) == ["critic/0"]  # the next change is written as ever
+    assert revisions(scheduler) == [1, 2]
+
+
+@admin_only
 @pytest.mark.parametrize(
     "bad_job, message",
     [

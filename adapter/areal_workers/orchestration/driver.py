@@ -32,6 +32,7 @@ from ..runtime.loop_thread import LoopThread
 from . import preflight
 from .authorship import Authorship, is_own_failed_upgrade
 from .decision_events import DecisionEvents
+from .gated_upgrade import ChangeRequest, upgrade
 from .pod_cleanup import PodCleanup
 
 logger = logging.getLogger(__name__)
@@ -202,16 +203,20 @@ class ReleaseDriver:
         AReaL's schedulers do at start); `helm template` renders the revision only for these."""
         before = self.model.revision
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
+        checks: Callable[[list[dict[str, Any]]], None] | None = None
         if nodes or before is None or (workloads and self.config.kueue_queue):
-            manifests = self.helm(self.releases.render(self.name, values), key)
-            with self.events.refusal(self.model, key, manifests):
-                preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
-                preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
-            if before is None:
-                preflight.clear_name_records(manifests, key)
-        self.requeue(values)
+
+            def checks(manifests: list[dict[str, Any]]) -> None:
+                with self.events.refusal(self.model, key, manifests):
+                    preflight.check_capacity(manifests, workloads, nodes, self.config.capacity_check, key)
+                    preflight.check_queues(manifests, workloads, self.inspector, self.namespace, key)
+                if before is None:
+                    preflight.clear_name_records(manifests, key)
+
         try:
-            written = self.loop.run(self.releases.apply(self.name, values, description))
+            written = upgrade(
+                self.loop, self.releases, ChangeRequest(self.name, values, description, key), checks, self.requeue
+            )
         except HelmError as error:
             failure = WorkerCreationError(key, "helm upgrade failed", helm_error_text(error))
             self._restore(before, failure)

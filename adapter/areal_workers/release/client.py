@@ -26,6 +26,7 @@ from ..config import BUNDLED_CHART, KubernetesSchedulerConfig
 from ..errors import InvalidSchedulerSetupError
 from ..naming import role_problem
 from . import ownership
+from .render_gate import RenderGate
 
 __all__ = ["HelmError", "HelmNotFoundError", "ReleaseRevision", "Releases", "Snapshot", "find_helm", "merge_values"]
 
@@ -33,6 +34,7 @@ Snapshot = tuple[int, dict[str, Any]]  # a revision's number and its user-suppli
 # The rules of the chart's controller and reaper Roles (rbac/ is written from them): the bundled chart's files.
 CHART_RULES = BUNDLED_CHART / "files"
 RULE_FILES = ("controller-rules.yaml", "reaper-rules.yaml")
+_HELM_MAJOR: dict[str, int] = {}  # helm's major version by executable, asked once per process
 
 
 class _MissingReleaseProbes(logging.Filter):
@@ -135,7 +137,7 @@ class Releases:
         self.config = config
         self.namespace = config.namespace
         self.file_values = merge_values(*(self._load(path) for path in config.values_files))  # before helm is looked up
-        executable = find_helm(config.helm_executable)
+        self.executable = executable = find_helm(config.helm_executable)
         # The command layer is used directly for upgrades: its JSON output is the release record helm wrote,
         # values included, which pyhelm3's Client drops (so reading them back would cost a `helm get values`).
         self.command = Command(
@@ -166,11 +168,25 @@ class Releases:
         return loaded
 
     async def chart(self) -> Chart:
+        """The configured chart and its metadata: a chart directory's Chart.yaml read here (what `helm show chart`
+        prints for one, without a helm process), any other reference through `helm show chart`."""
         if self._chart is None:
-            self._chart = await self.client.get_chart(
-                self.config.chart, repo=self.config.chart_repo, version=self.config.chart_version
-            )
+            directory = Path(self.config.chart)
+            if self.config.chart_repo is None and (directory / "Chart.yaml").is_file():
+                metadata = yaml.safe_load((directory / "Chart.yaml").read_text())
+                self._chart = Chart(self.command, ref=directory.resolve(), metadata=metadata)
+            else:
+                self._chart = await self.client.get_chart(
+                    self.config.chart, repo=self.config.chart_repo, version=self.config.chart_version
+                )
         return self._chart
+
+    async def post_renders(self) -> bool:
+        """Whether `helm upgrade` takes RenderGate's post-renderer: helm 3 does; helm 4 takes plugins only."""
+        if self.executable not in _HELM_MAJOR:
+            version = (await self.command.version()).strip().lstrip("v")
+            _HELM_MAJOR[self.executable] = int(version.split(".")[0]) if version[:1].isdigit() else 0
+        return _HELM_MAJOR[self.executable] == 3
 
     async def current(self, name: str) -> ReleaseRevision | None:
         """The release's current revision, as `helm status` records it (None: no release). Not pyhelm3's
@@ -234,9 +250,12 @@ class Releases:
         }
         return merge_values(files, values)
 
-    async def apply(self, name: str, values: dict[str, Any], description: str) -> Snapshot:
+    async def apply(
+        self, name: str, values: dict[str, Any], description: str, gate: RenderGate | None = None
+    ) -> Snapshot:
         """One `helm upgrade --install` with exactly these values (over the configured values files); returns the
-        revision helm wrote, read from its own record of it. Without helm's client-side OpenAPI validation: it
+        revision helm wrote, read from its own record of it. With `gate`, helm applies its render only once the
+        gate's verdict lets it (RenderGate). Without helm's client-side OpenAPI validation: it
         refused nothing the API server lets through and was 40% of the upgrade's time (docs/en/decisions.md,
         "One helm upgrade without client-side OpenAPI validation")."""
         command = [
@@ -258,6 +277,7 @@ class Releases:
             "json",
             "--values",
             "-",
+            *(gate.helm_flags() if gate is not None else []),
         ]
         output = await self.command.run(command, json.dumps(self.layered(values)).encode())
         record = json.loads(output[output.index(b"{") :])  # helm 4 may print OCI pull lines before the JSON

@@ -8,6 +8,7 @@ sync callers block on a future (no nested loops), async callers await it without
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import weakref
 from collections.abc import Coroutine
@@ -30,13 +31,17 @@ class LoopThread:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Runs on the private loop and blocks this thread for the result (never call from that loop)."""
+        return self.submit(coroutine).result()
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Starts `coroutine` on the private loop; its future is this thread's to wait for (never from that loop)."""
         if self._on_own_loop():
             coroutine.close()
             raise RuntimeError("LoopThread.run called from its own loop: that would deadlock")
         if self.loop.is_closed():
             coroutine.close()
             raise RuntimeError("the scheduler was closed; create a new one to adopt the release")
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
     def close(self) -> None:
         """Cancels what still runs on the loop, lets it finish, then stops and closes the loop. Idempotent."""

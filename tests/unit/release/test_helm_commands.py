@@ -125,3 +125,22 @@ def test_recover_reads_a_release_that_is_not_pending_once_and_changes_nothing(tm
     current = asyncio.run(releases_answering(tmp_path, helm).recover("aw-exp"))
     assert current is not None and current.revision == 3
     assert helm.verbs == ["status"]
+
+
+def test_a_chart_directory_is_read_from_its_chart_yaml_without_helm(tmp_path: Path) -> None:
+    made, recorder = releases(tmp_path, b"")
+    del made.chart  # the instance's stand-in: back to Releases.chart
+    chart = asyncio.run(made.chart())
+    assert recorder.calls == []  # no `helm show chart`
+    assert chart.metadata.name == "areal-workers" and Path(str(chart.ref)).is_absolute()
+
+
+@pytest.mark.parametrize("version, post_renders", [(b"v3.19.0", True), (b"v4.0.1", False)])
+def test_helm_3_takes_the_render_gate_and_its_version_is_asked_once(
+    tmp_path: Path, version: bytes, post_renders: bool
+) -> None:
+    made, recorder = releases(tmp_path, version)
+    made.executable = str(tmp_path / f"helm-{version.decode()}")  # a key of its own in the process-wide answers
+    assert asyncio.run(made.post_renders()) is post_renders
+    assert asyncio.run(made.post_renders()) is post_renders
+    assert [command for command, _ in recorder.calls] == [["version", "--template", "{{ .Version }}"]]
