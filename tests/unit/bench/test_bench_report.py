@@ -10,6 +10,7 @@ import harness
 import report
 import request_counts
 import run
+import startup
 
 
 def synthetic(name: str = "startup", date: str = "2026-01-02 03:04 UTC") -> harness.Result:
@@ -166,3 +167,22 @@ def test_every_registered_benchmark_is_a_module_with_its_name_and_profiles():
         module = importlib.import_module(name)
         assert module.NAME == name and callable(module.run)
         assert {"quick", "full"} <= set(getattr(module, "PROFILES", {"quick": 0, "full": 0}))
+
+
+def startup_point(series: str, n: int, roles: int, adapter: float, floor: float) -> startup.Point:
+    return startup.Point(series, n, roles, adapter=[adapter], floor=[floor])
+
+
+def test_the_startup_targets_judge_the_small_experiments_against_their_own_limits():
+    points = [
+        startup_point("kwok", 16, 4, 1.9, 0.67),  # 2.84x: within 3x
+        startup_point("kwok", 16, 1, 0.9, 0.9),
+        startup_point("guards", 1, 1, 0.6, 0.37),  # 1.62x: over 1.5x
+    ]
+    targets = startup._targets(points)
+    assert "met: adapter/floor ratio 2.84 at N=16 (4 role(s), KWOK readiness); target <= 3.0 (a small experiment)" in (
+        targets
+    )
+    assert "missed: adapter/floor ratio 1.62 at N=1 (1 role(s), real guards); target <= 1.5 (a small experiment)" in (
+        targets
+    )
