@@ -313,8 +313,9 @@ def _result(plan: Plan, points: list[Point]) -> Result:
     summary = (
         "Seconds from the first create_workers call to the last get_workers return (every worker Ready), for N "
         "workers in one role or split evenly over 4 (4 create_workers, then 4 get_workers), and the part spent in "
-        "create_workers: each is one helm revision (a helm template for the capacity preflight and one helm "
-        "upgrade --install; the last table splits the time by step), so 4 roles pay that 4 times, "
+        "create_workers: each is one helm revision, one helm upgrade --install whose post-renderer holds the "
+        "render for the capacity preflight (helm 3; the last table splits the time by step), so 4 roles pay that 4 "
+        "times, "
         "while pods of earlier roles already start. The floor is the same "
         "objects (the chart's render from `scheduler.dry_run`, test hooks left out) created one by one with the "
         "Kubernetes client, then one list and watch of the pods until all are Ready: what any client must do to "
