@@ -32,7 +32,7 @@ from ..runtime.loop_thread import LoopThread
 from . import preflight
 from .authorship import Authorship, is_own_failed_upgrade
 from .decision_events import DecisionEvents
-from .gated_upgrade import ChangeRequest, upgrade
+from .gated_upgrade import ChangeRequest, Checks, upgrade
 from .pod_cleanup import PodCleanup
 
 logger = logging.getLogger(__name__)
@@ -199,11 +199,11 @@ class ReleaseDriver:
     ) -> ReleaseModel:
         """One helm revision with `values`; on failure the release is left at its previous revision (the model's:
         it is read back after every change). The pods of `workloads` (roles or pod-mode forks created or changed)
-        are checked against the nodes first, and a first install clears the trial's stale name_resolve records (as
-        AReaL's schedulers do at start); `helm template` renders the revision only for these."""
+        are checked against the nodes on the revision's render before helm applies it, and a first install clears the
+        trial's stale name_resolve records (as AReaL's schedulers do at start): orchestration/gated_upgrade.py."""
         before = self.model.revision
         nodes = self.inspector.nodes() if workloads and self.config.capacity_check != "off" else []
-        checks: Callable[[list[dict[str, Any]]], None] | None = None
+        checks: Checks | None = None
         if nodes or before is None or (workloads and self.config.kueue_queue):
 
             def checks(manifests: list[dict[str, Any]]) -> None:

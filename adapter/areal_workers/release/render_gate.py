@@ -41,7 +41,6 @@ class RenderGate:
         os.mkfifo(self.directory / "verdict", 0o600)
         self._rendered = os.open(self.directory / "rendered", os.O_RDWR | os.O_NONBLOCK)
         self._verdict = os.open(self.directory / "verdict", os.O_RDWR | os.O_NONBLOCK)
-        self.answered = False
 
     def helm_flags(self) -> list[str]:
         """What `helm upgrade` takes to run the script as its post-renderer."""
@@ -61,7 +60,6 @@ class RenderGate:
     def answer(self, verdict: str) -> None:
         """Lets helm apply the render (APPLY), or refuses it with `verdict` (one line of helm's error)."""
         os.write(self._verdict, (" ".join(verdict.split()) + "\n").encode())
-        self.answered = True
 
     def close(self) -> None:
         for descriptor in (self._rendered, self._verdict):
