@@ -40,13 +40,20 @@ def stop_guard_argv() -> list[str]:
 
 
 async def stop_guard(guard: GuardClient, worker: Worker, index: int) -> None:
-    """Asks `worker`'s guard to fork the child that stops it. A guard that closes the connection before its reply was
-    asked all the same: AReaL's guard exits on SIGTERM without finishing the requests in flight, so the child may stop
-    it before the /fork reply is written. Whether it stopped is seen in the pod (its container restarts). A guard that
-    could not be reached, timed out or refused raises RPCConnectionError or ForkError as GuardClient.fork does."""
+    """Asks `worker`'s guard to fork the child that stops it. A guard whose connection closes or resets once it was
+    reached was asked all the same: AReaL's guard exits on SIGTERM without finishing the requests in flight, so the
+    child may stop it before the /fork reply is written. Whether it stopped is seen in the pod (its container
+    restarts). A guard that could not be reached, timed out or refused raises RPCConnectionError or ForkError as
+    GuardClient.fork does."""
     try:
         await guard.fork(worker, RESTART_FORK_ROLE, index, stop_guard_argv())
     except RPCConnectionError as error:
-        if not isinstance(error.__cause__, aiohttp.ServerDisconnectedError):
+        if not _lost_after_connecting(error.__cause__):
             raise
         logger.info("guard of %s closed the connection before its /fork reply: it is stopping", worker.id)
+
+
+def _lost_after_connecting(cause: BaseException | None) -> bool:
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(cause, aiohttp.ClientOSError) and not isinstance(cause, aiohttp.ClientConnectorError)

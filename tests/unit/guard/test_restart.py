@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -28,6 +29,13 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 async def close_before_reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     await read_request(reader)
     writer.close()
+
+
+async def reset_before_reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_request(reader)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    writer.transport.abort()
 
 
 async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -64,6 +72,10 @@ def stop_guard_served_by(answer: Answer | None) -> None:
 
 def test_a_guard_that_closes_the_connection_before_its_reply_was_asked():
     stop_guard_served_by(close_before_reply)
+
+
+def test_a_guard_whose_connection_resets_before_its_reply_was_asked():
+    stop_guard_served_by(reset_before_reply)
 
 
 def test_a_guard_that_refuses_the_fork_raises_fork_error():
