@@ -98,6 +98,7 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
     assert installed(helm_executable, kubeconfig, namespace) == {REAPER: "deployed", release: "deployed"}
     assert core.list_namespaced_pod(namespace, label_selector=selector).items
 
+    wait_between_runs(batch, namespace, cronjob.metadata.name, time.monotonic() + DEADLINE_SECONDS)
     trainer.send_signal(signal.SIGKILL)
     trainer.wait(30)
     killed, killed_at = time.monotonic(), datetime.now(UTC).replace(microsecond=0)
@@ -166,6 +167,23 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
     reaped = core.list_namespaced_event(namespace, field_selector="reason=ReleaseReaped").items
     assert [(e.reporting_component, e.involved_object.kind) for e in reaped] == [("areal-workers", "ConfigMap")]
     assert reaped[0].message.startswith(f"reaped release {release}: its trainer"), reaped[0].message
+
+
+def wait_between_runs(batch: client.BatchV1Api, namespace: str, cronjob: str, deadline: float) -> None:
+    """Returns while none of the CronJob's Jobs runs and its next one is more than 15 s away (the controller starts
+    them on minute boundaries, a few seconds late on a loaded machine): a trainer killed now is first looked at by a
+    run scheduled after the kill, never by one that started before it and read the Lease after it."""
+    while time.monotonic() < deadline:
+        running = [
+            job.metadata.name
+            for job in batch.list_namespaced_job(namespace).items
+            if any(o.kind == "CronJob" and o.name == cronjob for o in job.metadata.owner_references or [])
+            and not (job.status.succeeded or job.status.failed)
+        ]
+        if not running and 10 <= datetime.now(UTC).second < 45:
+            return
+        time.sleep(1)
+    pytest.fail(f"the CronJob {cronjob}'s Jobs never all ended between two minute boundaries")
 
 
 def wait_for_a_scheduled_run(
