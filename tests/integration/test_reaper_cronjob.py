@@ -143,14 +143,7 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
     # The Job that reaped ends once the release's pods are gone (what the loop above waited for too).
     deadline = time.monotonic() + 60
     while True:
-        owned = [
-            job
-            for job in batch.list_namespaced_job(namespace).items
-            if any(
-                owner.kind == "CronJob" and owner.name == cronjob.metadata.name
-                for owner in job.metadata.owner_references or []
-            )
-        ]
+        owned = cronjob_jobs(batch, namespace, cronjob.metadata.name)
         logs = {
             job.metadata.name: reaper_log(core, namespace, job.metadata.name)
             for job in owned
@@ -169,16 +162,22 @@ def test_the_reaper_cronjob_uninstalls_a_killed_trainers_release(
     assert reaped[0].message.startswith(f"reaped release {release}: its trainer"), reaped[0].message
 
 
+def cronjob_jobs(batch: client.BatchV1Api, namespace: str, cronjob: str) -> list[client.V1Job]:
+    """The Jobs the CronJob owns: those its controller started and those created from it by hand."""
+    return [
+        job
+        for job in batch.list_namespaced_job(namespace).items
+        if any(o.kind == "CronJob" and o.name == cronjob for o in job.metadata.owner_references or [])
+    ]
+
+
 def wait_between_runs(batch: client.BatchV1Api, namespace: str, cronjob: str, deadline: float) -> None:
     """Returns while none of the CronJob's Jobs runs and its next one is more than 15 s away (the controller starts
     them on minute boundaries, a few seconds late on a loaded machine): a trainer killed now is first looked at by a
     run scheduled after the kill, never by one that started before it and read the Lease after it."""
     while time.monotonic() < deadline:
         running = [
-            job.metadata.name
-            for job in batch.list_namespaced_job(namespace).items
-            if any(o.kind == "CronJob" and o.name == cronjob for o in job.metadata.owner_references or [])
-            and not (job.status.succeeded or job.status.failed)
+            job for job in cronjob_jobs(batch, namespace, cronjob) if not (job.status.succeeded or job.status.failed)
         ]
         if not running and 10 <= datetime.now(UTC).second < 45:
             return
@@ -192,11 +191,10 @@ def wait_for_a_scheduled_run(
     """The name of the first Job the CronJob controller itself started (no `instantiate: manual` annotation) at or
     after `since`, once it has succeeded."""
     while time.monotonic() < deadline:
-        for job in batch.list_namespaced_job(namespace).items:
+        for job in cronjob_jobs(batch, namespace, cronjob):
             scheduled = (job.metadata.annotations or {}).get("cronjob.kubernetes.io/instantiate") != "manual"
-            owned = any(o.kind == "CronJob" and o.name == cronjob for o in job.metadata.owner_references or [])
             fresh = job.metadata.creation_timestamp >= since
-            if scheduled and owned and fresh and (job.status.succeeded or 0) >= 1:
+            if scheduled and fresh and (job.status.succeeded or 0) >= 1:
                 return job.metadata.name
         time.sleep(1)
     jobs = [(job.metadata.name, job.status.to_dict()) for job in batch.list_namespaced_job(namespace).items]

@@ -35,10 +35,10 @@ def upgrade(
 ) -> Snapshot:
     """`checks` (None: none) on the revision's render, then `requeue(values)`, then the upgrade: the revision helm
     wrote. HelmError when helm fails; what `checks` raised when they refuse."""
-    if checks is not None and not loop.run(releases.post_renders()):
+    if checks is not None:
+        if loop.run(releases.post_renders()):
+            return _gated(loop, releases, change, checks, requeue)
         checks(loop.run(releases.render(change.release, change.values)))
-    elif checks is not None:
-        return _gated(loop, releases, change, checks, requeue)
     requeue(change.values)
     return loop.run(releases.apply(change.release, change.values, change.description))
 

@@ -334,9 +334,9 @@ class Releases:
         return self._revision(record)
 
     async def _require_trusted(self, name: str, revision: int) -> None:
-        record = await self._status(name, revision)
-        if record is not None:
-            self._trusted(name, record, revision)
+        problem = await self.untrusted(name, revision)
+        if problem is not None:
+            raise ownership.UntrustedRevisionError(problem)
 
     async def rollback(self, name: str, revision: int) -> ReleaseRevision:
         """`helm rollback` to `revision`, once both it (applied, its hooks run) and the current revision (what it
