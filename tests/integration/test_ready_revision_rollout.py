@@ -6,8 +6,12 @@ the partition on their template), so no component of the control plane has to st
 
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 
+from areal_workers.pods.inspector import READY_REVISION_ANNOTATION
+from areal_workers.pods.ready_pods import READY_PODS_ANNOTATION
 from clusterlib import job, spec
 
 UPDATED = [spec(env_vars={"AREAL_WORKERS_TEST_UPDATE": "1"})]
@@ -42,3 +46,20 @@ def test_a_role_whose_rolling_update_is_held_keeps_the_revision_from_being_all_r
     assert scheduler.driver.model.revision == good + 2
     assert scheduler.driver.inspector.ready_revision() == good
     assert scheduler.driver.good_revision == good
+
+
+def test_the_ready_record_written_after_another_writers_change_keeps_both(make_scheduler, core):
+    """get_workers records the ready revision and the pods AReaL holds in one patch, on the topology ConfigMap as
+    the scheduler read it after the revision. An annotation another client added since makes the apiserver refuse
+    that patch (409); the scheduler reads the ConfigMap again and writes its records beside the annotation."""
+    scheduler = make_scheduler()
+    scheduler.create_workers(job("actor", 1))
+    name = scheduler.driver.inspector._topology_configmap().metadata.name
+    core.patch_namespaced_config_map(
+        name, scheduler.namespace, {"metadata": {"annotations": {"example.com/owner": "platform-team"}}}
+    )
+    scheduler.get_workers("actor", 120)
+    annotations = core.read_namespaced_config_map(name, scheduler.namespace).metadata.annotations
+    assert annotations["example.com/owner"] == "platform-team"
+    assert annotations[READY_REVISION_ANNOTATION] == str(scheduler.driver.model.revision)
+    assert list(json.loads(annotations[READY_PODS_ANNOTATION])) == ["actor"]

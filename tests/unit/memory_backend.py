@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from areal_workers import naming
 from areal_workers.errors import RPCConnectionError, WorkerFailedError
 from areal_workers.guard.restart import RESTART_FORK_ROLE
-from areal_workers.pods.inspector import RevisionRecords
+from areal_workers.pods.inspector import ReadyRevision, RevisionRecords
 from areal_workers.pods.watch import WaitTimedOut, pod_index
 from areal_workers.release.client import HelmError
 from areal_workers.runtime.backend import Backend
@@ -51,6 +51,7 @@ class MemoryCluster:
         self.ready_revision: int | None = None
         self.ready_pods: dict[str, Any] = {}  # the topology ConfigMap's record of the pods AReaL holds
         self.revision_notes: dict[int, str] = {}  # its record of what became of revisions (failed, rolled back)
+        self.record_writes = 0  # patches of the topology ConfigMap's ready records
         self.waits: list[str] = []  # selectors waited on
         self.helm_record = True  # False: the objects stay but helm has no record (what Argo CD's sync leaves)
         self.chart = naming.CHART_NAME  # the chart helm records for the release
@@ -327,8 +328,12 @@ class MemoryInspector:
     def ready_revision(self) -> int | None:
         return self.cluster.ready_revision
 
-    def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
-        self.cluster.ready_revision = revision
+    def record_ready(self, held: dict[str, Any] | None = None, ready: ReadyRevision | None = None) -> None:
+        self.cluster.record_writes += 1
+        if held is not None:
+            self.cluster.ready_pods = held
+        if ready is not None:
+            self.cluster.ready_revision = ready.revision
 
     def revision_records(self) -> RevisionRecords:
         return RevisionRecords(self.cluster.ready_revision, {}, self.cluster.revision_notes)
@@ -338,9 +343,6 @@ class MemoryInspector:
 
     def ready_pods(self) -> dict[str, Any]:
         return self.cluster.ready_pods
-
-    def record_ready_pods(self, record: dict[str, Any]) -> None:
-        self.cluster.ready_pods = record
 
     def log_lines(self, pod: client.V1Pod, tail: int) -> list[str]:
         return []

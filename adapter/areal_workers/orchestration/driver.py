@@ -22,8 +22,8 @@ from ..errors import InvalidSchedulerSetupError, SchedulerError, WorkerCreationE
 from ..observer import NO_OBSERVER, Observer
 from ..pods.held_record import HeldRecord
 from ..pods.held_workers import Epochs
-from ..pods.inspector import FAILED_NOTE, ReleaseInspector, failure_reason
-from ..pods.watch import PodWatch, all_ready
+from ..pods.inspector import FAILED_NOTE, ReadyRevision, ReleaseInspector, failure_reason
+from ..pods.watch import PodWatch
 from ..release import ownership
 from ..release.client import HelmError, ReleaseRevision, Releases, Snapshot, helm_error_text
 from ..release.model import ReleaseModel
@@ -292,17 +292,15 @@ class ReleaseDriver:
         StatefulSet whose controller has yet to see its spec counts as not ready."""
         if self.config.ownership != "managed":
             return
-        self.record_held(workload, held)
+        holding = self.held_record.holding(workload, held, self.model.fingerprint(workload))
         others = self.pending() - {workload}
-        pods = held
-        if others:
-            pods, _ = self.pods.list(naming.release_selector(self.name))
-            for other in others:
-                revisions = self.cleanup.update_revisions_seen(naming.role_selector(self.name, other))
-                mine = {p.metadata.name: p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == other}
-                if revisions is None or not all_ready(self.model.replicas(other), revisions)(mine):
-                    return
-        self.mark_good(pods)
+        pods = self.cleanup.ready_on_update(self.name, {o: self.model.replicas(o) for o in others}) if others else held
+        revision, ready = self.model.revision, None
+        if pods is not None and revision is not None and revision != self.good_revision:
+            ready = ReadyRevision(revision, pods, self.config.history_max)
+        self.held_record.write(holding, ready)  # one patch: it is the last step before AReaL gets its workers
+        if ready is not None:
+            self.good_revision = revision
 
     def record_held(self, workload: str, pods: list[client.V1Pod]) -> None:
         """`pods` are the pods of `workload` whose workers AReaL holds now: recorded on the topology ConfigMap (only
@@ -330,10 +328,10 @@ class ReleaseDriver:
         revision = self.model.revision
         if revision is None or revision == self.good_revision:
             return
-        self.good_revision = revision
         if pods is None:
             pods, _ = self.pods.list(naming.release_selector(self.name))
-        self.inspector.record_ready_revision(revision, pods, self.config.history_max)
+        self.held_record.write(None, ReadyRevision(revision, pods, self.config.history_max))
+        self.good_revision = revision
 
     def roll_back(self, error: BaseException) -> None:
         """After a change whose workers failed: back to the last revision whose workers were all ready, with the

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from .. import diagnosis, naming
 from ..config import KubernetesSchedulerConfig
 from ..pods.inspector import ReleaseInspector
-from ..pods.watch import PodWatch, WaitTimedOut, is_ready, pod_index, template_revision
+from ..pods.watch import PodWatch, WaitTimedOut, all_ready, is_ready, pod_index, template_revision
 from ..runtime.backend import StatefulSets
 
 logger = logging.getLogger(__name__)
@@ -147,6 +147,17 @@ class PodCleanup:
         if any(s.status is None or (s.status.observed_generation or 0) < s.metadata.generation for s in statefulsets):
             return None
         return {s.status.update_revision for s in statefulsets if s.status.update_revision}
+
+    def ready_on_update(self, release: str, replicas: dict[str, int]) -> list[client.V1Pod] | None:
+        """The release's pods when each workload of `replicas` (workload -> replicas) has all its pods Ready on its
+        StatefulSet's update revision (update_revisions_seen: never waits); None when one has not."""
+        pods, _ = self.pods.list(naming.release_selector(release))
+        for workload, count in replicas.items():
+            revisions = self.update_revisions_seen(naming.role_selector(release, workload))
+            mine = {p.metadata.name: p for p in pods if (p.metadata.labels or {}).get(naming.LABEL_ROLE) == workload}
+            if revisions is None or not all_ready(count, revisions)(mine):
+                return None
+        return pods
 
     def pods_at_update_revision(self, selector: str) -> list[client.V1Pod]:
         """The pods of the StatefulSets `selector` selects that run their StatefulSet's latest template (a rolling

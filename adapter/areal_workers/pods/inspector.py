@@ -36,6 +36,15 @@ class RevisionRecords:
     notes: dict[int, str]
 
 
+@dataclass(frozen=True)
+class ReadyRevision:
+    """A revision found all ready, the pods that ran it, and how many revisions' images the record keeps."""
+
+    revision: int
+    pods: list[client.V1Pod]
+    keep: int
+
+
 LOG_TAIL_LINES = 20
 # Pods whose log tail a time-out's diagnosis reads: the first few say why; a thousand would be a thousand requests.
 TIMEOUT_LOGS = 3
@@ -84,6 +93,9 @@ class ReleaseInspector:
         self.namespace, self.release = namespace, release
         self.admission = admission  # Kueue Workloads (None: not read)
         self._may_list_nodes = True
+        # The topology ConfigMap as last read or written: record_ready patches it on this copy's resourceVersion, so
+        # it writes without a read first, and the apiserver refuses (409) what another writer changed since.
+        self._topology_seen: client.V1ConfigMap | None = None
 
     # --- diagnosis -------------------------------------------------------------------------------
 
@@ -239,7 +251,8 @@ class ReleaseInspector:
     def _topology_configmap(self) -> client.V1ConfigMap | None:
         selector = f"{naming.release_selector(self.release)},{naming.LABEL_COMPONENT}=topology"
         items = self.core.list_namespaced_config_map(self.namespace, label_selector=selector).items
-        return items[0] if items else None
+        self._topology_seen = items[0] if items else None
+        return self._topology_seen
 
     def topology(self) -> dict[str, Any]:
         """What the chart rendered into the release's topology ConfigMap ({} before the first install)."""
@@ -256,14 +269,6 @@ class ReleaseInspector:
         configmap = self._topology_configmap()
         return parse_ready_pods(configmap.metadata.annotations if configmap is not None else None)
 
-    def record_ready_pods(self, record: Record) -> None:
-        configmap = self._topology_configmap()
-        if configmap is not None:
-            annotations = {READY_PODS_ANNOTATION: render_ready_pods(record)}
-            self.core.patch_namespaced_config_map(
-                configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
-            )
-
     def revision_records(self) -> RevisionRecords:
         """What the topology ConfigMap records of the revisions (`history` shows it), from one listing."""
         configmap = self._topology_configmap()
@@ -279,18 +284,38 @@ class ReleaseInspector:
         configmap = self._topology_configmap()
         if configmap is not None:
             value = with_notes(parse_notes(configmap.metadata.annotations), notes, keep)
-            self.core.patch_namespaced_config_map(
+            self._topology_seen = self.core.patch_namespaced_config_map(
                 configmap.metadata.name,
                 self.namespace,
                 {"metadata": {"annotations": {REVISION_NOTES_ANNOTATION: value}}},
             )
 
-    def record_ready_revision(self, revision: int, pods: list[client.V1Pod], keep: int) -> None:
-        """`revision` is the last all-ready one, and its `pods` ran these images (the newest `keep` revisions')."""
-        configmap = self._topology_configmap()
-        if configmap is not None:
-            images = with_revision(parse_recorded(configmap.metadata.annotations), revision, ran_images(pods), keep)
-            annotations = {READY_REVISION_ANNOTATION: str(revision), IMAGES_ANNOTATION: images}
-            self.core.patch_namespaced_config_map(
-                configmap.metadata.name, self.namespace, {"metadata": {"annotations": annotations}}
-            )
+    def record_ready(self, held: Record | None = None, ready: ReadyRevision | None = None) -> None:
+        """One patch of the topology ConfigMap: `held`, the pods AReaL holds now (None: unchanged), and `ready`, the
+        revision now the last all-ready one with the images its pods ran (None: unchanged). It is get_workers' last
+        step, so it patches the copy last seen; when that is stale (409) or gone (404) it reads and patches again."""
+        if held is None and ready is None:
+            return
+        configmap = self._topology_seen or self._topology_configmap()
+        for last in (False, True):
+            if configmap is None:
+                return
+            annotations = {}
+            if held is not None:
+                annotations[READY_PODS_ANNOTATION] = render_ready_pods(held)
+            if ready is not None:
+                recorded = parse_recorded(configmap.metadata.annotations)
+                annotations[READY_REVISION_ANNOTATION] = str(ready.revision)
+                annotations[IMAGES_ANNOTATION] = with_revision(
+                    recorded, ready.revision, ran_images(ready.pods), ready.keep
+                )
+            metadata = {"annotations": annotations, "resourceVersion": configmap.metadata.resource_version}
+            try:
+                self._topology_seen = self.core.patch_namespaced_config_map(
+                    configmap.metadata.name, self.namespace, {"metadata": metadata}
+                )
+                return
+            except ApiException as error:
+                if last or error.status not in (404, 409):
+                    raise
+            configmap = self._topology_configmap()

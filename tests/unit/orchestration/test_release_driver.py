@@ -105,11 +105,24 @@ def test_a_good_revision_pruned_from_the_history_leaves_every_workload_pending(c
     assert fresh.good_revision == 1 and fresh.pending() == {"actor", "critic"}
 
 
+def test_the_held_pods_and_the_ready_revision_are_one_write(cluster, loop):
+    """get_workers' last step, under the scheduler's lock and before AReaL gets its workers: one patch of the
+    topology ConfigMap, not one per record."""
+    driver = make_driver(cluster, loop)
+    driver.apply(values(actor=ACTOR), "create actor", "actor")
+    driver.confirm_ready("actor", [pod("a0", "actor", 0, "r2", ready=True)])
+    assert cluster.record_writes == 1
+    assert (cluster.ready_revision, list(cluster.ready_pods)) == (1, ["actor"])
+    driver.confirm_ready("actor", [pod("a0", "actor", 0, "r2", ready=True)])
+    assert cluster.record_writes == 1  # nothing changed: nothing written
+
+
 def test_a_revision_is_not_good_while_another_pending_workload_is_not_ready(cluster, loop):
     driver = make_driver(cluster, loop)
     driver.apply(values(actor=ACTOR, critic={**CRITIC, "image": {"repository": "slow", "tag": "1"}}), "create", "a")
-    driver.confirm_ready("actor", [])
+    driver.confirm_ready("actor", [pod("a0", "actor", 0, "r2", ready=True)])
     assert driver.good_revision is None and cluster.ready_revision is None
+    assert list(cluster.ready_pods) == ["actor"] and cluster.record_writes == 1  # the held pods alone
 
 
 def test_a_change_that_only_removes_a_workload_is_as_good_as_its_predecessor(cluster, loop):
@@ -431,8 +444,9 @@ def test_another_workloads_ready_pods_of_the_template_before_the_change_do_not_m
     driver = make_driver(cluster, loop, statefulsets=statefulsets)
     driver.apply(values(actor=ACTOR, critic=CRITIC), "create", "actor")
     label_revision(cluster, "critic", "r1")
-    driver.confirm_ready("actor", [])
+    driver.confirm_ready("actor", [pod("a0", "actor", 0, "r2", ready=True)])
     assert driver.good_revision is None and cluster.ready_revision is None
+    assert list(cluster.ready_pods) == ["actor"] and cluster.record_writes == 1  # the held pods alone
     label_revision(cluster, "critic", "r2")
     driver.confirm_ready("actor", [])
     assert driver.good_revision == 1 and cluster.ready_revision == 1
