@@ -6,9 +6,10 @@ builds every selector from the release's model; this module only acts on what th
 from __future__ import annotations
 
 import logging
+import math
 import time
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from .. import diagnosis, naming
@@ -144,7 +145,7 @@ class PodCleanup:
         """update_revisions without waiting: None while a StatefulSet `selector` selects has a spec its controller
         has yet to see (its update revision may still name the template before it); empty without a StatefulSet."""
         statefulsets = self.statefulsets.list_namespaced_stateful_set(self.namespace, label_selector=selector).items
-        if any(s.status is None or (s.status.observed_generation or 0) < s.metadata.generation for s in statefulsets):
+        if not all(_observed_spec(s) for s in statefulsets):
             return None
         return {s.status.update_revision for s in statefulsets if s.status.update_revision}
 
@@ -175,11 +176,34 @@ class PodCleanup:
                 raise
 
     def _observed(self, statefulset: client.V1StatefulSet, timeout: float = OBSERVE_TIMEOUT) -> client.V1StatefulSet:
-        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current)."""
-        deadline = time.monotonic() + timeout
-        while (statefulset.status.observed_generation or 0) < statefulset.metadata.generation:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            statefulset = self.statefulsets.read_namespaced_stateful_set(statefulset.metadata.name, self.namespace)
+        """The StatefulSet once its controller has seen its latest spec (so status.updateRevision is current), or as
+        it is after `timeout`. One watch from the version read: a controller creating a thousand pods records the
+        status only after them, and reading it again every 0.2 s was a request per 0.2 s of that."""
+        if _observed_spec(statefulset):
+            return statefulset
+        name, deadline = statefulset.metadata.name, time.monotonic() + timeout
+        follow = watch.Watch(return_type=client.V1StatefulSet)
+        try:
+            for event in follow.stream(
+                self.statefulsets.list_namespaced_stateful_set,
+                self.namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=statefulset.metadata.resource_version,
+                timeout_seconds=max(1, math.ceil(timeout)),
+            ):
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    statefulset = event["object"]
+                if event["type"] == "DELETED" or _observed_spec(statefulset) or time.monotonic() > deadline:
+                    break
+        except ApiException as error:
+            if error.status != 410:  # 410: the version read is too old to watch from; read it as it is now
+                raise
+            statefulset = self.statefulsets.read_namespaced_stateful_set(name, self.namespace)
+        finally:
+            follow.stop()
         return statefulset
+
+
+def _observed_spec(statefulset: client.V1StatefulSet) -> bool:
+    status = statefulset.status
+    return status is not None and (status.observed_generation or 0) >= (statefulset.metadata.generation or 0)

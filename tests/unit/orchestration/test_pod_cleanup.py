@@ -4,6 +4,7 @@ test pods removed (fakes for the pod watch, the StatefulSet API and the inspecto
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -70,13 +71,37 @@ class FakePods:
         raise WaitTimedOut({pod_index(p): p for p in pods.values()})
 
 
+class WatchResponse:
+    """A watch's HTTP response as urllib3 streams it: one JSON event per line."""
+
+    status = 200
+
+    def __init__(self, events):
+        serialize = client.ApiClient().sanitize_for_serialization
+        self.lines = [json.dumps({"type": kind, "object": serialize(obj)}).encode() + b"\n" for kind, obj in events]
+
+    def stream(self, amt=None, decode_content=False):
+        yield from self.lines
+
+    def close(self):
+        pass
+
+    def release_conn(self):
+        pass
+
+
 class FakeStatefulSets:
     def __init__(self, statefulsets):
         self.items = {s.metadata.name: s for s in statefulsets}
         self.deleted, self.scaled = [], []
+        self.events = []  # what a watch streams: (type, StatefulSet)
+        self.watches = []  # the field selector and resourceVersion of each
 
-    def list_namespaced_stateful_set(self, namespace, label_selector):
+    def list_namespaced_stateful_set(self, namespace, label_selector="", watch=False, **kwargs):
         assert namespace == NAMESPACE
+        if watch:
+            self.watches.append((kwargs["field_selector"], kwargs["resource_version"]))
+            return WatchResponse(self.events)
         return SimpleNamespace(
             items=[s for s in self.items.values() if matches(label_selector, s.metadata.labels or {})]
         )
@@ -200,13 +225,13 @@ def test_replace_stuck_pods_deletes_only_unready_pods_of_another_revision():
     assert pods.deleted == ["actor-0"]
 
 
-def test_replace_stuck_pods_reads_a_statefulset_its_controller_has_not_observed_yet():
+def test_replace_stuck_pods_follows_a_statefulset_its_controller_has_not_observed_yet():
     stale = statefulset("actor", {"app": "w"}, update_revision="old")
     stale.status.observed_generation = 2  # generation 3 not seen yet: update_revision is stale
     fresh = statefulset("actor", {"app": "w"}, update_revision="new")
     pods = FakePods([pod("actor-0", ROLE, ready=False, revision="old")])
     work = cleanup(pods, [stale])
-    work.statefulsets.read_namespaced_stateful_set = lambda name, namespace: fresh
+    work.statefulsets.events = [("MODIFIED", fresh)]
     assert work.replace_stuck_pods("app=w") == ["actor-0"]  # judged against the fresh "new" revision
 
 
@@ -227,8 +252,20 @@ def test_update_revisions_waits_for_the_controller_to_observe_the_latest_spec():
     controller manager busy or restarting): the status still names the earlier template as the update revision."""
     stale = statefulset("actor", ROLE, update_revision="old")
     stale.status.observed_generation = 2  # generation 3 not seen yet
+    stale.metadata.resource_version = "41"
     fresh = statefulset("actor", ROLE, update_revision="new")
-    reads = iter([stale, fresh])
     work = cleanup(FakePods([]), [stale])
-    work.statefulsets.read_namespaced_stateful_set = lambda name, namespace: next(reads)
+    work.statefulsets.events = [("MODIFIED", stale), ("MODIFIED", fresh), ("MODIFIED", stale)]
+    work.statefulsets.read_namespaced_stateful_set = lambda *_: pytest.fail("read again instead of watched")
+    assert work.update_revisions("app=w") == {"new"}
+    assert work.statefulsets.watches == [("metadata.name=actor", "41")]  # one watch, from the version listed
+
+
+def test_a_statefulset_watched_from_a_version_too_old_is_read_as_it_is():
+    stale = statefulset("actor", ROLE, update_revision="old")
+    stale.status.observed_generation = 2
+    work = cleanup(FakePods([]), [stale])
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+    work.statefulsets.events = [("ERROR", gone)]
+    work.statefulsets.read_namespaced_stateful_set = lambda name, namespace: statefulset(name, ROLE)
     assert work.update_revisions("app=w") == {"new"}
