@@ -156,13 +156,13 @@ def _guard_sample(
 
 def _targets(samples: list[Sample], guards: list[Sample]) -> list[str]:
     targets = []
-    waits = [s.server["get_workers"].controller for s in samples]
+    waits = [s.server["get_workers"].controller - _heartbeat(s.client["get_workers"]) for s in samples]
     if waits:
         verdict = "met" if max(waits) - min(waits) <= CONSTANT_SLACK else "missed"
         targets.append(
             f"{verdict}: get_workers costs {min(waits)}..{max(waits)} apiserver requests of the "
-            f"scheduler's identity for N={samples[0].n}..{samples[-1].n}; target: O(1) in N (they vary "
-            f"by at most {CONSTANT_SLACK})"
+            f"scheduler's identity for N={samples[0].n}..{samples[-1].n}, besides the trainer's Lease heartbeat; "
+            f"target: O(1) in N (they vary by at most {CONSTANT_SLACK})"
         )
     if guards:
         worst = max((sum(s.guard[call].values()) / s.n, call, s.n) for s in guards for call in CALLS)
@@ -172,6 +172,12 @@ def _targets(samples: list[Sample], guards: list[Sample]) -> list[str]:
             f"{worst[2]}); target: at most one"
         )
     return targets
+
+
+def _heartbeat(client: Counter[tuple[str, str]]) -> int:
+    """The Lease renewals among the adapter's requests: the trainer's heartbeat, every few seconds whatever the
+    scheduler does, so a wait of 50 s (N=1024) has ten of them and one of 0.1 s none."""
+    return sum(count for (_, resource), count in client.items() if resource == "leases")
 
 
 def _per_call_table(samples: list[Sample]) -> Table:

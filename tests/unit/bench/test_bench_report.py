@@ -3,8 +3,12 @@ apiserver and the Kubernetes client say."""
 
 from __future__ import annotations
 
+from collections import Counter
+from types import SimpleNamespace
+
 import pytest
 
+import api_economy
 import apiserver_metrics
 import harness
 import report
@@ -186,3 +190,21 @@ def test_the_startup_targets_judge_the_small_experiments_against_their_own_limit
     assert "missed: adapter/floor ratio 1.62 at N=1 (1 role(s), real guards); target <= 1.5 (a small experiment)" in (
         targets
     )
+
+
+def test_the_get_workers_target_leaves_out_the_trainers_lease_heartbeat():
+    """Lease renewals come every few seconds whatever the scheduler does: a 50-second wait has ten, a short one
+    none. The target counts the rest."""
+
+    def sample(n: int, identity: int, renewals: int) -> api_economy.Sample:
+        lease = Counter({("GET", "leases"): renewals // 2, ("PUT", "leases"): renewals - renewals // 2})
+        return api_economy.Sample(
+            n,
+            server={"get_workers": SimpleNamespace(controller=identity)},  # type: ignore[dict-item]
+            client={"get_workers": Counter({("LIST", "pods"): 1}) + lease},
+        )
+
+    met = api_economy._targets([sample(1, 3, 0), sample(1024, 15, 10)], [])
+    assert met[0].startswith("met: get_workers costs 3..5 apiserver requests")
+    missed = api_economy._targets([sample(1, 3, 0), sample(1024, 15, 2)], [])
+    assert missed[0].startswith("missed: get_workers costs 3..13")
