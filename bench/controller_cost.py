@@ -31,6 +31,7 @@ import cluster_kit as kit
 import harness
 from areal_workers import Job, KubernetesScheduler, SchedulingSpec, naming
 from areal_workers.pods import ready_pods
+from areal_workers.pods.inspector import ReadyRevision
 
 NAME = "controller_cost"
 TITLE = "Controller cost: memory and CPU of the adapter managing N workers"
@@ -128,15 +129,16 @@ def time_record_writes(scheduler: KubernetesScheduler) -> list[tuple[ready_pods.
     """Wraps the scheduler's inspector so that each write of the ready-pods record is timed: the records written and
     the seconds each write took (rendered after the run, so that measuring costs the measured phases nothing)."""
     inspector = scheduler.driver.inspector
-    write = inspector.record_ready_pods
+    write = inspector.record_ready
     writes: list[tuple[ready_pods.Record, float]] = []
 
-    def timed(record: ready_pods.Record) -> None:
+    def timed(held: ready_pods.Record | None = None, ready: ReadyRevision | None = None) -> None:
         started = time.perf_counter()
-        write(record)
-        writes.append((record, time.perf_counter() - started))
+        write(held, ready)
+        if held is not None:  # the patch that carries it may carry the ready revision too
+            writes.append((held, time.perf_counter() - started))
 
-    inspector.record_ready_pods = timed  # type: ignore[method-assign]
+    inspector.record_ready = timed  # type: ignore[method-assign]
     return writes
 
 
