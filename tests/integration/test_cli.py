@@ -238,7 +238,9 @@ def test_down_asks_first_then_removes_the_release_and_its_pods(cli, make_schedul
 
 def test_down_refuses_a_live_trainer_unless_forced(cli, make_scheduler, core, namespace):
     """The trainer renews its Lease: its next change would bring back what `down` removed. Refused; --force takes
-    the Lease, and the trainer's next call raises instead of re-creating the workers."""
+    the Lease, and once the trainer's next renewal has seen that (within a renewal interval, 1 s here), its next
+    call raises instead of re-creating the workers. A call within that interval is not refused by the Lease: a
+    `down --force` done in under a second raced it on a loaded CI machine (the role's own check refused it)."""
     trainer = make_scheduler(lease_grace_seconds=4)  # renews every second: seen alive within two
     trainer.create_workers(job("actor", 1))
     trainer.get_workers("actor")
@@ -250,8 +252,11 @@ def test_down_refuses_a_live_trainer_unless_forced(cli, make_scheduler, core, na
     code, _, err = cli("down", "--yes", "--force")
     assert code == EXIT_OK, err
     assert core.list_namespaced_pod(namespace, label_selector=selector).items == []
+    deadline = time.monotonic() + 60
+    while trainer.lease is not None and trainer.lease.lost is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     with pytest.raises(LeaseLostError):
-        trainer.create_workers(job("actor", 1))
+        trainer.create_workers(job("critic", 1))  # a new role: nothing but the Lease refuses it
     trainer.close()
 
 
